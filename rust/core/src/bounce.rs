@@ -1,0 +1,200 @@
+//! A pool of page-aligned bounce buffers, reused across calls and threads.
+//!
+//! O_DIRECT needs aligned memory, and user buffers rarely are: their aligned parts are
+//! staged through these buffers. The allocator is pluggable so the GPU path can pool
+//! pinned (page-locked) buffers the same way. Buffers are never allocated per call: a
+//! task takes one from the pool and gives it back when dropped, so the pool holds at
+//! most as many buffers as tasks ever ran at once.
+
+use std::alloc::{self, Layout};
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+use crate::tasks::DIRECT_IO_ALIGNMENT;
+
+/// How a [`BouncePool`] gets and returns memory.
+pub trait BounceAllocator: Send + Sync + 'static {
+    /// Allocate `size` bytes aligned to [`DIRECT_IO_ALIGNMENT`].
+    fn allocate(&self, size: usize) -> Result<NonNull<u8>>;
+    /// Free memory from [`BounceAllocator::allocate`] with the same `size`.
+    ///
+    /// # Safety
+    /// `ptr` must come from `allocate(size)` of this allocator and not be used afterwards.
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, size: usize);
+}
+
+/// Ordinary page-aligned host memory.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PageAlignedAllocator;
+
+impl BounceAllocator for PageAlignedAllocator {
+    fn allocate(&self, size: usize) -> Result<NonNull<u8>> {
+        let layout = Layout::from_size_align(size.max(1), DIRECT_IO_ALIGNMENT)
+            .map_err(|e| Error::InvalidArgument(format!("bounce buffer of {size} bytes: {e}")))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc::alloc(layout) };
+        NonNull::new(ptr).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "could not allocate a {size}-byte bounce buffer; lower bounce_buffer_size"
+            ))
+        })
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, size: usize) {
+        let layout = Layout::from_size_align(size.max(1), DIRECT_IO_ALIGNMENT)
+            .expect("layout was valid at allocation");
+        // SAFETY: per the trait contract, `ptr` came from `allocate(size)` with this layout.
+        unsafe { alloc::dealloc(ptr.as_ptr(), layout) }
+    }
+}
+
+struct Idle {
+    ptr: NonNull<u8>,
+    size: usize,
+}
+
+// SAFETY: an idle buffer is plain memory owned by the pool; no thread holds a reference.
+unsafe impl Send for Idle {}
+
+/// A pool of equally sized aligned buffers.
+pub struct BouncePool {
+    allocator: Box<dyn BounceAllocator>,
+    idle: Mutex<Vec<Idle>>,
+}
+
+impl BouncePool {
+    /// An empty pool drawing on `allocator`.
+    pub fn new(allocator: impl BounceAllocator) -> Arc<Self> {
+        Arc::new(Self {
+            allocator: Box::new(allocator),
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A buffer of exactly `size` bytes: an idle one if there is one, else a new one.
+    /// Idle buffers of another size (left from before a `bounce_buffer_size` change) are freed.
+    pub fn acquire(self: &Arc<Self>, size: usize) -> Result<BounceBuffer> {
+        let reused = {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let stale: Vec<Idle> = {
+                let (keep, stale): (Vec<Idle>, Vec<Idle>) =
+                    idle.drain(..).partition(|b| b.size == size);
+                *idle = keep;
+                stale
+            };
+            for b in stale {
+                // SAFETY: idle buffers came from this allocator with their recorded size.
+                unsafe { self.allocator.deallocate(b.ptr, b.size) };
+            }
+            idle.pop()
+        };
+        let ptr = match reused {
+            Some(b) => b.ptr,
+            None => self.allocator.allocate(size)?,
+        };
+        Ok(BounceBuffer {
+            pool: Arc::clone(self),
+            ptr,
+            size,
+        })
+    }
+
+    /// Free every idle buffer; returns the bytes released. Buffers in use stay valid and
+    /// return to the pool when their task finishes.
+    pub fn free_idle(&self) -> usize {
+        let drained: Vec<Idle> = {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            idle.drain(..).collect()
+        };
+        let mut freed = 0;
+        for b in drained {
+            freed += b.size;
+            // SAFETY: idle buffers came from this allocator with their recorded size.
+            unsafe { self.allocator.deallocate(b.ptr, b.size) };
+        }
+        freed
+    }
+
+    /// Number of idle buffers (for tests and diagnostics).
+    pub fn idle_count(&self) -> usize {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+impl Drop for BouncePool {
+    fn drop(&mut self) {
+        self.free_idle();
+    }
+}
+
+/// A buffer borrowed from a [`BouncePool`]; goes back to the pool when dropped.
+pub struct BounceBuffer {
+    pool: Arc<BouncePool>,
+    ptr: NonNull<u8>,
+    size: usize,
+}
+
+// SAFETY: the buffer is exclusively owned by whoever holds the BounceBuffer.
+unsafe impl Send for BounceBuffer {}
+
+impl BounceBuffer {
+    /// The buffer as a mutable byte slice.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: ptr..ptr+size is an allocation owned exclusively by this BounceBuffer.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.size) }
+    }
+
+    /// The buffer's size in bytes.
+    pub fn len(&self) -> usize {
+        self.size
+    }
+
+    /// Whether the buffer has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+}
+
+impl Drop for BounceBuffer {
+    fn drop(&mut self) {
+        let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.push(Idle {
+            ptr: self.ptr,
+            size: self.size,
+        });
+    }
+}
+
+/// The process-wide pool of host bounce buffers used by O_DIRECT host I/O.
+pub fn host_pool() -> &'static Arc<BouncePool> {
+    static POOL: std::sync::OnceLock<Arc<BouncePool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| BouncePool::new(PageAlignedAllocator))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_aligned_reused_and_freed() {
+        let pool = BouncePool::new(PageAlignedAllocator);
+        let mut a = pool.acquire(8192).unwrap();
+        assert_eq!(a.as_mut_slice().as_ptr() as usize % DIRECT_IO_ALIGNMENT, 0);
+        let addr = a.as_mut_slice().as_ptr() as usize;
+        drop(a);
+        assert_eq!(pool.idle_count(), 1);
+        let mut b = pool.acquire(8192).unwrap();
+        assert_eq!(b.as_mut_slice().as_ptr() as usize, addr, "idle buffer is reused");
+        let c = pool.acquire(8192).unwrap();
+        drop(b);
+        drop(c);
+        assert_eq!(pool.idle_count(), 2);
+        // A size change frees the stale buffers instead of keeping them forever.
+        let d = pool.acquire(4096).unwrap();
+        assert_eq!(pool.idle_count(), 0);
+        drop(d);
+        assert_eq!(pool.free_idle(), 4096);
+        assert_eq!(pool.idle_count(), 0);
+    }
+}

@@ -1,0 +1,159 @@
+//! The one error type of the engine; the binding maps each variant to a Python exception.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Result alias used throughout the engine.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the engine.
+#[derive(Debug)]
+pub enum Error {
+    /// An operating-system call failed. `op` says what kvikpy was doing (for example
+    /// `"open"` or `"pread"`), `path` which file, and `source` carries the errno.
+    /// Mapped to `OSError` and its errno-specific subclasses (`FileNotFoundError`, ...).
+    Os {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    /// An argument is out of range or inconsistent (a size larger than the buffer, a
+    /// negative offset, an unknown open mode...). Mapped to `ValueError`.
+    InvalidArgument(String),
+    /// The file was opened without the access the operation needs (reading a file
+    /// opened `"w"`, writing one opened `"r"`). Mapped to `io.UnsupportedOperation`.
+    UnsupportedOperation(String),
+    /// The operation was attempted on a file that was already closed. Mapped to
+    /// `ValueError("I/O operation on closed file")`, as Python's own files do.
+    Closed,
+    /// `defaults.get/set` was given a setting name that does not exist. Mapped to `KeyError`.
+    UnknownSetting(String),
+    /// A setting was given a value it cannot take. Mapped to `ValueError`.
+    InvalidSetting {
+        name: String,
+        value: String,
+        expected: &'static str,
+    },
+    /// An environment variable holds a value that cannot be parsed. Mapped to
+    /// `kvikpy.ConfigError` (a `ValueError`), naming the variable.
+    MalformedEnv {
+        var: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+    /// A bug: engine code panicked. The panic is caught at the task or call boundary
+    /// and reported as `kvikpy.InternalError` instead of crossing into Python.
+    Panic(String),
+}
+
+impl Error {
+    /// An [`Error::Os`] built from the current `errno`.
+    pub fn last_os(op: &'static str, path: &std::path::Path) -> Self {
+        Self::os(op, path, io::Error::last_os_error())
+    }
+
+    /// An [`Error::Os`] for `op` on `path`.
+    pub fn os(op: &'static str, path: &std::path::Path, source: io::Error) -> Self {
+        Self::Os {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// An [`Error::Panic`] from a payload caught by `catch_unwind`.
+    pub fn from_panic(payload: Box<dyn std::any::Any + Send>) -> Self {
+        let message = if let Some(s) = payload.downcast_ref::<&str>() {
+            (*s).to_string()
+        } else if let Some(s) = payload.downcast_ref::<String>() {
+            s.clone()
+        } else {
+            "unknown panic payload".to_string()
+        };
+        Self::Panic(message)
+    }
+}
+
+// `io::Error` is not `Clone`, but a future hands the same error to every `get()`.
+impl Clone for Error {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Os { op, path, source } => Self::Os {
+                op,
+                path: path.clone(),
+                source: match source.raw_os_error() {
+                    Some(errno) => io::Error::from_raw_os_error(errno),
+                    None => io::Error::new(source.kind(), source.to_string()),
+                },
+            },
+            Self::InvalidArgument(m) => Self::InvalidArgument(m.clone()),
+            Self::UnsupportedOperation(m) => Self::UnsupportedOperation(m.clone()),
+            Self::Closed => Self::Closed,
+            Self::UnknownSetting(n) => Self::UnknownSetting(n.clone()),
+            Self::InvalidSetting {
+                name,
+                value,
+                expected,
+            } => Self::InvalidSetting {
+                name: name.clone(),
+                value: value.clone(),
+                expected,
+            },
+            Self::MalformedEnv {
+                var,
+                value,
+                expected,
+            } => Self::MalformedEnv {
+                var,
+                value: value.clone(),
+                expected,
+            },
+            Self::Panic(m) => Self::Panic(m.clone()),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Os { op, path, source } => {
+                write!(f, "{op} failed on '{}': {source}", path.display())
+            }
+            Self::InvalidArgument(m) | Self::UnsupportedOperation(m) => f.write_str(m),
+            Self::Closed => f.write_str("I/O operation on closed file"),
+            Self::UnknownSetting(name) => write!(
+                f,
+                "unknown setting '{name}'; known settings: {}",
+                crate::settings::SETTING_NAMES.join(", ")
+            ),
+            Self::InvalidSetting {
+                name,
+                value,
+                expected,
+            } => write!(f, "invalid value {value} for setting '{name}': expected {expected}"),
+            Self::MalformedEnv {
+                var,
+                value,
+                expected,
+            } => write!(
+                f,
+                "environment variable {var}={value:?} is malformed: expected {expected}; \
+                 fix or unset {var}"
+            ),
+            Self::Panic(m) => write!(
+                f,
+                "internal error in kvikpy's engine (a bug, please report it): {m}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Os { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

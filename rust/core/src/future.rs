@@ -1,0 +1,246 @@
+//! Futures for operations split over the pool: a countdown of tasks, the summed byte
+//! count, the first error, waiting, and done-callbacks.
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+type Callback = Box<dyn FnOnce() + Send>;
+
+#[derive(Default)]
+struct Completion {
+    done: bool,
+    error: Option<Error>,
+    callbacks: Vec<Callback>,
+}
+
+struct State {
+    remaining: AtomicUsize,
+    bytes: AtomicU64,
+    completion: Mutex<Completion>,
+    finished: Condvar,
+    /// Whatever keeps the operation's memory alive (a Python buffer export); dropped with
+    /// the last reference to the future, never before the last task has finished.
+    _keepalive: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+/// The result of an operation that may still be running. Cloning shares the operation.
+#[derive(Clone)]
+pub struct IoFuture {
+    state: Arc<State>,
+}
+
+/// The handle a task uses to report its part; the future completes when every
+/// `TaskReporter` of it has reported.
+pub struct TaskReporter {
+    state: Option<Arc<State>>,
+}
+
+impl IoFuture {
+    /// A future expecting `tasks` reports, keeping `keepalive` alive until it and every
+    /// reporter are gone. With zero tasks it is complete at once with 0 bytes.
+    pub fn new(tasks: usize, keepalive: Option<Box<dyn Any + Send>>) -> (Self, Vec<TaskReporter>) {
+        let state = Arc::new(State {
+            remaining: AtomicUsize::new(tasks),
+            bytes: AtomicU64::new(0),
+            completion: Mutex::new(Completion {
+                done: tasks == 0,
+                ..Completion::default()
+            }),
+            finished: Condvar::new(),
+            _keepalive: Mutex::new(keepalive),
+        });
+        let reporters = (0..tasks)
+            .map(|_| TaskReporter {
+                state: Some(Arc::clone(&state)),
+            })
+            .collect();
+        (Self { state }, reporters)
+    }
+
+    /// A future that is already complete with `result`.
+    pub fn ready(result: Result<usize>, keepalive: Option<Box<dyn Any + Send>>) -> Self {
+        let (future, mut reporters) = Self::new(1, keepalive);
+        reporters.pop().expect("one reporter").report(result);
+        future
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Completion> {
+        self.state
+            .completion
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether every task has reported.
+    pub fn is_done(&self) -> bool {
+        self.lock().done
+    }
+
+    /// Block until done; the summed byte count, or the first error any task reported.
+    /// May be called any number of times, from any thread.
+    pub fn wait(&self) -> Result<usize> {
+        let mut guard = self.lock();
+        while !guard.done {
+            guard = self
+                .state
+                .finished
+                .wait(guard)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        self.result_locked(&guard)
+    }
+
+    /// Like [`IoFuture::wait`] but gives up after `timeout`, returning `None`.
+    pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<usize>> {
+        let guard = self.lock();
+        let (guard, _) = self
+            .state
+            .finished
+            .wait_timeout_while(guard, timeout, |c| !c.done)
+            .unwrap_or_else(|e| e.into_inner());
+        guard.done.then(|| self.result_locked(&guard))
+    }
+
+    fn result_locked(&self, c: &Completion) -> Result<usize> {
+        match &c.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(self.state.bytes.load(Ordering::Acquire) as usize),
+        }
+    }
+
+    /// Run `callback` once the future is done: at once in this thread if it already is,
+    /// otherwise in the thread that completes it. A panicking callback is contained.
+    pub fn add_done_callback(&self, callback: impl FnOnce() + Send + 'static) {
+        let mut guard = self.lock();
+        if guard.done {
+            drop(guard);
+            let _ = catch_unwind(AssertUnwindSafe(callback));
+        } else {
+            guard.callbacks.push(Box::new(callback));
+        }
+    }
+}
+
+impl TaskReporter {
+    /// Report this task's outcome. The last report completes the future, wakes waiters and
+    /// runs the callbacks (outside the lock, in this thread).
+    pub fn report(mut self, result: Result<usize>) {
+        if let Some(state) = self.state.take() {
+            finish(&state, result);
+        }
+    }
+}
+
+impl Drop for TaskReporter {
+    // A task that was dropped unrun (its closure unwound before reporting) must still count
+    // down, or every waiter would hang.
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take() {
+            finish(
+                &state,
+                Err(Error::Panic("an I/O task ended without reporting".into())),
+            );
+        }
+    }
+}
+
+fn finish(state: &State, result: Result<usize>) {
+    match result {
+        Ok(n) => {
+            state.bytes.fetch_add(n as u64, Ordering::AcqRel);
+        }
+        Err(e) => {
+            let mut c = state.completion.lock().unwrap_or_else(|e| e.into_inner());
+            c.error.get_or_insert(e);
+        }
+    }
+    if state.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return;
+    }
+    let callbacks = {
+        let mut c = state.completion.lock().unwrap_or_else(|e| e.into_inner());
+        c.done = true;
+        std::mem::take(&mut c.callbacks)
+    };
+    state.finished.notify_all();
+    for callback in callbacks {
+        let _ = catch_unwind(AssertUnwindSafe(callback));
+    }
+}
+
+/// Run `task` catching panics, turning one into [`Error::Panic`].
+pub fn run_caught<T>(task: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(task)).unwrap_or_else(|payload| Err(Error::from_panic(payload)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn sums_counts_and_keeps_first_error() {
+        let (f, reporters) = IoFuture::new(3, None);
+        assert!(!f.is_done());
+        let mut it = reporters.into_iter();
+        it.next().unwrap().report(Ok(5));
+        it.next().unwrap().report(Ok(7));
+        assert!(f.wait_timeout(Duration::from_millis(1)).is_none());
+        it.next().unwrap().report(Ok(1));
+        assert_eq!(f.wait().unwrap(), 13);
+        assert_eq!(f.wait().unwrap(), 13, "second wait returns the same count");
+
+        let (f, reporters) = IoFuture::new(2, None);
+        let mut it = reporters.into_iter();
+        it.next().unwrap().report(Err(Error::InvalidArgument("first".into())));
+        it.next().unwrap().report(Err(Error::InvalidArgument("second".into())));
+        assert!(f.wait().unwrap_err().to_string().contains("first"));
+    }
+
+    #[test]
+    fn callbacks_run_once_when_done_and_panics_are_contained() {
+        let (f, mut reporters) = IoFuture::new(1, None);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = Arc::clone(&ran);
+        f.add_done_callback(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        f.add_done_callback(|| panic!("callback bug"));
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        reporters.pop().unwrap().report(Ok(1));
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        let late = Arc::new(AtomicBool::new(false));
+        let l = Arc::clone(&late);
+        f.add_done_callback(move || l.store(true, Ordering::SeqCst));
+        assert!(late.load(Ordering::SeqCst), "callback on a done future runs at once");
+    }
+
+    #[test]
+    fn keepalive_lives_until_future_and_tasks_are_gone() {
+        let token = Arc::new(());
+        let (f, mut reporters) = IoFuture::new(1, Some(Box::new(Arc::clone(&token))));
+        let reporter = reporters.pop().unwrap();
+        drop(f);
+        assert_eq!(Arc::strong_count(&token), 2, "a running task keeps the memory alive");
+        reporter.report(Ok(0));
+        assert_eq!(Arc::strong_count(&token), 1);
+    }
+
+    #[test]
+    fn a_dropped_reporter_fails_the_future_instead_of_hanging() {
+        let (f, reporters) = IoFuture::new(2, None);
+        drop(reporters);
+        assert!(matches!(f.wait(), Err(Error::Panic(_))));
+    }
+
+    #[test]
+    fn panics_become_errors() {
+        let r: Result<()> = run_caught(|| panic!("boom"));
+        assert!(matches!(r, Err(Error::Panic(m)) if m == "boom"));
+    }
+}

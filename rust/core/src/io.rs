@@ -1,0 +1,243 @@
+//! Reads and writes of host memory: settings snapshot, EOF clamping, task splitting,
+//! inline-or-pool dispatch, and opportunistic O_DIRECT for the aligned middle of each task.
+
+use std::any::Any;
+use std::io;
+use std::sync::Arc;
+
+use crate::bounce::host_pool;
+use crate::error::{Error, Result};
+use crate::file::{FileHandle, OpenFile};
+use crate::future::{run_caught, IoFuture};
+use crate::memory::HostSpan;
+use crate::posix::{pread_direct, pread_full, pwrite_full};
+use crate::settings::{self, Settings};
+use crate::tasks::{aligned_split, align_up, split_tasks, DIRECT_IO_ALIGNMENT};
+
+/// Which way bytes move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// File to memory.
+    Read,
+    /// Memory to file.
+    Write,
+}
+
+/// How the caller will wait, which decides whether a one-task request runs in the
+/// calling thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// The caller blocks for the result (`read`/`write`): a single task runs inline, with
+    /// no hop to the pool and back.
+    Blocking,
+    /// The caller wants a future (`pread`/`pwrite`): only requests of at most
+    /// `gds_threshold` bytes run inline; everything else runs on the pool.
+    Async,
+}
+
+/// Start moving `span.len()` bytes between `span` and the file at `file_offset`.
+///
+/// Reads stop at end of file: the future's count is then short, and 0 for a read that
+/// starts at or past the end. `keepalive` is held until the last task has finished.
+pub fn submit(
+    handle: &FileHandle,
+    direction: Direction,
+    span: HostSpan,
+    file_offset: u64,
+    task_size: Option<usize>,
+    waiting: Waiting,
+    keepalive: Option<Box<dyn Any + Send>>,
+) -> Result<IoFuture> {
+    let settings = settings::current()?;
+    let task_size = match task_size {
+        Some(0) => {
+            return Err(Error::InvalidArgument(
+                "task_size must be a positive number of bytes, got 0".into(),
+            ))
+        }
+        Some(n) => n,
+        None => settings.task_size,
+    };
+    let file = handle.get()?;
+    let size = match direction {
+        Direction::Read => {
+            file.check_readable()?;
+            let file_size = file.size()?;
+            (span.len() as u64).min(file_size.saturating_sub(file_offset)) as usize
+        }
+        Direction::Write => {
+            file.check_writable()?;
+            span.len()
+        }
+    };
+    file_offset.checked_add(size as u64).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "file_offset {file_offset} + size {size} overflows a 64-bit file offset"
+        ))
+    })?;
+    let tasks: Vec<_> = split_tasks(file_offset, size, task_size).collect();
+    let inline = match waiting {
+        Waiting::Blocking => tasks.len() <= 1,
+        Waiting::Async => size <= settings.gds_threshold,
+    };
+    if inline {
+        let result = run_caught(|| {
+            tasks.iter().try_fold(0usize, |total, t| {
+                let part = span.sub(t.buf_offset, t.len);
+                Ok(total + transfer(&file, direction, part, t.file_offset, &settings)?)
+            })
+        });
+        return Ok(IoFuture::ready(result, keepalive));
+    }
+    let pool = crate::pool::pool(settings.num_threads)?;
+    let (future, reporters) = IoFuture::new(tasks.len(), keepalive);
+    for (task, reporter) in tasks.into_iter().zip(reporters) {
+        let file = Arc::clone(&file);
+        let part = span.sub(task.buf_offset, task.len);
+        pool.spawn(move || {
+            let result =
+                run_caught(|| transfer(&file, direction, part, task.file_offset, &settings));
+            reporter.report(result);
+        });
+    }
+    Ok(future)
+}
+
+/// One task: the whole span through the page cache, or, when direct I/O is enabled for
+/// this direction and the file has an O_DIRECT descriptor, the unaligned edges through
+/// the page cache and the aligned middle through O_DIRECT.
+fn transfer(
+    file: &OpenFile,
+    direction: Direction,
+    span: HostSpan,
+    offset: u64,
+    settings: &Settings,
+) -> Result<usize> {
+    let wants_direct = match direction {
+        Direction::Read => settings.auto_direct_io_read,
+        Direction::Write => settings.auto_direct_io_write,
+    };
+    let split = aligned_split(offset, span.len(), DIRECT_IO_ALIGNMENT);
+    let direct_fd = file.direct_fd().filter(|_| wants_direct && split.middle > 0);
+    let Some(direct_fd) = direct_fd else {
+        return buffered(file, direction, span, offset);
+    };
+    let parts = [
+        (0, split.head, false),
+        (split.head, split.middle, true),
+        (split.head + split.middle, split.tail, false),
+    ];
+    let mut done = 0;
+    for (at, len, direct) in parts {
+        if len == 0 {
+            continue;
+        }
+        let part = span.sub(at, len);
+        let part_offset = offset + at as u64;
+        let n = if direct {
+            direct_part(file, direct_fd, direction, part, part_offset, settings)?
+        } else {
+            buffered(file, direction, part, part_offset)?
+        };
+        done += n;
+        if n < len {
+            break; // end of file
+        }
+    }
+    Ok(done)
+}
+
+fn buffered(file: &OpenFile, direction: Direction, span: HostSpan, offset: u64) -> Result<usize> {
+    let fd = file.buffered_fd();
+    match direction {
+        Direction::Read => pread_full(fd, span, offset).map_err(|e| os(file, "pread", e)),
+        Direction::Write => pwrite_full(fd, span, offset).map_err(|e| os(file, "pwrite", e)),
+    }
+}
+
+fn os(file: &OpenFile, op: &'static str, e: io::Error) -> Error {
+    Error::os(op, file.path(), e)
+}
+
+/// The aligned middle of a task through O_DIRECT: straight into the user's memory when it
+/// is aligned too, else staged through a pooled aligned bounce buffer. A filesystem that
+/// opens O_DIRECT but rejects the transfer (EINVAL) falls back to the page cache.
+fn direct_part(
+    file: &OpenFile,
+    fd: i32,
+    direction: Direction,
+    span: HostSpan,
+    offset: u64,
+    settings: &Settings,
+) -> Result<usize> {
+    let attempt = if span.as_ptr() as usize % DIRECT_IO_ALIGNMENT == 0 {
+        match direction {
+            Direction::Read => pread_direct(fd, span, offset, DIRECT_IO_ALIGNMENT),
+            Direction::Write => pwrite_full(fd, span, offset),
+        }
+    } else {
+        staged(fd, direction, span, offset, settings)?
+    };
+    match attempt {
+        Ok(n) => Ok(n),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => buffered(file, direction, span, offset),
+        Err(e) => Err(os(
+            file,
+            match direction {
+                Direction::Read => "pread (O_DIRECT)",
+                Direction::Write => "pwrite (O_DIRECT)",
+            },
+            e,
+        )),
+    }
+}
+
+/// O_DIRECT through a bounce buffer, one buffer-full at a time. The outer `Result` is the
+/// engine's (no buffer could be had); the inner one is the system call's.
+fn staged(
+    fd: i32,
+    direction: Direction,
+    span: HostSpan,
+    offset: u64,
+    settings: &Settings,
+) -> Result<io::Result<usize>> {
+    let chunk_size = align_up(settings.bounce_buffer_size as u64, DIRECT_IO_ALIGNMENT) as usize;
+    let chunk_size = chunk_size.min(span.len());
+    let mut bounce = host_pool().acquire(chunk_size)?;
+    let staging = HostSpan::from_slice(bounce.as_mut_slice());
+    let mut done = 0usize;
+    while done < span.len() {
+        let len = chunk_size.min(span.len() - done);
+        let dst = span.sub(done, len);
+        let stage = staging.sub(0, len);
+        let at = offset + done as u64;
+        let n = match direction {
+            Direction::Read => match pread_direct(fd, stage, at, DIRECT_IO_ALIGNMENT) {
+                Ok(n) => {
+                    copy(stage, dst, n);
+                    n
+                }
+                Err(e) => return Ok(Err(e)),
+            },
+            Direction::Write => {
+                copy(dst, stage, len);
+                match pwrite_full(fd, stage, at) {
+                    Ok(n) => n,
+                    Err(e) => return Ok(Err(e)),
+                }
+            }
+        };
+        done += n;
+        if n < len {
+            break;
+        }
+    }
+    Ok(Ok(done))
+}
+
+fn copy(from: HostSpan, to: HostSpan, len: usize) {
+    assert!(len <= from.len() && len <= to.len());
+    // SAFETY: both spans are valid for `len` bytes (checked above) and never overlap: one
+    // is a pool-owned bounce buffer, the other user memory.
+    unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), to.as_ptr(), len) }
+}

@@ -1,0 +1,69 @@
+//! Raw memory spans handed to the engine by the binding, and the rules for sharing them
+//! across pool threads.
+
+/// `len` bytes of host memory at `ptr`, owned by someone else (a Python buffer export).
+///
+/// The creator of a `HostSpan` promises, through [`HostSpan::new`], that the memory stays
+/// valid (and, for reads into it, writable) until every operation using it has completed;
+/// the binding keeps the exporting object alive inside the operation's future for that.
+/// Tasks write disjoint sub-spans, so handing copies to several threads is sound.
+#[derive(Debug, Clone, Copy)]
+pub struct HostSpan {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a HostSpan is an address range, not an owner; the creator guarantees validity for
+// the whole operation (see `HostSpan::new`), and concurrent tasks touch disjoint sub-spans.
+unsafe impl Send for HostSpan {}
+// SAFETY: as above; shared references only read the address and length.
+unsafe impl Sync for HostSpan {}
+
+impl HostSpan {
+    /// A span over `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid host memory for the lifetime of every operation that
+    /// uses this span (and its sub-spans), writable if the span is read into, and not
+    /// accessed by anyone else while kvikpy writes to it.
+    pub unsafe fn new(ptr: *mut u8, len: usize) -> Self {
+        Self { ptr, len }
+    }
+
+    /// A span over a mutable slice (for tests and engine-owned memory).
+    pub fn from_slice(slice: &mut [u8]) -> Self {
+        Self {
+            ptr: slice.as_mut_ptr(),
+            len: slice.len(),
+        }
+    }
+
+    /// The first byte's address.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the span is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The sub-span `[offset, offset + len)`; panics if it does not fit (a bug in the caller).
+    pub fn sub(&self, offset: usize, len: usize) -> Self {
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "sub-span {offset}+{len} out of a span of {}",
+            self.len
+        );
+        Self {
+            // SAFETY: offset + len <= self.len, so the result stays inside the original span.
+            ptr: unsafe { self.ptr.add(offset) },
+            len,
+        }
+    }
+}

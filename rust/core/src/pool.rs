@@ -1,0 +1,42 @@
+//! The I/O thread pool, sized by the `num_threads` setting.
+//!
+//! rayon's pool gives named, reusable worker threads and cheap `spawn`; I/O tasks never
+//! block on each other, so its work-stealing needs no care. When `num_threads` changes,
+//! the next operation builds a new pool; operations already queued on the old one finish
+//! there, and its threads exit once it is idle and unreferenced.
+
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+
+static POOL: Mutex<Option<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
+
+/// The pool for `num_threads` threads, building (or rebuilding) it on demand.
+pub fn pool(num_threads: usize) -> Result<Arc<rayon::ThreadPool>> {
+    let mut guard = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((n, pool)) = guard.as_ref() {
+        if *n == num_threads {
+            return Ok(Arc::clone(pool));
+        }
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(num_threads)
+        .thread_name(|i| format!("kvikpy-io-{i}"))
+        .build()
+        .map_err(|e| {
+            Error::InvalidArgument(format!(
+                "could not start {num_threads} I/O threads ({e}); lower num_threads"
+            ))
+        })?;
+    let pool = Arc::new(pool);
+    *guard = Some((num_threads, Arc::clone(&pool)));
+    Ok(pool)
+}
+
+/// Number of threads of the pool currently in use (0 before the first pooled operation).
+pub fn current_size() -> usize {
+    POOL.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map_or(0, |(n, _)| *n)
+}

@@ -1,0 +1,360 @@
+//! Process-wide settings with kvikio's names, environment variables and parsing rules.
+//!
+//! Settings are read from the environment on first use. A malformed variable is an error
+//! naming the variable (never a silent fallback); it is not cached, so fixing
+//! `os.environ` and retrying works. Every operation snapshots the settings once when it
+//! starts, so changing them mid-flight never tears an operation.
+
+use std::sync::RwLock;
+
+use crate::error::{Error, Result};
+
+/// Whether kvikpy may use cuFile (GPUDirect Storage) or must use POSIX I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompatMode {
+    /// Always use cuFile; fail if it cannot be used.
+    Off,
+    /// Always use POSIX I/O with bounce buffers.
+    On,
+    /// Use cuFile when the system supports it, otherwise POSIX.
+    Auto,
+}
+
+impl CompatMode {
+    /// The canonical upper-case spelling (`"OFF"`, `"ON"`, `"AUTO"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "OFF",
+            Self::On => "ON",
+            Self::Auto => "AUTO",
+        }
+    }
+
+    /// Parse kvikio's spellings, case-insensitively: `ON`/`TRUE`/`YES`/`1`,
+    /// `OFF`/`FALSE`/`NO`/`0`, `AUTO`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "on" | "true" | "yes" | "1" => Some(Self::On),
+            "off" | "false" | "no" | "0" => Some(Self::Off),
+            "auto" => Some(Self::Auto),
+            _ => None,
+        }
+    }
+}
+
+/// A setting's value as seen from outside the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingValue {
+    Bool(bool),
+    Int(u64),
+    Mode(CompatMode),
+}
+
+/// Every setting name, in documentation order.
+pub const SETTING_NAMES: [&str; 7] = [
+    "compat_mode",
+    "num_threads",
+    "task_size",
+    "gds_threshold",
+    "bounce_buffer_size",
+    "auto_direct_io_read",
+    "auto_direct_io_write",
+];
+
+/// The most threads the default thread count picks; more do not add PCIe or page-cache
+/// bandwidth on the machines measured (16 threads already reach the pinned H2D ceiling).
+pub const MAX_DEFAULT_THREADS: usize = 16;
+
+/// A snapshot of all settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    pub compat_mode: CompatMode,
+    pub num_threads: usize,
+    pub task_size: usize,
+    pub gds_threshold: usize,
+    pub bounce_buffer_size: usize,
+    pub auto_direct_io_read: bool,
+    pub auto_direct_io_write: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            compat_mode: CompatMode::Auto,
+            num_threads: default_num_threads(),
+            task_size: 4 << 20,
+            gds_threshold: 16 << 10,
+            bounce_buffer_size: 16 << 20,
+            auto_direct_io_read: false,
+            auto_direct_io_write: true,
+        }
+    }
+}
+
+/// kvikpy's default thread count: the CPUs this process may run on (affinity and cgroup
+/// quota aware), capped at [`MAX_DEFAULT_THREADS`]. kvikio defaults to 1 thread, which
+/// leaves most of a machine's read bandwidth unused.
+pub fn default_num_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, MAX_DEFAULT_THREADS)
+}
+
+impl Settings {
+    /// The defaults, overridden by any `KVIKIO_*` variable found through `getenv`.
+    pub fn from_env_with(getenv: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let mut s = Self::default();
+        if let Some(v) = getenv("KVIKIO_COMPAT_MODE") {
+            s.compat_mode = CompatMode::parse(&v).ok_or(Error::MalformedEnv {
+                var: "KVIKIO_COMPAT_MODE",
+                value: v.clone(),
+                expected: "ON, OFF or AUTO (or true/false, yes/no, 1/0)",
+            })?;
+        }
+        if let Some(v) = getenv("KVIKIO_NTHREADS") {
+            s.num_threads = env_int("KVIKIO_NTHREADS", &v, 1)? as usize;
+        }
+        if let Some(v) = getenv("KVIKIO_TASK_SIZE") {
+            s.task_size = env_int("KVIKIO_TASK_SIZE", &v, 1)? as usize;
+        }
+        if let Some(v) = getenv("KVIKIO_GDS_THRESHOLD") {
+            s.gds_threshold = env_int("KVIKIO_GDS_THRESHOLD", &v, 0)? as usize;
+        }
+        if let Some(v) = getenv("KVIKIO_BOUNCE_BUFFER_SIZE") {
+            s.bounce_buffer_size = env_int("KVIKIO_BOUNCE_BUFFER_SIZE", &v, 1)? as usize;
+        }
+        if let Some(v) = getenv("KVIKIO_AUTO_DIRECT_IO_READ") {
+            s.auto_direct_io_read = env_bool("KVIKIO_AUTO_DIRECT_IO_READ", &v)?;
+        }
+        if let Some(v) = getenv("KVIKIO_AUTO_DIRECT_IO_WRITE") {
+            s.auto_direct_io_write = env_bool("KVIKIO_AUTO_DIRECT_IO_WRITE", &v)?;
+        }
+        Ok(s)
+    }
+
+    /// The defaults overridden by the process environment.
+    pub fn from_env() -> Result<Self> {
+        Self::from_env_with(|name| std::env::var(name).ok())
+    }
+
+    /// The value of the setting `name`.
+    pub fn get(&self, name: &str) -> Result<SettingValue> {
+        Ok(match name {
+            "compat_mode" => SettingValue::Mode(self.compat_mode),
+            "num_threads" => SettingValue::Int(self.num_threads as u64),
+            "task_size" => SettingValue::Int(self.task_size as u64),
+            "gds_threshold" => SettingValue::Int(self.gds_threshold as u64),
+            "bounce_buffer_size" => SettingValue::Int(self.bounce_buffer_size as u64),
+            "auto_direct_io_read" => SettingValue::Bool(self.auto_direct_io_read),
+            "auto_direct_io_write" => SettingValue::Bool(self.auto_direct_io_write),
+            _ => return Err(Error::UnknownSetting(name.to_string())),
+        })
+    }
+
+    /// Set `name` to `value`, validating both; on error `self` is unchanged.
+    pub fn set(&mut self, name: &str, value: SettingValue) -> Result<()> {
+        let invalid = |expected| Error::InvalidSetting {
+            name: name.to_string(),
+            value: describe(value),
+            expected,
+        };
+        match (name, value) {
+            ("compat_mode", SettingValue::Mode(m)) => self.compat_mode = m,
+            ("compat_mode", SettingValue::Bool(b)) => {
+                self.compat_mode = if b { CompatMode::On } else { CompatMode::Off }
+            }
+            ("compat_mode", _) => return Err(invalid("a CompatMode, a bool, or 'ON'/'OFF'/'AUTO'")),
+            ("num_threads" | "task_size" | "bounce_buffer_size", SettingValue::Int(n)) => {
+                if n == 0 {
+                    return Err(invalid("a positive integer"));
+                }
+                let n = usize::try_from(n).map_err(|_| invalid("an integer that fits in usize"))?;
+                match name {
+                    "num_threads" => self.num_threads = n,
+                    "task_size" => self.task_size = n,
+                    _ => self.bounce_buffer_size = n,
+                }
+            }
+            ("gds_threshold", SettingValue::Int(n)) => {
+                self.gds_threshold =
+                    usize::try_from(n).map_err(|_| invalid("an integer that fits in usize"))?
+            }
+            ("num_threads" | "task_size" | "bounce_buffer_size", _) => {
+                return Err(invalid("a positive integer"))
+            }
+            ("gds_threshold", _) => return Err(invalid("a non-negative integer")),
+            ("auto_direct_io_read", SettingValue::Bool(b)) => self.auto_direct_io_read = b,
+            ("auto_direct_io_write", SettingValue::Bool(b)) => self.auto_direct_io_write = b,
+            ("auto_direct_io_read" | "auto_direct_io_write", _) => return Err(invalid("a bool")),
+            _ => return Err(Error::UnknownSetting(name.to_string())),
+        }
+        Ok(())
+    }
+}
+
+fn describe(value: SettingValue) -> String {
+    match value {
+        SettingValue::Bool(b) => if b { "True" } else { "False" }.to_string(),
+        SettingValue::Int(n) => n.to_string(),
+        SettingValue::Mode(m) => m.as_str().to_string(),
+    }
+}
+
+fn env_int(var: &'static str, text: &str, min: u64) -> Result<u64> {
+    let expected = if min == 0 {
+        "a non-negative integer number of bytes or threads, digits only (e.g. 4194304)"
+    } else {
+        "a positive integer number of bytes or threads, digits only (e.g. 4194304)"
+    };
+    let malformed = || Error::MalformedEnv {
+        var,
+        value: text.to_string(),
+        expected,
+    };
+    let trimmed = text.trim();
+    // `u64::from_str` accepts a leading '+'; kvikio's parser does not, so neither do we.
+    if trimmed.is_empty() || !trimmed.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(malformed());
+    }
+    let n: u64 = trimmed.parse().map_err(|_| malformed())?;
+    if n < min {
+        return Err(malformed());
+    }
+    Ok(n)
+}
+
+fn env_bool(var: &'static str, text: &str) -> Result<bool> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "true" | "on" | "yes" | "1" => Ok(true),
+        "false" | "off" | "no" | "0" => Ok(false),
+        _ => Err(Error::MalformedEnv {
+            var,
+            value: text.to_string(),
+            expected: "a boolean: true/false, on/off, yes/no or 1/0",
+        }),
+    }
+}
+
+static GLOBAL: RwLock<Option<Settings>> = RwLock::new(None);
+
+/// The current process-wide settings (loaded from the environment on first use).
+pub fn current() -> Result<Settings> {
+    if let Some(s) = *GLOBAL.read().unwrap_or_else(|e| e.into_inner()) {
+        return Ok(s);
+    }
+    let mut guard = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = *guard {
+        return Ok(s);
+    }
+    let s = Settings::from_env()?;
+    *guard = Some(s);
+    Ok(s)
+}
+
+/// Apply every `(name, value)` pair, all or nothing.
+pub fn set_many(pairs: &[(&str, SettingValue)]) -> Result<()> {
+    let base = current()?;
+    let mut guard = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
+    let mut next = guard.unwrap_or(base);
+    for (name, value) in pairs {
+        next.set(name, *value)?;
+    }
+    *guard = Some(next);
+    Ok(())
+}
+
+/// Whether I/O is expected to run through POSIX rather than cuFile for this mode:
+/// `ON` is, `OFF` is not, and `AUTO` is unless cuFile is usable on this system.
+pub fn is_compat_mode_preferred(mode: CompatMode) -> bool {
+    match mode {
+        CompatMode::On => true,
+        CompatMode::Off => false,
+        CompatMode::Auto => !crate::cufile_probe::cufile_usable(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> Result<Settings> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Settings::from_env_with(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_match_kvikio_except_threads() {
+        let s = env(&[]).unwrap();
+        assert_eq!(s.compat_mode, CompatMode::Auto);
+        assert_eq!(s.task_size, 4 << 20);
+        assert_eq!(s.gds_threshold, 16 << 10);
+        assert_eq!(s.bounce_buffer_size, 16 << 20);
+        assert!(!s.auto_direct_io_read);
+        assert!(s.auto_direct_io_write);
+        assert!((1..=MAX_DEFAULT_THREADS).contains(&s.num_threads));
+    }
+
+    #[test]
+    fn compat_mode_spellings() {
+        for (text, mode) in [
+            ("ON", CompatMode::On),
+            ("yes", CompatMode::On),
+            ("True", CompatMode::On),
+            ("1", CompatMode::On),
+            ("off", CompatMode::Off),
+            ("NO", CompatMode::Off),
+            ("false", CompatMode::Off),
+            ("0", CompatMode::Off),
+            (" auto ", CompatMode::Auto),
+        ] {
+            assert_eq!(env(&[("KVIKIO_COMPAT_MODE", text)]).unwrap().compat_mode, mode);
+        }
+        let err = env(&[("KVIKIO_COMPAT_MODE", "maybe")]).unwrap_err();
+        assert!(err.to_string().contains("KVIKIO_COMPAT_MODE"), "{err}");
+    }
+
+    #[test]
+    fn malformed_sizes_name_the_variable() {
+        for bad in ["4MiB", "", "-1", "+5", "1.5", "0x10", "four"] {
+            let err = env(&[("KVIKIO_TASK_SIZE", bad)]).unwrap_err();
+            assert!(matches!(err, Error::MalformedEnv { var: "KVIKIO_TASK_SIZE", .. }), "{bad}");
+        }
+        assert!(env(&[("KVIKIO_NTHREADS", "0")]).is_err());
+        assert_eq!(env(&[("KVIKIO_GDS_THRESHOLD", "0")]).unwrap().gds_threshold, 0);
+        assert_eq!(env(&[("KVIKIO_NTHREADS", " 8 ")]).unwrap().num_threads, 8);
+        assert_eq!(env(&[("KVIKIO_TASK_SIZE", "1048576")]).unwrap().task_size, 1 << 20);
+    }
+
+    #[test]
+    fn bools_parse_like_kvikio() {
+        assert!(env(&[("KVIKIO_AUTO_DIRECT_IO_READ", "on")]).unwrap().auto_direct_io_read);
+        assert!(!env(&[("KVIKIO_AUTO_DIRECT_IO_WRITE", "No")]).unwrap().auto_direct_io_write);
+        assert!(env(&[("KVIKIO_AUTO_DIRECT_IO_WRITE", "2")]).is_err());
+    }
+
+    #[test]
+    fn set_validates_and_leaves_settings_unchanged_on_error() {
+        let mut s = Settings::default();
+        let before = s;
+        assert!(s.set("num_threads", SettingValue::Int(0)).is_err());
+        assert!(s.set("task_size", SettingValue::Bool(true)).is_err());
+        assert!(s.set("auto_direct_io_read", SettingValue::Int(1)).is_err());
+        assert!(matches!(
+            s.set("nope", SettingValue::Int(1)),
+            Err(Error::UnknownSetting(_))
+        ));
+        assert_eq!(s, before);
+        s.set("compat_mode", SettingValue::Bool(true)).unwrap();
+        assert_eq!(s.compat_mode, CompatMode::On);
+        s.set("gds_threshold", SettingValue::Int(0)).unwrap();
+        assert_eq!(s.get("gds_threshold").unwrap(), SettingValue::Int(0));
+        for name in SETTING_NAMES {
+            assert!(s.get(name).is_ok());
+        }
+    }
+}
