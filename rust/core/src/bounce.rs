@@ -185,7 +185,11 @@ mod tests {
         drop(a);
         assert_eq!(pool.idle_count(), 1);
         let mut b = pool.acquire(8192).unwrap();
-        assert_eq!(b.as_mut_slice().as_ptr() as usize, addr, "idle buffer is reused");
+        assert_eq!(
+            b.as_mut_slice().as_ptr() as usize,
+            addr,
+            "idle buffer is reused"
+        );
         let c = pool.acquire(8192).unwrap();
         drop(b);
         drop(c);

@@ -131,7 +131,10 @@ impl fmt::Display for Error {
                 name,
                 value,
                 expected,
-            } => write!(f, "invalid value {value} for setting '{name}': expected {expected}"),
+            } => write!(
+                f,
+                "invalid value {value} for setting '{name}': expected {expected}"
+            ),
             Self::MalformedEnv {
                 var,
                 value,

@@ -48,7 +48,9 @@ impl OpenFlags {
                 writable: true,
                 create_truncate: true,
             }),
-            'a' => Err(invalid("append mode is not supported (pwrite takes explicit offsets)")),
+            'a' => Err(invalid(
+                "append mode is not supported (pwrite takes explicit offsets)",
+            )),
             'x' => Err(invalid("exclusive creation is not supported")),
             c => Err(invalid(&format!("unknown mode letter {c:?}"))),
         }
@@ -217,7 +219,10 @@ impl FileHandle {
 
     /// Whether [`FileHandle::close`] was called.
     pub fn is_closed(&self) -> bool {
-        self.open.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+        self.open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
     }
 
     /// The path given to [`FileHandle::open`].
@@ -244,7 +249,11 @@ mod tests {
             ("w+b", true, true, true),
         ] {
             let f = OpenFlags::parse(mode).unwrap();
-            assert_eq!((f.readable, f.writable, f.create_truncate), (r, w, c), "{mode}");
+            assert_eq!(
+                (f.readable, f.writable, f.create_truncate),
+                (r, w, c),
+                "{mode}"
+            );
         }
         for bad in ["", "a", "a+", "x", "rw", "r++", "rbb", "q", "R"] {
             assert!(OpenFlags::parse(bad).is_err(), "{bad}");

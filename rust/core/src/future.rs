@@ -197,8 +197,12 @@ mod tests {
 
         let (f, reporters) = IoFuture::new(2, None);
         let mut it = reporters.into_iter();
-        it.next().unwrap().report(Err(Error::InvalidArgument("first".into())));
-        it.next().unwrap().report(Err(Error::InvalidArgument("second".into())));
+        it.next()
+            .unwrap()
+            .report(Err(Error::InvalidArgument("first".into())));
+        it.next()
+            .unwrap()
+            .report(Err(Error::InvalidArgument("second".into())));
         assert!(f.wait().unwrap_err().to_string().contains("first"));
     }
 
@@ -217,7 +221,10 @@ mod tests {
         let late = Arc::new(AtomicBool::new(false));
         let l = Arc::clone(&late);
         f.add_done_callback(move || l.store(true, Ordering::SeqCst));
-        assert!(late.load(Ordering::SeqCst), "callback on a done future runs at once");
+        assert!(
+            late.load(Ordering::SeqCst),
+            "callback on a done future runs at once"
+        );
     }
 
     #[test]
@@ -226,7 +233,11 @@ mod tests {
         let (f, mut reporters) = IoFuture::new(1, Some(Box::new(Arc::clone(&token))));
         let reporter = reporters.pop().unwrap();
         drop(f);
-        assert_eq!(Arc::strong_count(&token), 2, "a running task keeps the memory alive");
+        assert_eq!(
+            Arc::strong_count(&token),
+            2,
+            "a running task keeps the memory alive"
+        );
         reporter.report(Ok(0));
         assert_eq!(Arc::strong_count(&token), 1);
     }

@@ -12,7 +12,7 @@ use crate::future::{run_caught, IoFuture};
 use crate::memory::HostSpan;
 use crate::posix::{pread_direct, pread_full, pwrite_full};
 use crate::settings::{self, Settings};
-use crate::tasks::{aligned_split, align_up, split_tasks, DIRECT_IO_ALIGNMENT};
+use crate::tasks::{align_up, aligned_split, split_tasks, DIRECT_IO_ALIGNMENT};
 
 /// Which way bytes move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +118,9 @@ fn transfer(
         Direction::Write => settings.auto_direct_io_write,
     };
     let split = aligned_split(offset, span.len(), DIRECT_IO_ALIGNMENT);
-    let direct_fd = file.direct_fd().filter(|_| wants_direct && split.middle > 0);
+    let direct_fd = file
+        .direct_fd()
+        .filter(|_| wants_direct && split.middle > 0);
     let Some(direct_fd) = direct_fd else {
         return buffered(file, direction, span, offset);
     };

@@ -164,7 +164,9 @@ impl Settings {
             ("compat_mode", SettingValue::Bool(b)) => {
                 self.compat_mode = if b { CompatMode::On } else { CompatMode::Off }
             }
-            ("compat_mode", _) => return Err(invalid("a CompatMode, a bool, or 'ON'/'OFF'/'AUTO'")),
+            ("compat_mode", _) => {
+                return Err(invalid("a CompatMode, a bool, or 'ON'/'OFF'/'AUTO'"))
+            }
             ("num_threads" | "task_size" | "bounce_buffer_size", SettingValue::Int(n)) => {
                 if n == 0 {
                     return Err(invalid("a positive integer"));
@@ -312,7 +314,10 @@ mod tests {
             ("0", CompatMode::Off),
             (" auto ", CompatMode::Auto),
         ] {
-            assert_eq!(env(&[("KVIKIO_COMPAT_MODE", text)]).unwrap().compat_mode, mode);
+            assert_eq!(
+                env(&[("KVIKIO_COMPAT_MODE", text)]).unwrap().compat_mode,
+                mode
+            );
         }
         let err = env(&[("KVIKIO_COMPAT_MODE", "maybe")]).unwrap_err();
         assert!(err.to_string().contains("KVIKIO_COMPAT_MODE"), "{err}");
@@ -322,18 +327,41 @@ mod tests {
     fn malformed_sizes_name_the_variable() {
         for bad in ["4MiB", "", "-1", "+5", "1.5", "0x10", "four"] {
             let err = env(&[("KVIKIO_TASK_SIZE", bad)]).unwrap_err();
-            assert!(matches!(err, Error::MalformedEnv { var: "KVIKIO_TASK_SIZE", .. }), "{bad}");
+            assert!(
+                matches!(
+                    err,
+                    Error::MalformedEnv {
+                        var: "KVIKIO_TASK_SIZE",
+                        ..
+                    }
+                ),
+                "{bad}"
+            );
         }
         assert!(env(&[("KVIKIO_NTHREADS", "0")]).is_err());
-        assert_eq!(env(&[("KVIKIO_GDS_THRESHOLD", "0")]).unwrap().gds_threshold, 0);
+        assert_eq!(
+            env(&[("KVIKIO_GDS_THRESHOLD", "0")]).unwrap().gds_threshold,
+            0
+        );
         assert_eq!(env(&[("KVIKIO_NTHREADS", " 8 ")]).unwrap().num_threads, 8);
-        assert_eq!(env(&[("KVIKIO_TASK_SIZE", "1048576")]).unwrap().task_size, 1 << 20);
+        assert_eq!(
+            env(&[("KVIKIO_TASK_SIZE", "1048576")]).unwrap().task_size,
+            1 << 20
+        );
     }
 
     #[test]
     fn bools_parse_like_kvikio() {
-        assert!(env(&[("KVIKIO_AUTO_DIRECT_IO_READ", "on")]).unwrap().auto_direct_io_read);
-        assert!(!env(&[("KVIKIO_AUTO_DIRECT_IO_WRITE", "No")]).unwrap().auto_direct_io_write);
+        assert!(
+            env(&[("KVIKIO_AUTO_DIRECT_IO_READ", "on")])
+                .unwrap()
+                .auto_direct_io_read
+        );
+        assert!(
+            !env(&[("KVIKIO_AUTO_DIRECT_IO_WRITE", "No")])
+                .unwrap()
+                .auto_direct_io_write
+        );
         assert!(env(&[("KVIKIO_AUTO_DIRECT_IO_WRITE", "2")]).is_err());
     }
 

@@ -116,9 +116,20 @@ mod tests {
         assert_eq!(big, 256);
         assert_eq!(
             aligned_split(100, 10_000, 4096),
-            AlignedSplit { head: 3996, middle: 4096, tail: 1908 }
+            AlignedSplit {
+                head: 3996,
+                middle: 4096,
+                tail: 1908
+            }
         );
-        assert_eq!(aligned_split(10, 20, 4096), AlignedSplit { head: 20, middle: 0, tail: 0 });
+        assert_eq!(
+            aligned_split(10, 20, 4096),
+            AlignedSplit {
+                head: 20,
+                middle: 0,
+                tail: 0
+            }
+        );
     }
 
     proptest! {

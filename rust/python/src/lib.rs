@@ -1,1 +1,28 @@
-//! x
+//! `kvikpy._lib`: the thin pyo3 layer over kvikpy-core. It converts arguments, maps engine
+//! errors to Python exceptions and releases the GIL around everything that blocks; all
+//! behaviour lives in the engine.
+
+mod blocking;
+mod buffer;
+mod errors;
+mod file;
+mod future;
+mod settings;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<file::FileHandle>()?;
+    m.add_class::<future::Future>()?;
+    m.add_function(wrap_pyfunction!(settings::get_setting, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::set_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::setting_names, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::is_compat_mode_preferred, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::default_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::bounce_buffer_free, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::thread_pool_size, m)?)?;
+    m.add_function(wrap_pyfunction!(blocking::_panic_for_tests, m)?)?;
+    Ok(())
+}

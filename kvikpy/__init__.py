@@ -1,0 +1,47 @@
+"""kvikpy: fast file I/O into GPU and host memory, with kvikio's API and a Rust engine.
+
+``import kvikpy as kvikio`` runs kvikio-style code::
+
+    import numpy as np
+    import kvikpy as kvikio
+
+    a = np.arange(1_000_000, dtype="float32")
+    with kvikio.CuFile("/tmp/data.bin", "w") as f:
+        f.write(a)
+    b = np.empty_like(a)
+    with kvikio.CuFile("/tmp/data.bin", "r") as f:
+        fut = f.pread(b)           # non-blocking, split over the thread pool
+        assert fut.get() == b.nbytes
+"""
+
+from __future__ import annotations
+
+from kvikpy import defaults, numpy
+from kvikpy._lib import __version__
+from kvikpy._lib import bounce_buffer_free as _bounce_buffer_free
+from kvikpy.cufile import CuFile, IOFuture, wait_all
+from kvikpy.defaults import CompatMode
+from kvikpy.errors import ConfigError, InternalError, KvikpyError
+
+__all__ = [
+    "CompatMode",
+    "ConfigError",
+    "CuFile",
+    "IOFuture",
+    "InternalError",
+    "KvikpyError",
+    "__version__",
+    "bounce_buffer_free",
+    "defaults",
+    "numpy",
+    "wait_all",
+]
+
+
+def bounce_buffer_free() -> int:
+    """Free the idle bounce buffers kvikpy keeps for O_DIRECT transfers.
+
+    Returns the number of bytes released. Buffers in use by running operations are kept
+    and return to the (now smaller) pool when those finish.
+    """
+    return int(_bounce_buffer_free())

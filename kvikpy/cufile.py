@@ -1,0 +1,318 @@
+"""File handles and futures with kvikio's API: :class:`CuFile` and :class:`IOFuture`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Generator, Iterable
+from types import TracebackType
+from typing import Any
+
+from kvikpy import _lib
+
+__all__ = ["CuFile", "IOFuture", "wait_all"]
+
+
+class IOFuture:
+    """A read or write that may still be running.
+
+    Returned by :meth:`CuFile.pread` and :meth:`CuFile.pwrite`. :meth:`get` blocks (without
+    holding the GIL, and interruptibly with Ctrl-C) and returns the number of bytes
+    transferred; calling it again returns the same number. The future can also be awaited
+    in asyncio code and in Jupyter's running event loop::
+
+        n = await f.pread(buf)
+
+    The buffer and file stay valid for as long as the operation runs, even if the future
+    or the file object is dropped first.
+    """
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: _lib.Future) -> None:
+        self._handle = handle
+
+    def get(self) -> int:
+        """Wait for the operation and return the number of bytes read or written.
+
+        Raises the operation's error (for example ``OSError``) if it failed.
+        """
+        return self._handle.get()
+
+    def done(self) -> bool:
+        """Return True if the operation has finished (successfully or not)."""
+        return self._handle.done()
+
+    def add_done_callback(self, fn: Callable[[IOFuture], object]) -> None:
+        """Call ``fn(future)`` once the operation has finished.
+
+        If it has already finished, ``fn`` runs at once in this thread; otherwise it runs in
+        the I/O thread that finishes the operation, so it should be quick and thread-safe
+        (to reach an event loop, use ``loop.call_soon_threadsafe``). Exceptions raised by
+        ``fn`` are reported through ``sys.unraisablehook``.
+        """
+        self._handle.add_done_callback(lambda: fn(self))
+
+    def __await__(self) -> Generator[Any, None, int]:
+        if not self.done():
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+
+            def wake(_: IOFuture) -> None:
+                try:
+                    loop.call_soon_threadsafe(_resolve, waiter)
+                except RuntimeError:  # the loop was closed in the meantime
+                    pass
+
+            self.add_done_callback(wake)
+            yield from waiter.__await__()
+        return self.get()
+
+    def __repr__(self) -> str:
+        return f"<kvikpy.IOFuture {'done' if self.done() else 'pending'}>"
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def wait_all(futures: Iterable[IOFuture]) -> list[int]:
+    """Wait for every future; return their byte counts in order.
+
+    All futures are waited for before any error is raised, so no operation is left running
+    behind the exception; the first failure (in order) is then raised.
+    """
+    futures = list(futures)
+    results: list[int] = []
+    first_error: BaseException | None = None
+    for fut in futures:
+        try:
+            results.append(fut.get())
+        except Exception as exc:
+            results.append(0)
+            if first_error is None:
+                first_error = exc
+    if first_error is not None:
+        raise first_error
+    return results
+
+
+def _require_device_buffer(buf: Any, method: str, alternative: str) -> None:
+    try:
+        memoryview(buf)
+    except TypeError:
+        pass
+    else:
+        raise ValueError(
+            f"CuFile.{method} works on device (GPU) memory only, and {type(buf).__name__} is "
+            f"host memory; use CuFile.{alternative} for host buffers"
+        )
+    if hasattr(buf, "__cuda_array_interface__") or hasattr(buf, "__dlpack_device__"):
+        raise TypeError(
+            f"CuFile.{method}: this kvikpy build cannot access device memory yet "
+            f"({type(buf).__name__}); copy it to host memory and use CuFile.{alternative}"
+        )
+    raise TypeError(f"CuFile.{method} expects a device array, got {type(buf).__name__}")
+
+
+class CuFile:
+    """A file opened for parallel reads and writes into host (and device) memory.
+
+    Parameters
+    ----------
+    file
+        Path of the file.
+    flags
+        ``"r"`` (read), ``"r+"`` (read and write), ``"w"`` (create or truncate, write) or
+        ``"w+"`` (create or truncate, read and write), each optionally with ``"b"``.
+
+    Raises
+    ------
+    FileNotFoundError, PermissionError, IsADirectoryError, OSError
+        If the file cannot be opened.
+    ValueError
+        For any other mode (``"a"`` included).
+
+    Notes
+    -----
+    Reads that reach the end of the file return the short count (0 at or past the end);
+    they never raise for it. All methods raise ``ValueError("I/O operation on closed
+    file")`` after :meth:`close`. ``CuFile`` is a context manager.
+
+    Examples
+    --------
+    >>> import numpy as np, kvikpy
+    >>> a = np.arange(100, dtype="uint8")
+    >>> with kvikpy.CuFile("/tmp/kvikpy-doctest", "w") as f:
+    ...     f.write(a)
+    100
+    >>> b = np.empty_like(a)
+    >>> with kvikpy.CuFile("/tmp/kvikpy-doctest", "r") as f:
+    ...     f.read(b)
+    100
+    """
+
+    def __init__(self, file: str | os.PathLike[str], flags: str = "r") -> None:
+        self._handle = _lib.FileHandle(os.fspath(file), flags)
+        self._flags = flags
+
+    def close(self) -> None:
+        """Close the file. Idempotent; reads and writes still running finish first."""
+        self._handle.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has been called."""
+        return self._handle.closed
+
+    def fileno(self) -> int:
+        """The file descriptor (the one without O_DIRECT)."""
+        return self._handle.fileno()
+
+    def open_flags(self) -> int:
+        """The descriptor's flags, as ``fcntl(fd, F_GETFL)`` reports them (see open(2))."""
+        return self._handle.open_flags()
+
+    def nbytes(self) -> int:
+        """The size of the file in bytes."""
+        return self._handle.nbytes()
+
+    def is_direct_io_supported(self) -> bool:
+        """Whether the file's filesystem accepts O_DIRECT (used when ``auto_direct_io_*``)."""
+        return self._handle.is_direct_io_supported()
+
+    def __enter__(self) -> CuFile:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<kvikpy.CuFile {os.fspath(self._handle.path)!r} mode={self._flags!r} {state}>"
+
+    def pread(
+        self,
+        buf: Any,
+        size: int | None = None,
+        file_offset: int = 0,
+        task_size: int | None = None,
+    ) -> IOFuture:
+        """Start reading ``size`` bytes at ``file_offset`` into ``buf``; return a future.
+
+        Parameters
+        ----------
+        buf
+            A writable, contiguous buffer (``bytearray``, numpy array, ``memoryview``...).
+        size
+            Bytes to read; default the buffer's size. Larger than the buffer is an error.
+        file_offset
+            Where in the file to start.
+        task_size
+            Split the read into tasks of this many bytes run on the thread pool; default
+            ``defaults.get("task_size")``.
+
+        Returns
+        -------
+        IOFuture
+            Resolves to the bytes read: short if the file ends first.
+        """
+        return IOFuture(self._handle.pread(buf, size, file_offset, task_size))
+
+    def pwrite(
+        self,
+        buf: Any,
+        size: int | None = None,
+        file_offset: int = 0,
+        task_size: int | None = None,
+    ) -> IOFuture:
+        """Start writing ``size`` bytes of ``buf`` at ``file_offset``; return a future.
+
+        Writing past the end extends the file. Parameters are as for :meth:`pread`, except
+        that ``buf`` may be read-only (``bytes``).
+        """
+        return IOFuture(self._handle.pwrite(buf, size, file_offset, task_size))
+
+    def read(
+        self,
+        buf: Any,
+        size: int | None = None,
+        file_offset: int = 0,
+        task_size: int | None = None,
+    ) -> int:
+        """Read into ``buf`` and return the number of bytes read (blocking :meth:`pread`)."""
+        return self._handle.read(buf, size, file_offset, task_size)
+
+    def write(
+        self,
+        buf: Any,
+        size: int | None = None,
+        file_offset: int = 0,
+        task_size: int | None = None,
+    ) -> int:
+        """Write ``buf`` and return the number of bytes written (blocking :meth:`pwrite`)."""
+        return self._handle.write(buf, size, file_offset, task_size)
+
+    def raw_read(
+        self, buf: Any, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
+    ) -> int:
+        """Read into device memory in a single call, without the thread pool.
+
+        Device memory only: host buffers raise ``ValueError`` (use :meth:`read`).
+        """
+        self._check_open()
+        _require_device_buffer(buf, "raw_read", "read")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def raw_write(
+        self, buf: Any, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
+    ) -> int:
+        """Write from device memory in a single call, without the thread pool.
+
+        Device memory only: host buffers raise ``ValueError`` (use :meth:`write`).
+        """
+        self._check_open()
+        _require_device_buffer(buf, "raw_write", "write")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def raw_read_async(
+        self,
+        buf: Any,
+        stream: Any,
+        size: int | None = None,
+        file_offset: int = 0,
+        dev_offset: int = 0,
+    ) -> IOFuture:
+        """Stream-ordered read into device memory.
+
+        Device memory only: host buffers raise ``ValueError`` (use :meth:`pread`).
+        """
+        self._check_open()
+        _require_device_buffer(buf, "raw_read_async", "pread")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def raw_write_async(
+        self,
+        buf: Any,
+        stream: Any,
+        size: int | None = None,
+        file_offset: int = 0,
+        dev_offset: int = 0,
+    ) -> IOFuture:
+        """Stream-ordered write from device memory.
+
+        Device memory only: host buffers raise ``ValueError`` (use :meth:`pwrite`).
+        """
+        self._check_open()
+        _require_device_buffer(buf, "raw_write_async", "pwrite")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")

@@ -1,0 +1,213 @@
+"""Process-wide settings, with kvikio's names, environment variables and semantics.
+
+Read a setting with :func:`get` and change one or several with :func:`set`, which applies
+at once and, used as a context manager, restores the previous values on exit::
+
+    kvikpy.defaults.set("num_threads", 8)            # from now on
+    with kvikpy.defaults.set({"task_size": 16 << 20, "auto_direct_io_read": True}):
+        f.read(buf)                                  # only inside the block
+
+=======================  ================================  ===========================
+setting                  environment variable              default
+=======================  ================================  ===========================
+``compat_mode``          ``KVIKIO_COMPAT_MODE``            ``CompatMode.AUTO``
+``num_threads``          ``KVIKIO_NTHREADS``               CPUs available, at most 16
+``task_size``            ``KVIKIO_TASK_SIZE``              4 MiB
+``gds_threshold``        ``KVIKIO_GDS_THRESHOLD``          16 KiB
+``bounce_buffer_size``   ``KVIKIO_BOUNCE_BUFFER_SIZE``     16 MiB
+``auto_direct_io_read``  ``KVIKIO_AUTO_DIRECT_IO_READ``    ``False``
+``auto_direct_io_write`` ``KVIKIO_AUTO_DIRECT_IO_WRITE``   ``True``
+=======================  ================================  ===========================
+
+Environment variables are read on first use. Sizes are plain integers of bytes
+(``4194304``, not ``4MiB``); booleans accept ``true/false``, ``on/off``, ``yes/no`` and
+``1/0``; ``KVIKIO_COMPAT_MODE`` accepts ``ON``, ``OFF``, ``AUTO`` and the boolean
+spellings. A malformed variable raises :class:`kvikpy.ConfigError` naming it.
+
+Unlike kvikio, whose default is a single thread, kvikpy uses as many threads as the
+process may run on (CPU affinity and cgroup limits respected), capped at 16: enough to
+reach the page-cache and PCIe ceilings on a 16-core machine without oversubscribing a
+2-core one.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from kvikpy import _lib
+
+__all__ = [
+    "CompatMode",
+    "bounce_buffer_size",
+    "bounce_buffer_size_reset",
+    "compat_mode",
+    "compat_mode_reset",
+    "gds_threshold",
+    "gds_threshold_reset",
+    "get",
+    "get_num_threads",
+    "is_compat_mode_preferred",
+    "num_threads_reset",
+    "reset_num_threads",
+    "set",
+    "task_size",
+    "task_size_reset",
+]
+
+
+class CompatMode(enum.IntEnum):
+    """Whether I/O may use cuFile (GPUDirect Storage) or runs through POSIX.
+
+    ``OFF`` forces cuFile, ``ON`` forces POSIX with bounce buffers, ``AUTO`` uses cuFile
+    where the system supports it and POSIX elsewhere. Host-memory I/O is always POSIX.
+    """
+
+    OFF = 0
+    ON = 1
+    AUTO = 2
+
+
+def _to_engine(name: str, value: Any) -> Any:
+    if name == "compat_mode" and isinstance(value, CompatMode):
+        return value.name
+    return value
+
+
+def get(name: str) -> Any:
+    """Return the current value of the setting ``name``.
+
+    Raises
+    ------
+    KeyError
+        If ``name`` is not a setting.
+    kvikpy.ConfigError
+        If a ``KVIKIO_*`` environment variable is malformed.
+    """
+    value = _lib.get_setting(name)
+    if name == "compat_mode":
+        return CompatMode[value]
+    return value
+
+
+class _Applied:
+    """The settings changed by one :func:`set` call; restores them when used with ``with``."""
+
+    def __init__(self, previous: dict[str, Any]) -> None:
+        self._previous = previous
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _lib.set_settings([(k, _to_engine(k, v)) for k, v in self._previous.items()])
+
+
+def set(*config: Any, **kwargs: Any) -> _Applied:  # noqa: A001 - kvikio's name
+    """Change settings now; as a context manager, restore them on exit.
+
+    Call as ``set(name, value)``, ``set({name: value, ...})`` or ``set(name=value, ...)``.
+    All values are validated before any is applied, so a bad one changes nothing.
+
+    Raises
+    ------
+    KeyError
+        For an unknown setting name.
+    ValueError
+        For a value the setting cannot take (zero threads, a negative size...).
+
+    Examples
+    --------
+    >>> import kvikpy
+    >>> with kvikpy.defaults.set("task_size", 1 << 20):
+    ...     kvikpy.defaults.get("task_size")
+    1048576
+    """
+    if len(config) == 2 and isinstance(config[0], str):
+        pairs = {config[0]: config[1]}
+    elif len(config) == 1 and isinstance(config[0], Mapping):
+        pairs = dict(config[0])
+    elif not config:
+        pairs = {}
+    else:
+        raise TypeError(
+            "defaults.set takes (name, value), a mapping of names to values, or keyword "
+            f"arguments; got {len(config)} positional argument(s)"
+        )
+    pairs.update(kwargs)
+    previous = {name: get(name) for name in pairs}
+    _lib.set_settings([(k, _to_engine(k, v)) for k, v in pairs.items()])
+    return _Applied(previous)
+
+
+def is_compat_mode_preferred(mode: CompatMode | None = None) -> bool:
+    """Whether ``mode`` (default: the current setting) resolves to POSIX I/O here.
+
+    ``ON`` does, ``OFF`` does not, and ``AUTO`` does unless cuFile is usable: libcufile
+    loads, ``/run/udev`` is readable and the system is not WSL.
+    """
+    mode = get("compat_mode") if mode is None else CompatMode(mode)
+    return bool(_lib.is_compat_mode_preferred(mode.name))
+
+
+# kvikio's older per-setting functions, still called by many notebooks.
+
+
+def compat_mode() -> bool:
+    """Whether kvikpy runs in compatibility (POSIX) mode; see :func:`is_compat_mode_preferred`."""
+    return is_compat_mode_preferred()
+
+
+def compat_mode_reset(enable: bool | CompatMode) -> None:
+    """Set ``compat_mode``: ``True``/``False`` mean ``ON``/``OFF``; a ``CompatMode`` is kept."""
+    set("compat_mode", enable)
+
+
+def get_num_threads() -> int:
+    """The number of I/O threads (``num_threads``)."""
+    return int(get("num_threads"))
+
+
+def reset_num_threads(nthreads: int) -> None:
+    """Set the number of I/O threads; operations already queued finish on the old pool."""
+    set("num_threads", nthreads)
+
+
+num_threads_reset = reset_num_threads
+
+
+def task_size() -> int:
+    """The default maximum size in bytes of one parallel task (``task_size``)."""
+    return int(get("task_size"))
+
+
+def task_size_reset(nbytes: int) -> None:
+    """Set ``task_size``."""
+    set("task_size", nbytes)
+
+
+def gds_threshold() -> int:
+    """Requests of at most this many bytes run in the calling thread (``gds_threshold``)."""
+    return int(get("gds_threshold"))
+
+
+def gds_threshold_reset(nbytes: int) -> None:
+    """Set ``gds_threshold``."""
+    set("gds_threshold", nbytes)
+
+
+def bounce_buffer_size() -> int:
+    """The size in bytes of each bounce buffer (``bounce_buffer_size``)."""
+    return int(get("bounce_buffer_size"))
+
+
+def bounce_buffer_size_reset(nbytes: int) -> None:
+    """Set ``bounce_buffer_size``."""
+    set("bounce_buffer_size", nbytes)

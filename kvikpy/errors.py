@@ -1,0 +1,30 @@
+"""kvikpy's own exceptions.
+
+Operating-system failures are raised as Python's own ``OSError`` subclasses
+(``FileNotFoundError``, ``PermissionError``, ...) and bad arguments as ``ValueError`` or
+``TypeError``; the classes here cover what is specific to kvikpy. Every one derives from
+:class:`KvikpyError`, and also from the builtin class a caller would naturally catch.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError", "InternalError", "KvikpyError"]
+
+
+class KvikpyError(Exception):
+    """Base class of every exception kvikpy defines."""
+
+
+class ConfigError(KvikpyError, ValueError):
+    """A ``KVIKIO_*`` environment variable holds a value kvikpy cannot parse.
+
+    The message names the variable, the value found and the accepted forms. Fix or unset
+    the variable (``os.environ`` changes are seen on the next call).
+    """
+
+
+class InternalError(KvikpyError, RuntimeError):
+    """A bug inside kvikpy's engine (a Rust panic), caught before it could crash Python.
+
+    Please report it with the message; the operation that raised it did not complete.
+    """

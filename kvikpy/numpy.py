@@ -1,0 +1,80 @@
+"""``numpy.fromfile`` / ``ndarray.tofile`` counterparts that read and write through kvikpy."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvikpy.cufile import CuFile
+
+__all__ = ["fromfile", "tofile"]
+
+
+def fromfile(
+    file: str | os.PathLike[str],
+    dtype: npt.DTypeLike = float,
+    count: int = -1,
+    sep: str = "",
+    offset: int = 0,
+    *,
+    like: Any = None,
+) -> Any:
+    """Read a binary file into a new 1-D array, like ``numpy.fromfile``.
+
+    Parameters
+    ----------
+    file
+        Path of the file.
+    dtype
+        Data type of the returned array.
+    count
+        Number of items to read; ``-1`` reads every whole item from ``offset`` to the end.
+        If the file holds fewer, the array is shorter, as with ``numpy.fromfile``.
+    sep
+        Only ``""`` (binary) is supported; text parsing raises ``NotImplementedError``.
+    offset
+        Byte offset in the file where reading starts.
+    like
+        An array whose type decides the returned array's type (numpy's ``like=``
+        protocol); default a numpy array.
+
+    Examples
+    --------
+    >>> import numpy as np, kvikpy.numpy
+    >>> np.arange(4, dtype="int32").tofile("/tmp/kvikpy-fromfile")
+    >>> kvikpy.numpy.fromfile("/tmp/kvikpy-fromfile", dtype="int32")
+    array([0, 1, 2, 3], dtype=int32)
+    """
+    if sep != "":
+        raise NotImplementedError(
+            "kvikpy.numpy.fromfile reads binary files only (sep=''); "
+            "use numpy.fromfile for text files"
+        )
+    if offset < 0:
+        raise ValueError(f"offset must be non-negative, got {offset}")
+    dt = np.dtype(dtype)
+    if dt.itemsize == 0:
+        raise ValueError(f"cannot read items of zero size ({dt})")
+    with CuFile(file, "r") as f:
+        available = max(f.nbytes() - offset, 0) // dt.itemsize
+        if count < -1:
+            raise ValueError(f"count must be -1 (all) or non-negative, got {count}")
+        n = available if count == -1 else min(count, available)
+        if like is None:
+            out = np.empty((n,), dtype=dt)
+        else:
+            out = np.empty((n,), dtype=dt, like=like)
+        f.read(out, size=n * dt.itemsize, file_offset=offset)
+    return out
+
+
+def tofile(ary: Any, file: str | os.PathLike[str]) -> None:
+    """Write ``ary``'s bytes to ``file``, replacing it, like ``ndarray.tofile``.
+
+    ``ary`` must be contiguous; its bytes are written in memory order.
+    """
+    with CuFile(file, "w") as f:
+        f.write(ary)

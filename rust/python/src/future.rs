@@ -1,0 +1,58 @@
+//! `_lib.Future`: waiting on an engine future without the GIL, interruptibly, and
+//! done-callbacks that call back into Python.
+
+use std::time::Duration;
+
+use kvikpy_core::IoFuture;
+use pyo3::prelude::*;
+
+use crate::blocking::without_gil;
+use crate::errors::EngineError;
+
+/// How long `get()` waits between checks for Ctrl-C (KeyboardInterrupt in Jupyter).
+const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(50);
+
+/// A running or finished read or write (the private handle behind `kvikpy.IOFuture`).
+#[pyclass(module = "kvikpy._lib", frozen)]
+pub struct Future {
+    inner: IoFuture,
+}
+
+impl From<IoFuture> for Future {
+    fn from(inner: IoFuture) -> Self {
+        Self { inner }
+    }
+}
+
+#[pymethods]
+impl Future {
+    /// Wait for the result with the GIL released, checking for signals now and then.
+    pub fn get(&self, py: Python<'_>) -> PyResult<usize> {
+        loop {
+            let inner = &self.inner;
+            let outcome = without_gil(py, move || Ok(inner.wait_timeout(SIGNAL_CHECK_INTERVAL)))?;
+            if let Some(result) = outcome {
+                return result.map_err(|e| EngineError(e).into());
+            }
+            py.check_signals()?;
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.inner.is_done()
+    }
+
+    /// Call `callback()` (no arguments) once done, from whichever thread completes the
+    /// operation, or at once if it is already done. Exceptions it raises go to
+    /// `sys.unraisablehook`, as nothing could catch them there.
+    fn add_done_callback(&self, callback: Py<PyAny>) {
+        self.inner.add_done_callback(move || {
+            // At interpreter exit there is nobody left to call back.
+            Python::try_attach(|py| {
+                if let Err(err) = callback.call0(py) {
+                    err.write_unraisable(py, Some(callback.bind(py)));
+                }
+            });
+        });
+    }
+}
