@@ -49,6 +49,31 @@ pub fn submit(
     keepalive: Option<Box<dyn Any + Send>>,
 ) -> Result<IoFuture> {
     let settings = settings::current()?;
+    submit_with(
+        &settings,
+        handle,
+        direction,
+        span,
+        file_offset,
+        task_size,
+        waiting,
+        keepalive,
+    )
+}
+
+/// [`submit`] with an explicit settings snapshot instead of the process-wide settings.
+#[allow(clippy::too_many_arguments)]
+pub fn submit_with(
+    settings: &Settings,
+    handle: &FileHandle,
+    direction: Direction,
+    span: HostSpan,
+    file_offset: u64,
+    task_size: Option<usize>,
+    waiting: Waiting,
+    keepalive: Option<Box<dyn Any + Send>>,
+) -> Result<IoFuture> {
+    let settings = *settings;
     let task_size = match task_size {
         Some(0) => {
             return Err(Error::InvalidArgument(

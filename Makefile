@@ -1,0 +1,79 @@
+# The single source of every command humans and CI run.
+#
+#   make demo   install everything, build kvikpy, and time a read against numpy.fromfile
+#   make test   install everything, then every lint, the Rust tests, the stub check,
+#               the type check and the whole pytest suite (notebooks included)
+#
+# GPU machine (no Rust there): `make gpu-wheel` here builds the wheel into .gpu/, which is
+# carried to the GPU machine, where `make gpu-test` installs it and runs the suite.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat requirements-dev.txt | cksum | cut -d' ' -f1)
+CARGO  ?= cargo
+
+export JUPYTER_PLATFORM_DIRS := 1
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: demo test lint fmt develop rust-test stubtest typecheck py-test wheel gpu-wheel \
+        gpu-test clean check-rust
+
+demo: develop
+	$(BIN)/python benchmarks/demo.py
+
+test: lint rust-test develop stubtest typecheck py-test
+	@echo "make test: all checks passed"
+
+check-rust:
+	@command -v $(CARGO) >/dev/null || { echo "error: cargo not found; install Rust (https://rustup.rs) and rerun" >&2; exit 1; }
+
+$(STAMP): requirements-dev.txt
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+develop: $(STAMP) check-rust
+	$(BIN)/maturin develop --release --quiet
+	$(BIN)/python -c "import kvikpy; print('kvikpy', kvikpy.__version__, 'built')"
+
+lint: $(STAMP) check-rust
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets --quiet -- -D warnings
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: $(STAMP)
+	$(CARGO) fmt --all
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+rust-test: check-rust
+	$(CARGO) test --workspace --quiet
+
+stubtest: develop
+	$(BIN)/python -m mypy.stubtest kvikpy._lib
+
+typecheck: develop
+	$(BIN)/python -m mypy kvikpy
+
+py-test: develop
+	$(BIN)/python -m pytest
+
+wheel: $(STAMP) check-rust
+	$(BIN)/maturin build --release --out dist
+
+# Build here, run on the GPU machine: the wheel and the test requirements travel in .gpu/.
+gpu-wheel: $(STAMP) check-rust
+	rm -rf .gpu && mkdir -p .gpu
+	$(BIN)/maturin build --release --quiet --out .gpu
+
+# On the GPU machine (Python 3.12, torch/cupy/pytest/hypothesis preinstalled, no Rust):
+# install the carried wheel outside the source tree and run the suite against it.
+gpu-test:
+	python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/kvikpy-site .gpu/*.whl
+	PYTHONPATH=/tmp/kvikpy-site python3 -P -m pytest -p no:cacheprovider -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) target dist .gpu .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,201 @@
+//! Engine-level round trips against std's file I/O, over random offsets, sizes, task sizes,
+//! thread counts and buffer alignments, with and without O_DIRECT.
+
+use std::fs;
+use std::os::unix::fs::FileExt;
+
+use kvikpy_core::io::{submit_with, Direction, Waiting};
+use kvikpy_core::{FileHandle, HostSpan, Settings};
+use proptest::prelude::*;
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    // xorshift: cheap, non-zero, non-repeating at page granularity.
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn settings(threads: usize, direct: bool, bounce: usize) -> Settings {
+    Settings {
+        num_threads: threads,
+        auto_direct_io_read: direct,
+        auto_direct_io_write: direct,
+        bounce_buffer_size: bounce,
+        gds_threshold: 1024,
+        ..Settings::default()
+    }
+}
+
+/// A buffer of `len` bytes whose address is `misalign` bytes past a page boundary.
+struct Placed {
+    storage: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl Placed {
+    fn new(len: usize, misalign: usize) -> Self {
+        let storage = vec![0xEEu8; len + 8192];
+        let base = storage.as_ptr() as usize;
+        let start = (4096 - base % 4096) % 4096 + misalign;
+        Self {
+            storage,
+            start,
+            len,
+        }
+    }
+    fn span(&mut self) -> HostSpan {
+        HostSpan::from_slice(&mut self.storage[self.start..self.start + self.len])
+    }
+    fn bytes(&self) -> &[u8] {
+        &self.storage[self.start..self.start + self.len]
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn read_matches_std(
+        file_len in 0usize..(3 << 20),
+        offset in 0u64..(4 << 20),
+        size in 0usize..(3 << 20),
+        task_size in prop_oneof![Just(4096usize), Just(1 << 20), 1usize..200_000],
+        threads in 1usize..6,
+        direct in any::<bool>(),
+        misalign in prop_oneof![Just(0usize), 1usize..4096],
+        blocking in any::<bool>(),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data");
+        let data = pattern(file_len, file_len as u64 + 7);
+        fs::write(&path, &data).unwrap();
+        let handle = FileHandle::open(&path, "r").unwrap();
+        let mut buf = Placed::new(size, misalign);
+        let waiting = if blocking { Waiting::Blocking } else { Waiting::Async };
+        let s = settings(threads, direct, 8192);
+        let n = submit_with(&s, &handle, Direction::Read, buf.span(), offset, Some(task_size), waiting, None)
+            .unwrap()
+            .wait()
+            .unwrap();
+        let start = (offset as usize).min(file_len);
+        let expected = &data[start..(start + size).min(file_len)];
+        prop_assert_eq!(n, expected.len());
+        prop_assert_eq!(&buf.bytes()[..n], expected);
+        prop_assert!(buf.bytes()[n..].iter().all(|&b| b == 0xEE), "bytes past EOF untouched");
+    }
+
+    #[test]
+    fn write_matches_std(
+        initial_len in 0usize..(1 << 20),
+        offset in 0u64..(2 << 20),
+        size in 0usize..(2 << 20),
+        task_size in prop_oneof![Just(4096usize), Just(1 << 20), 1usize..200_000],
+        threads in 1usize..6,
+        direct in any::<bool>(),
+        misalign in prop_oneof![Just(0usize), 1usize..4096],
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data");
+        let initial = pattern(initial_len, 3);
+        fs::write(&path, &initial).unwrap();
+        let handle = FileHandle::open(&path, "r+").unwrap();
+        let mut buf = Placed::new(size, misalign);
+        let payload = pattern(size, size as u64 + 11);
+        let start = buf.start;
+        buf.storage[start..start + size].copy_from_slice(&payload);
+        let s = settings(threads, direct, 8192);
+        let n = submit_with(&s, &handle, Direction::Write, buf.span(), offset, Some(task_size), Waiting::Async, None)
+            .unwrap()
+            .wait()
+            .unwrap();
+        prop_assert_eq!(n, size);
+        handle.close();
+        let mut expected = initial.clone();
+        if size > 0 {
+            let end = offset as usize + size;
+            if expected.len() < end {
+                expected.resize(end, 0);
+            }
+            expected[offset as usize..end].copy_from_slice(&payload);
+        }
+        let got = fs::read(&path).unwrap();
+        prop_assert_eq!(got.len(), expected.len());
+        prop_assert!(got == expected);
+    }
+}
+
+#[test]
+fn reads_beyond_4_gib_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sparse");
+    let file = fs::File::create(&path).unwrap();
+    let offset = (4u64 << 30) + 12_345;
+    let payload = pattern(3 << 20, 99);
+    file.write_all_at(&payload, offset).unwrap();
+    drop(file);
+    let handle = FileHandle::open(&path, "r").unwrap();
+    for direct in [false, true] {
+        let mut buf = Placed::new(payload.len(), 5);
+        let s = settings(4, direct, 1 << 20);
+        let n = submit_with(
+            &s,
+            &handle,
+            Direction::Read,
+            buf.span(),
+            offset,
+            Some(1 << 20),
+            Waiting::Async,
+            None,
+        )
+        .unwrap()
+        .wait()
+        .unwrap();
+        assert_eq!(n, payload.len());
+        assert!(buf.bytes() == payload.as_slice());
+    }
+}
+
+#[test]
+fn wrong_direction_and_closed_file_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    fs::write(&path, b"hello").unwrap();
+    let handle = FileHandle::open(&path, "r").unwrap();
+    let mut buf = vec![1u8; 5];
+    let s = Settings::default();
+    let span = HostSpan::from_slice(&mut buf);
+    let err = submit_with(
+        &s,
+        &handle,
+        Direction::Write,
+        span,
+        0,
+        None,
+        Waiting::Blocking,
+        None,
+    );
+    assert!(matches!(
+        err,
+        Err(kvikpy_core::Error::UnsupportedOperation(_))
+    ));
+    handle.close();
+    let err = submit_with(
+        &s,
+        &handle,
+        Direction::Read,
+        span,
+        0,
+        None,
+        Waiting::Blocking,
+        None,
+    );
+    assert!(matches!(err, Err(kvikpy_core::Error::Closed)));
+    assert_eq!(fs::read(&path).unwrap(), b"hello");
+}
