@@ -1,0 +1,1 @@
+"""kvikpy's benchmarks (see docs/benchmarks.md)."""
