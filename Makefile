@@ -17,7 +17,7 @@ export JUPYTER_PLATFORM_DIRS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: demo test lint fmt develop rust-test stubtest typecheck py-test wheel gpu-wheel \
-        gpu-test clean check-rust
+        gpu-test clean check-rust notebooks
 
 demo: develop
 	$(BIN)/python benchmarks/demo.py
@@ -74,6 +74,10 @@ gpu-wheel: $(STAMP) check-rust
 gpu-test:
 	python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/kvikpy-site .gpu/*.whl
 	PYTHONPATH=/tmp/kvikpy-site python3 -P -m pytest -p no:cacheprovider -q $(PYTEST_ARGS)
+
+notebooks: develop
+	$(BIN)/python notebooks/make_quickstart.py
+	$(BIN)/python notebooks/execute.py
 
 clean:
 	rm -rf $(VENV) target dist .gpu .pytest_cache .mypy_cache .ruff_cache .hypothesis
