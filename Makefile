@@ -77,6 +77,7 @@ gpu-test:
 
 notebooks: develop
 	$(BIN)/python notebooks/make_quickstart.py
+	$(BIN)/ruff format notebooks
 	$(BIN)/python notebooks/execute.py
 
 clean:

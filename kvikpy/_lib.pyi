@@ -1,10 +1,25 @@
 # Type stubs of the Rust extension module kvikpy._lib (checked by mypy.stubtest in CI).
 from collections.abc import Callable
 from os import PathLike
-from typing import Any
+from typing import Any, final
+
+__all__ = [
+    "FileHandle",
+    "__version__",
+    "Future",
+    "_panic_for_tests",
+    "bounce_buffer_free",
+    "default_num_threads",
+    "get_setting",
+    "is_compat_mode_preferred",
+    "set_settings",
+    "setting_names",
+    "thread_pool_size",
+]
 
 __version__: str
 
+@final
 class FileHandle:
     def __new__(cls, path: str | PathLike[str], flags: str) -> FileHandle: ...
     def close(self) -> None: ...
@@ -29,6 +44,7 @@ class FileHandle:
         self, buf: Any, size: int | None = None, file_offset: int = 0, task_size: int | None = None
     ) -> int: ...
 
+@final
 class Future:
     def get(self) -> int: ...
     def done(self) -> bool: ...

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Callable, Generator, Iterable
 from types import TracebackType
@@ -59,10 +60,9 @@ class IOFuture:
             waiter = loop.create_future()
 
             def wake(_: IOFuture) -> None:
-                try:
+                # RuntimeError: the loop was closed in the meantime; nobody is waiting.
+                with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(_resolve, waiter)
-                except RuntimeError:  # the loop was closed in the meantime
-                    pass
 
             self.add_done_callback(wake)
             yield from waiter.__await__()

@@ -88,7 +88,7 @@ def get(name: str) -> Any:
     """
     value = _lib.get_setting(name)
     if name == "compat_mode":
-        return CompatMode[value]
+        return CompatMode[str(value)]
     return value
 
 
@@ -110,7 +110,7 @@ class _Applied:
         _lib.set_settings([(k, _to_engine(k, v)) for k, v in self._previous.items()])
 
 
-def set(*config: Any, **kwargs: Any) -> _Applied:  # noqa: A001 - kvikio's name
+def set(*config: Any, **kwargs: Any) -> _Applied:
     """Change settings now; as a context manager, restore them on exit.
 
     Call as ``set(name, value)``, ``set({name: value, ...})`` or ``set(name=value, ...)``.

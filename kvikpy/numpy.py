@@ -63,10 +63,7 @@ def fromfile(
         if count < -1:
             raise ValueError(f"count must be -1 (all) or non-negative, got {count}")
         n = available if count == -1 else min(count, available)
-        if like is None:
-            out = np.empty((n,), dtype=dt)
-        else:
-            out = np.empty((n,), dtype=dt, like=like)
+        out = np.empty((n,), dtype=dt) if like is None else np.empty((n,), dtype=dt, like=like)
         f.read(out, size=n * dt.itemsize, file_offset=offset)
     return out
 

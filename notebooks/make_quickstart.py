@@ -25,8 +25,8 @@ CELLS = [
         "SIZE_MIB = 64  # scale up to measure your machine\n"
         "workdir = tempfile.mkdtemp(prefix='kvikpy-quickstart-')\n"
         "path = os.path.join(workdir, 'data.bin')\n"
-        "print('kvikpy', kvikpy.__version__, '|', kvikpy.defaults.get('num_threads'), "
-        "'I/O threads | destination: host memory')"
+        "threads = kvikpy.defaults.get('num_threads')\n"
+        "print('kvikpy', kvikpy.__version__, '|', threads, 'I/O threads | host memory')"
     ),
     new_markdown_cell("## Write and read with `CuFile`"),
     new_code_cell(
@@ -59,18 +59,17 @@ CELLS = [
         "print('read', n1 + n2, 'bytes in two futures')"
     ),
     new_markdown_cell(
-        "## Settings\n\n"
-        "`defaults.set` applies at once; as a context manager it restores on exit."
+        "## Settings\n\n`defaults.set` applies at once; as a context manager it restores on exit."
     ),
     new_code_cell(
         "print('task_size before:', kvikpy.defaults.get('task_size'))\n"
         "with kvikpy.defaults.set({'task_size': 1 << 20, 'num_threads': 2}):\n"
-        "    print('inside:', kvikpy.defaults.get('task_size'), kvikpy.defaults.get('num_threads'))\n"
+        "    print('inside:', kvikpy.defaults.get('task_size'), "
+        "kvikpy.defaults.get('num_threads'))\n"
         "print('after:', kvikpy.defaults.get('task_size'))"
     ),
     new_markdown_cell(
-        "## Coming from kvikio\n\n"
-        "Existing kvikio code runs unchanged with one import line."
+        "## Coming from kvikio\n\nExisting kvikio code runs unchanged with one import line."
     ),
     new_code_cell(
         "import kvikpy as kvikio\n\n"
@@ -90,7 +89,11 @@ CELLS = [
 
 def main() -> None:
     nb = new_notebook(cells=CELLS)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     out = Path(__file__).with_name("01-quickstart.ipynb")
     nbformat.write(nb, out)
     print("wrote", out)
