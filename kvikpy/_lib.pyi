@@ -5,8 +5,8 @@ from typing import Any, final
 
 __all__ = [
     "FileHandle",
-    "__version__",
     "Future",
+    "__version__",
     "_panic_for_tests",
     "bounce_buffer_free",
     "default_num_threads",
