@@ -17,29 +17,45 @@
 from __future__ import annotations
 
 from kvikpy import defaults, numpy
-from kvikpy._lib import __version__
+from kvikpy._api import cuda_available, device_count, read, write
+from kvikpy._lib import Buffer, __version__
 from kvikpy._lib import bounce_buffer_free as _bounce_buffer_free
-from kvikpy.cufile import CuFile, IOFuture, wait_all
+from kvikpy.cufile import CuFile, IOFuture, IOFutureStream, wait_all
 from kvikpy.defaults import CompatMode
-from kvikpy.errors import ConfigError, InternalError, KvikpyError
+from kvikpy.errors import (
+    ConfigError,
+    CudaError,
+    CudaUnavailableError,
+    InternalError,
+    KvikpyError,
+)
 
 __all__ = [
+    "Buffer",
     "CompatMode",
     "ConfigError",
     "CuFile",
+    "CudaError",
+    "CudaUnavailableError",
     "IOFuture",
+    "IOFutureStream",
     "InternalError",
     "KvikpyError",
     "__version__",
     "bounce_buffer_free",
+    "cuda_available",
     "defaults",
+    "device_count",
     "numpy",
+    "read",
     "wait_all",
+    "write",
 ]
 
 
 def bounce_buffer_free() -> int:
-    """Free the idle bounce buffers kvikpy keeps for O_DIRECT transfers.
+    """Free the idle bounce buffers kvikpy keeps (pinned ones for GPU transfers, aligned
+    ones for O_DIRECT).
 
     Returns the number of bytes released. Buffers in use by running operations are kept
     and return to the (now smaller) pool when those finish.

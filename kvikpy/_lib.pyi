@@ -4,12 +4,18 @@ from os import PathLike
 from typing import Any, final
 
 __all__ = [
+    "Buffer",
     "FileHandle",
     "Future",
+    "StreamFuture",
     "__version__",
     "_panic_for_tests",
     "bounce_buffer_free",
+    "cuda_available",
+    "cuda_unavailable_reason",
+    "current_device",
     "default_num_threads",
+    "device_count",
     "get_setting",
     "is_compat_mode_preferred",
     "set_settings",
@@ -43,6 +49,28 @@ class FileHandle:
     def write(
         self, buf: Any, size: int | None = None, file_offset: int = 0, task_size: int | None = None
     ) -> int: ...
+    def raw_read(
+        self, buf: Any, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
+    ) -> int: ...
+    def raw_write(
+        self, buf: Any, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
+    ) -> int: ...
+    def raw_read_async(
+        self,
+        buf: Any,
+        stream: int,
+        size: int | None = None,
+        file_offset: int = 0,
+        dev_offset: int = 0,
+    ) -> StreamFuture: ...
+    def raw_write_async(
+        self,
+        buf: Any,
+        stream: int,
+        size: int | None = None,
+        file_offset: int = 0,
+        dev_offset: int = 0,
+    ) -> StreamFuture: ...
 
 @final
 class Future:
@@ -50,6 +78,54 @@ class Future:
     def done(self) -> bool: ...
     def add_done_callback(self, callback: Callable[[], object]) -> None: ...
 
+@final
+class StreamFuture:
+    def check_bytes_done(self) -> int: ...
+    def done(self) -> bool: ...
+    @property
+    def stream(self) -> int: ...
+
+@final
+class Buffer:
+    @staticmethod
+    def allocate(nbytes: int, ordinal: int, pinned: bool) -> Buffer: ...
+    def view(
+        self,
+        typestr: str,
+        code: int,
+        bits: int,
+        shape: list[int],
+        offset: int = 0,
+        nbytes: int | None = None,
+    ) -> Buffer: ...
+    @property
+    def ptr(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def is_pinned(self) -> bool: ...
+    @property
+    def typestr(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any: ...
+
+def cuda_available() -> bool: ...
+def device_count() -> int: ...
+def cuda_unavailable_reason() -> str | None: ...
+def current_device() -> int: ...
 def get_setting(name: str) -> bool | int | str: ...
 def set_settings(pairs: list[tuple[str, Any]]) -> None: ...
 def setting_names() -> list[str]: ...

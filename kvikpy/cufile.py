@@ -10,8 +10,9 @@ from types import TracebackType
 from typing import Any
 
 from kvikpy import _lib
+from kvikpy._streams import stream_handle
 
-__all__ = ["CuFile", "IOFuture", "wait_all"]
+__all__ = ["CuFile", "IOFuture", "IOFutureStream", "wait_all"]
 
 
 class IOFuture:
@@ -98,26 +99,40 @@ def wait_all(futures: Iterable[IOFuture]) -> list[int]:
     return results
 
 
-def _require_device_buffer(buf: Any, method: str, alternative: str) -> None:
-    try:
-        memoryview(buf)
-    except TypeError:
-        pass
-    else:
-        raise ValueError(
-            f"CuFile.{method} works on device (GPU) memory only, and {type(buf).__name__} is "
-            f"host memory; use CuFile.{alternative} for host buffers"
-        )
-    if hasattr(buf, "__cuda_array_interface__") or hasattr(buf, "__dlpack_device__"):
-        raise TypeError(
-            f"CuFile.{method}: this kvikpy build cannot access device memory yet "
-            f"({type(buf).__name__}); copy it to host memory and use CuFile.{alternative}"
-        )
-    raise TypeError(f"CuFile.{method} expects a device array, got {type(buf).__name__}")
+class IOFutureStream:
+    """A stream-ordered read or write, from :meth:`CuFile.raw_read_async` or
+    :meth:`CuFile.raw_write_async`.
+
+    The transfer runs after the work queued on its stream before the call, and work queued
+    on the stream afterwards sees its bytes (reads) or may reuse the buffer (writes): the
+    ordering is enforced on the GPU, so the call returns at once and no thread blocks.
+    """
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: _lib.StreamFuture) -> None:
+        self._handle = handle
+
+    def check_bytes_done(self) -> int:
+        """Wait for the transfer and the stream to reach it; return the bytes moved."""
+        return self._handle.check_bytes_done()
+
+    def done(self) -> bool:
+        """Return True if kvikpy's part of the transfer has finished."""
+        return self._handle.done()
+
+    @property
+    def stream(self) -> int:
+        """The raw ``CUstream`` handle the transfer is ordered in."""
+        return self._handle.stream
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "pending"
+        return f"<kvikpy.IOFutureStream stream={self.stream:#x} {state}>"
 
 
 class CuFile:
-    """A file opened for parallel reads and writes into host (and device) memory.
+    """A file opened for parallel reads and writes into host or GPU memory.
 
     Parameters
     ----------
@@ -209,7 +224,9 @@ class CuFile:
         Parameters
         ----------
         buf
-            A writable, contiguous buffer (``bytearray``, numpy array, ``memoryview``...).
+            A writable, contiguous buffer: host memory (``bytearray``, numpy array...) or
+            GPU memory (torch tensor, CuPy array, anything with
+            ``__cuda_array_interface__`` or CUDA ``__dlpack__``, ``kvikpy.Buffer``).
         size
             Bytes to read; default the buffer's size. Larger than the buffer is an error.
         file_offset
@@ -262,24 +279,21 @@ class CuFile:
     def raw_read(
         self, buf: Any, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
     ) -> int:
-        """Read into device memory in a single call, without the thread pool.
+        """Read into device memory in one call in this thread, without the thread pool.
 
-        Device memory only: host buffers raise ``ValueError`` (use :meth:`read`).
+        ``size`` bytes (default: the rest of the buffer) land at ``dev_offset`` bytes into
+        ``buf``. Device memory only: host buffers raise ``ValueError`` (use :meth:`read`).
         """
-        self._check_open()
-        _require_device_buffer(buf, "raw_read", "read")
-        raise AssertionError("unreachable")  # pragma: no cover
+        return self._handle.raw_read(buf, size, file_offset, dev_offset)
 
     def raw_write(
         self, buf: Any, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
     ) -> int:
-        """Write from device memory in a single call, without the thread pool.
+        """Write from device memory in one call in this thread, without the thread pool.
 
         Device memory only: host buffers raise ``ValueError`` (use :meth:`write`).
         """
-        self._check_open()
-        _require_device_buffer(buf, "raw_write", "write")
-        raise AssertionError("unreachable")  # pragma: no cover
+        return self._handle.raw_write(buf, size, file_offset, dev_offset)
 
     def raw_read_async(
         self,
@@ -288,14 +302,16 @@ class CuFile:
         size: int | None = None,
         file_offset: int = 0,
         dev_offset: int = 0,
-    ) -> IOFuture:
-        """Stream-ordered read into device memory.
+    ) -> IOFutureStream:
+        """Read into device memory in ``stream``'s order; returns at once.
 
-        Device memory only: host buffers raise ``ValueError`` (use :meth:`pread`).
+        The read starts after the work already queued on ``stream`` and work queued on it
+        later sees the bytes. ``stream`` is a raw handle or a stream object of PyTorch,
+        CuPy, Numba or CUDA Python. Device memory only.
         """
-        self._check_open()
-        _require_device_buffer(buf, "raw_read_async", "pread")
-        raise AssertionError("unreachable")  # pragma: no cover
+        return IOFutureStream(
+            self._handle.raw_read_async(buf, stream_handle(stream), size, file_offset, dev_offset)
+        )
 
     def raw_write_async(
         self,
@@ -304,15 +320,12 @@ class CuFile:
         size: int | None = None,
         file_offset: int = 0,
         dev_offset: int = 0,
-    ) -> IOFuture:
-        """Stream-ordered write from device memory.
+    ) -> IOFutureStream:
+        """Write from device memory in ``stream``'s order; returns at once.
 
-        Device memory only: host buffers raise ``ValueError`` (use :meth:`pwrite`).
+        The write reads the buffer after the work already queued on ``stream``; work
+        queued later may overwrite the buffer. Device memory only.
         """
-        self._check_open()
-        _require_device_buffer(buf, "raw_write_async", "pwrite")
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise ValueError("I/O operation on closed file")
+        return IOFutureStream(
+            self._handle.raw_write_async(buf, stream_handle(stream), size, file_offset, dev_offset)
+        )

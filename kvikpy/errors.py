@@ -8,7 +8,13 @@ Operating-system failures are raised as Python's own ``OSError`` subclasses
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "InternalError", "KvikpyError"]
+__all__ = [
+    "ConfigError",
+    "CudaError",
+    "CudaUnavailableError",
+    "InternalError",
+    "KvikpyError",
+]
 
 
 class KvikpyError(Exception):
@@ -28,3 +34,15 @@ class InternalError(KvikpyError, RuntimeError):
 
     Please report it with the message; the operation that raised it did not complete.
     """
+
+
+class CudaUnavailableError(KvikpyError, RuntimeError):
+    """GPU memory was asked for, but no usable CUDA driver or GPU was found.
+
+    The message says what is missing. Pass ``device="cpu"`` to read into host memory
+    instead; host-memory I/O needs no GPU.
+    """
+
+
+class CudaError(KvikpyError, RuntimeError):
+    """A CUDA driver call failed; the message names the call and the ``CUresult``."""

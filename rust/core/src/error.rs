@@ -42,6 +42,16 @@ pub enum Error {
         value: String,
         expected: &'static str,
     },
+    /// No usable CUDA driver or device (no libcuda, no GPU, driver too old). Mapped to
+    /// `kvikpy.CudaUnavailableError`, whose message suggests `device="cpu"`.
+    CudaUnavailable(String),
+    /// A CUDA driver call failed. `call` names it, `code`/`name` give the `CUresult`.
+    /// Mapped to `kvikpy.CudaError`.
+    Cuda {
+        call: &'static str,
+        code: i32,
+        name: String,
+    },
     /// A bug: engine code panicked. The panic is caught at the task or call boundary
     /// and reported as `kvikpy.InternalError` instead of crossing into Python.
     Panic(String),
@@ -109,6 +119,12 @@ impl Clone for Error {
                 value: value.clone(),
                 expected,
             },
+            Self::CudaUnavailable(m) => Self::CudaUnavailable(m.clone()),
+            Self::Cuda { call, code, name } => Self::Cuda {
+                call,
+                code: *code,
+                name: name.clone(),
+            },
             Self::Panic(m) => Self::Panic(m.clone()),
         }
     }
@@ -144,6 +160,13 @@ impl fmt::Display for Error {
                 "environment variable {var}={value:?} is malformed: expected {expected}; \
                  fix or unset {var}"
             ),
+            Self::CudaUnavailable(why) => write!(
+                f,
+                "CUDA is not available ({why}); pass device=\"cpu\" to read into host memory"
+            ),
+            Self::Cuda { call, code, name } => {
+                write!(f, "CUDA driver call {call} failed with {name} ({code})")
+            }
             Self::Panic(m) => write!(
                 f,
                 "internal error in kvikpy's engine (a bug, please report it): {m}"

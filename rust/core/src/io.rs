@@ -9,7 +9,7 @@ use crate::bounce::host_pool;
 use crate::error::{Error, Result};
 use crate::file::{FileHandle, OpenFile};
 use crate::future::{run_caught, IoFuture};
-use crate::memory::HostSpan;
+use crate::memory::{HostSpan, Span};
 use crate::posix::{pread_direct, pread_full, pwrite_full};
 use crate::settings::{self, Settings};
 use crate::tasks::{align_up, aligned_split, split_tasks, DIRECT_IO_ALIGNMENT};
@@ -42,7 +42,7 @@ pub enum Waiting {
 pub fn submit(
     handle: &FileHandle,
     direction: Direction,
-    span: HostSpan,
+    span: Span,
     file_offset: u64,
     task_size: Option<usize>,
     waiting: Waiting,
@@ -67,7 +67,7 @@ pub fn submit_with(
     settings: &Settings,
     handle: &FileHandle,
     direction: Direction,
-    span: HostSpan,
+    span: Span,
     file_offset: u64,
     task_size: Option<usize>,
     waiting: Waiting,
@@ -109,7 +109,7 @@ pub fn submit_with(
         let result = run_caught(|| {
             tasks.iter().try_fold(0usize, |total, t| {
                 let part = span.sub(t.buf_offset, t.len);
-                Ok(total + transfer(&file, direction, part, t.file_offset, &settings)?)
+                Ok(total + run_task(&file, direction, part, t.file_offset, &settings)?)
             })
         });
         return Ok(IoFuture::ready(result, keepalive));
@@ -121,17 +121,33 @@ pub fn submit_with(
         let part = span.sub(task.buf_offset, task.len);
         pool.spawn(move || {
             let result =
-                run_caught(|| transfer(&file, direction, part, task.file_offset, &settings));
+                run_caught(|| run_task(&file, direction, part, task.file_offset, &settings));
             reporter.report(result);
         });
     }
     Ok(future)
 }
 
-/// One task: the whole span through the page cache, or, when direct I/O is enabled for
-/// this direction and the file has an O_DIRECT descriptor, the unaligned edges through
+/// One task, to or from host or device memory.
+fn run_task(
+    file: &OpenFile,
+    direction: Direction,
+    span: Span,
+    offset: u64,
+    settings: &Settings,
+) -> Result<usize> {
+    match span {
+        Span::Host(host) => transfer(file, direction, host, offset, settings),
+        Span::Device(device) => {
+            crate::device_io::transfer_device(file, direction, device, offset, settings)
+        }
+    }
+}
+
+/// One host task: the whole span through the page cache, or, when direct I/O is enabled
+/// for this direction and the file has an O_DIRECT descriptor, the unaligned edges through
 /// the page cache and the aligned middle through O_DIRECT.
-fn transfer(
+pub(crate) fn transfer(
     file: &OpenFile,
     direction: Direction,
     span: HostSpan,
@@ -228,9 +244,11 @@ fn staged(
     offset: u64,
     settings: &Settings,
 ) -> Result<io::Result<usize>> {
-    let chunk_size = align_up(settings.bounce_buffer_size as u64, DIRECT_IO_ALIGNMENT) as usize;
-    let chunk_size = chunk_size.min(span.len());
-    let mut bounce = host_pool().acquire(chunk_size)?;
+    // Always the configured size: the pool keeps one size, so varying it would free and
+    // reallocate buffers on every call.
+    let buffer_size = align_up(settings.bounce_buffer_size as u64, DIRECT_IO_ALIGNMENT) as usize;
+    let chunk_size = buffer_size.min(span.len());
+    let mut bounce = host_pool().acquire(buffer_size)?;
     let staging = HostSpan::from_slice(bounce.as_mut_slice());
     let mut done = 0usize;
     while done < span.len() {

@@ -5,7 +5,9 @@
 //! exceptions; everything that decides *how* bytes move lives here.
 
 pub mod bounce;
+pub mod cuda;
 mod cufile_probe;
+pub mod device_io;
 pub mod error;
 pub mod file;
 pub mod future;
@@ -19,5 +21,5 @@ pub mod tasks;
 pub use error::{Error, Result};
 pub use file::{FileHandle, OpenFlags};
 pub use future::IoFuture;
-pub use memory::HostSpan;
+pub use memory::{DeviceSpan, HostSpan, Span};
 pub use settings::{CompatMode, SettingValue, Settings};

@@ -67,3 +67,62 @@ impl HostSpan {
         }
     }
 }
+
+/// `len` bytes of device memory at `ptr` on GPU `ordinal` (or managed memory, which the
+/// driver copies to and from the same way).
+///
+/// Like [`HostSpan`], an address range whose owner is kept alive by the operation's future.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceSpan {
+    pub ptr: u64,
+    pub len: usize,
+    pub ordinal: usize,
+}
+
+impl DeviceSpan {
+    /// The sub-span `[offset, offset + len)`; panics if it does not fit (a bug in the caller).
+    pub fn sub(&self, offset: usize, len: usize) -> Self {
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "device sub-span {offset}+{len} out of a span of {}",
+            self.len
+        );
+        Self {
+            ptr: self.ptr + offset as u64,
+            len,
+            ordinal: self.ordinal,
+        }
+    }
+}
+
+/// Memory an operation reads into or writes from.
+#[derive(Debug, Clone, Copy)]
+pub enum Span {
+    /// Host memory, reached with pread/pwrite directly.
+    Host(HostSpan),
+    /// GPU memory, reached through pinned bounce buffers and DMA.
+    Device(DeviceSpan),
+}
+
+impl Span {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Host(h) => h.len(),
+            Self::Device(d) => d.len,
+        }
+    }
+
+    /// Whether the span is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The sub-span `[offset, offset + len)`.
+    pub fn sub(&self, offset: usize, len: usize) -> Self {
+        match self {
+            Self::Host(h) => Self::Host(h.sub(offset, len)),
+            Self::Device(d) => Self::Device(d.sub(offset, len)),
+        }
+    }
+}

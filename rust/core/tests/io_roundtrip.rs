@@ -5,7 +5,7 @@ use std::fs;
 use std::os::unix::fs::FileExt;
 
 use kvikpy_core::io::{submit_with, Direction, Waiting};
-use kvikpy_core::{FileHandle, HostSpan, Settings};
+use kvikpy_core::{FileHandle, HostSpan, Settings, Span};
 use proptest::prelude::*;
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -50,8 +50,10 @@ impl Placed {
             len,
         }
     }
-    fn span(&mut self) -> HostSpan {
-        HostSpan::from_slice(&mut self.storage[self.start..self.start + self.len])
+    fn span(&mut self) -> Span {
+        Span::Host(HostSpan::from_slice(
+            &mut self.storage[self.start..self.start + self.len],
+        ))
     }
     fn bytes(&self) -> &[u8] {
         &self.storage[self.start..self.start + self.len]
@@ -170,7 +172,7 @@ fn wrong_direction_and_closed_file_are_errors() {
     let handle = FileHandle::open(&path, "r").unwrap();
     let mut buf = vec![1u8; 5];
     let s = Settings::default();
-    let span = HostSpan::from_slice(&mut buf);
+    let span = Span::Host(HostSpan::from_slice(&mut buf));
     let err = submit_with(
         &s,
         &handle,

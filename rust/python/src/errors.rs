@@ -11,6 +11,8 @@ use pyo3::PyErr;
 pyo3::import_exception!(io, UnsupportedOperation);
 pyo3::import_exception!(kvikpy.errors, ConfigError);
 pyo3::import_exception!(kvikpy.errors, InternalError);
+pyo3::import_exception!(kvikpy.errors, CudaUnavailableError);
+pyo3::import_exception!(kvikpy.errors, CudaError);
 
 /// An engine error on its way to Python (a local type, so the conversion can live here).
 #[derive(Debug)]
@@ -41,6 +43,8 @@ impl From<EngineError> for PyErr {
             Error::UnknownSetting(_) => PyKeyError::new_err(e.to_string()),
             Error::MalformedEnv { .. } => ConfigError::new_err(e.to_string()),
             Error::Panic(_) => InternalError::new_err(e.to_string()),
+            Error::CudaUnavailable(_) => CudaUnavailableError::new_err(e.to_string()),
+            Error::Cuda { .. } => CudaError::new_err(e.to_string()),
             Error::InvalidArgument(_) | Error::InvalidSetting { .. } | Error::Closed => {
                 PyValueError::new_err(e.to_string())
             }

@@ -1,12 +1,15 @@
 //! `_lib.FileHandle`: an open file and its read/write entry points.
 
+use kvikpy_core::device_io::submit_stream_ordered;
 use kvikpy_core::io::{submit, Direction, Waiting};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::blocking::without_gil;
-use crate::buffer::{file_offset, intake, Access};
 use crate::errors::BindResult;
-use crate::future::Future;
+use crate::future::{Future, StreamFuture};
+use crate::intake::{file_offset, intake, Access, Intake};
+use crate::memory::{mark_ready, Buffer};
 
 /// An open file (the private handle behind `kvikpy.CuFile`).
 #[pyclass(module = "kvikpy._lib", frozen)]
@@ -14,34 +17,34 @@ pub struct FileHandle {
     inner: kvikpy_core::FileHandle,
 }
 
+fn access(direction: Direction) -> Access {
+    match direction {
+        Direction::Read => Access::Fill,
+        Direction::Write => Access::Drain,
+    }
+}
+
+fn task_size_arg(task_size: Option<i64>) -> PyResult<Option<usize>> {
+    match task_size {
+        Some(t) if t <= 0 => Err(PyValueError::new_err(format!(
+            "task_size must be a positive number of bytes, got {t}"
+        ))),
+        t => Ok(t.map(|t| t as usize)),
+    }
+}
+
 impl FileHandle {
-    #[allow(clippy::too_many_arguments)]
-    fn start(
+    fn run(
         &self,
         py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        size: Option<i64>,
+        taken: Intake,
         offset: i64,
-        task_size: Option<i64>,
+        task_size: Option<usize>,
         direction: Direction,
         waiting: Waiting,
     ) -> PyResult<kvikpy_core::IoFuture> {
-        let access = match direction {
-            Direction::Read => Access::Fill,
-            Direction::Write => Access::Drain,
-        };
-        let buffer = intake(buf, size, access)?;
         let offset = file_offset(offset)?;
-        let task_size = match task_size {
-            Some(t) if t <= 0 => {
-                return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                    "task_size must be a positive number of bytes, got {t}"
-                )))
-            }
-            t => t.map(|t| t as usize),
-        };
-        let span = buffer.span;
-        let keepalive: Box<dyn std::any::Any + Send> = Box::new(buffer.export);
+        let Intake { span, keepalive } = taken;
         let inner = &self.inner;
         Ok(without_gil(py, move || {
             submit(
@@ -54,6 +57,73 @@ impl FileHandle {
                 Some(keepalive),
             )
         })?)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<i64>,
+        offset: i64,
+        task_size: Option<i64>,
+        direction: Direction,
+        waiting: Waiting,
+    ) -> PyResult<kvikpy_core::IoFuture> {
+        let task_size = task_size_arg(task_size)?;
+        let taken = intake(buf, access(direction))?.select(0, size, "offset")?;
+        self.run(py, taken, offset, task_size, direction, waiting)
+    }
+
+    /// One pool-free call on device memory (`raw_read`/`raw_write`).
+    #[allow(clippy::too_many_arguments)]
+    fn raw(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<i64>,
+        offset: i64,
+        dev_offset: i64,
+        direction: Direction,
+        method: &str,
+        alternative: &str,
+    ) -> PyResult<usize> {
+        let taken = intake(buf, access(direction))?;
+        taken.device_only(method, alternative)?;
+        let taken = taken.select(dev_offset, size, "dev_offset")?;
+        // One task covering the whole request, run in this thread.
+        let task_size = Some(taken.span.len().max(1));
+        let future = self.run(py, taken, offset, task_size, direction, Waiting::Blocking)?;
+        Future::from(future).get(py)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn ordered(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        stream: usize,
+        size: Option<i64>,
+        offset: i64,
+        dev_offset: i64,
+        direction: Direction,
+        method: &str,
+        alternative: &str,
+    ) -> PyResult<(StreamFuture, Option<usize>)> {
+        let taken = intake(buf, access(direction))?;
+        taken.device_only(method, alternative)?;
+        let taken = taken.select(dev_offset, size, "dev_offset")?;
+        let span = taken.device_only(method, alternative)?;
+        let offset = file_offset(offset)?;
+        let inner = &self.inner;
+        let keepalive = taken.keepalive;
+        let future = without_gil(py, move || {
+            submit_stream_ordered(inner, direction, span, offset, stream, Some(keepalive))
+        })?;
+        Ok((
+            StreamFuture::new(future, span.ordinal, stream),
+            Some(span.ordinal),
+        ))
     }
 }
 
@@ -178,5 +248,103 @@ impl FileHandle {
             Waiting::Blocking,
         )?;
         Future::from(f).get(py)
+    }
+
+    #[pyo3(signature = (buf, size=None, file_offset=0, dev_offset=0))]
+    fn raw_read(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<i64>,
+        file_offset: i64,
+        dev_offset: i64,
+    ) -> PyResult<usize> {
+        self.raw(
+            py,
+            buf,
+            size,
+            file_offset,
+            dev_offset,
+            Direction::Read,
+            "raw_read",
+            "read",
+        )
+    }
+
+    #[pyo3(signature = (buf, size=None, file_offset=0, dev_offset=0))]
+    fn raw_write(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<i64>,
+        file_offset: i64,
+        dev_offset: i64,
+    ) -> PyResult<usize> {
+        self.raw(
+            py,
+            buf,
+            size,
+            file_offset,
+            dev_offset,
+            Direction::Write,
+            "raw_write",
+            "write",
+        )
+    }
+
+    #[pyo3(signature = (buf, stream, size=None, file_offset=0, dev_offset=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn raw_read_async(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        stream: usize,
+        size: Option<i64>,
+        file_offset: i64,
+        dev_offset: i64,
+    ) -> PyResult<StreamFuture> {
+        let (future, ordinal) = self.ordered(
+            py,
+            buf,
+            stream,
+            size,
+            file_offset,
+            dev_offset,
+            Direction::Read,
+            "raw_read_async",
+            "pread",
+        )?;
+        // A kvikpy.Buffer remembers where in `stream` its bytes land, for its consumers.
+        if let (Ok(buffer), Some(ordinal)) = (buf.cast::<Buffer>(), ordinal) {
+            let storage = buffer.get().span().1;
+            without_gil(py, move || mark_ready(&storage, ordinal, stream))?;
+        }
+        Ok(future)
+    }
+
+    #[pyo3(signature = (buf, stream, size=None, file_offset=0, dev_offset=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn raw_write_async(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        stream: usize,
+        size: Option<i64>,
+        file_offset: i64,
+        dev_offset: i64,
+    ) -> PyResult<StreamFuture> {
+        Ok(self
+            .ordered(
+                py,
+                buf,
+                stream,
+                size,
+                file_offset,
+                dev_offset,
+                Direction::Write,
+                "raw_write_async",
+                "pwrite",
+            )?
+            .0)
     }
 }

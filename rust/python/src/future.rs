@@ -56,3 +56,45 @@ impl Future {
         });
     }
 }
+
+/// A stream-ordered read or write (the private handle behind `kvikpy.IOFutureStream`).
+#[pyclass(module = "kvikpy._lib", frozen)]
+pub struct StreamFuture {
+    inner: IoFuture,
+    ordinal: usize,
+    stream: usize,
+}
+
+impl StreamFuture {
+    /// Wrap an engine future running in `stream`'s order on device `ordinal`.
+    pub fn new(inner: IoFuture, ordinal: usize, stream: usize) -> Self {
+        Self {
+            inner,
+            ordinal,
+            stream,
+        }
+    }
+}
+
+#[pymethods]
+impl StreamFuture {
+    /// Wait for the transfer and for `stream` to reach it; the bytes transferred.
+    fn check_bytes_done(&self, py: Python<'_>) -> PyResult<usize> {
+        let bytes = Future::from(self.inner.clone()).get(py)?;
+        let (ordinal, stream) = (self.ordinal, self.stream);
+        without_gil(py, move || {
+            kvikpy_core::cuda::bind(ordinal)?;
+            kvikpy_core::cuda::sync_stream_raw(stream)
+        })?;
+        Ok(bytes)
+    }
+
+    fn done(&self) -> bool {
+        self.inner.is_done()
+    }
+
+    #[getter]
+    fn stream(&self) -> usize {
+        self.stream
+    }
+}

@@ -3,10 +3,13 @@
 //! behaviour lives in the engine.
 
 mod blocking;
-mod buffer;
+mod cuda;
+mod dlpack;
 mod errors;
 mod file;
 mod future;
+mod intake;
+mod memory;
 mod settings;
 
 use pyo3::prelude::*;
@@ -16,6 +19,12 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<file::FileHandle>()?;
     m.add_class::<future::Future>()?;
+    m.add_class::<future::StreamFuture>()?;
+    m.add_class::<memory::Buffer>()?;
+    m.add_function(wrap_pyfunction!(cuda::cuda_available, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::cuda_unavailable_reason, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::current_device, m)?)?;
     m.add_function(wrap_pyfunction!(settings::get_setting, m)?)?;
     m.add_function(wrap_pyfunction!(settings::set_settings, m)?)?;
     m.add_function(wrap_pyfunction!(settings::setting_names, m)?)?;

@@ -90,10 +90,15 @@ pub fn default_num_threads() -> usize {
     settings::default_num_threads()
 }
 
-/// Free the idle bounce buffers; returns the bytes released.
+/// Free the idle bounce buffers (host and pinned); returns the bytes released.
 #[pyfunction]
 pub fn bounce_buffer_free() -> usize {
-    kvikpy_core::bounce::host_pool().free_idle()
+    let pinned = if kvikpy_core::cuda::available() {
+        kvikpy_core::cuda::pinned_pool().free_idle()
+    } else {
+        0
+    };
+    kvikpy_core::bounce::host_pool().free_idle() + pinned
 }
 
 /// Threads of the I/O pool now running (0 before the first pooled operation).

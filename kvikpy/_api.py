@@ -1,0 +1,168 @@
+"""``kvikpy.read`` and ``kvikpy.write``: a file or a byte range to or from the GPU in one call."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvikpy import _lib
+from kvikpy._streams import stream_handle
+from kvikpy.cufile import CuFile
+from kvikpy.errors import CudaUnavailableError
+
+__all__ = ["cuda_available", "device_count", "read", "write"]
+
+# numpy dtype kind -> DLPack type code
+_DLPACK_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
+
+
+def cuda_available() -> bool:
+    """Whether a CUDA driver is loaded and reports at least one GPU."""
+    return bool(_lib.cuda_available())
+
+
+def device_count() -> int:
+    """The number of CUDA GPUs (0 when there is no driver)."""
+    return int(_lib.device_count())
+
+
+def _device(device: str | int) -> int:
+    """The CUDA ordinal for ``device``, or -1 for host memory."""
+    if isinstance(device, bool):
+        raise TypeError("device must be 'cuda', 'cuda:N', an int or 'cpu', not a bool")
+    if isinstance(device, int):
+        ordinal = device
+    elif device == "cpu":
+        return -1
+    elif device == "cuda":
+        ordinal = None
+    elif isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit():
+        ordinal = int(device[5:])
+    else:
+        raise ValueError(f"device must be 'cuda', 'cuda:N', an int or 'cpu', got {device!r}")
+    if not _lib.cuda_available():
+        raise CudaUnavailableError(
+            f"device={device!r} needs a GPU, but CUDA is not available "
+            f"({_lib.cuda_unavailable_reason()}); pass device='cpu' to read into host memory"
+        )
+    if ordinal is None:
+        return int(_lib.current_device())
+    count = _lib.device_count()
+    if not 0 <= ordinal < count:
+        raise ValueError(f"CUDA device {ordinal} does not exist: this machine has {count} GPU(s)")
+    return ordinal
+
+
+def read(
+    path: str | os.PathLike[str],
+    *,
+    offset: int = 0,
+    size: int | None = None,
+    device: str | int = "cuda",
+    stream: Any = None,
+    dtype: npt.DTypeLike = "uint8",
+    shape: tuple[int, ...] | int | None = None,
+) -> _lib.Buffer:
+    """Read a file, or ``size`` bytes of it at ``offset``, into new GPU or host memory.
+
+    Parameters
+    ----------
+    path
+        The file.
+    offset, size
+        The byte range; ``size=None`` reads to the end of the file. A range past the end
+        raises ``ValueError``.
+    device
+        ``"cuda"`` (the current device), ``"cuda:N"`` or ``N``, or ``"cpu"`` for host
+        memory (pinned when CUDA is present).
+    stream
+        Read in this CUDA stream's order (a handle or a torch/CuPy stream): the call
+        returns at once, and work queued on ``stream`` afterwards sees the bytes. Without
+        a stream the call returns when the bytes have landed.
+    dtype, shape
+        How consumers see the bytes; the default is a 1-D ``uint8`` array. ``shape``
+        defaults to as many items as fit; the byte size must match exactly.
+
+    Returns
+    -------
+    kvikpy.Buffer
+        Hand it to ``torch.from_dlpack``, ``cupy.from_dlpack``, ``jax.dlpack.from_dlpack``
+        or ``numpy.from_dlpack`` (host) without a copy.
+
+    Raises
+    ------
+    kvikpy.CudaUnavailableError
+        For a GPU device on a machine without CUDA (pass ``device="cpu"``).
+    FileNotFoundError, PermissionError, IsADirectoryError
+        If the file cannot be opened.
+    ValueError
+        For a range past the end of the file, or a dtype/shape that does not fit.
+
+    Examples
+    --------
+    >>> import torch, kvikpy                                    # doctest: +SKIP
+    >>> t = torch.from_dlpack(kvikpy.read("weights.bin", dtype="float16"))  # doctest: +SKIP
+    """
+    ordinal = _device(device)
+    if stream is not None and ordinal < 0:
+        raise ValueError("stream= orders GPU reads; it cannot be used with device='cpu'")
+    if offset < 0:
+        raise ValueError(f"offset must be non-negative, got {offset}")
+    dt = np.dtype(dtype)
+    if dt.kind not in _DLPACK_CODES or dt.itemsize == 0:
+        raise ValueError(f"dtype {dt} cannot be exported through DLPack")
+    with CuFile(path, "r") as f:
+        file_size = f.nbytes()
+        if size is None:
+            if offset > file_size:
+                raise ValueError(
+                    f"offset {offset} is past the end of {os.fspath(path)!r}, "
+                    f"which has {file_size} bytes"
+                )
+            size = file_size - offset
+        elif size < 0:
+            raise ValueError(f"size must be non-negative, got {size}")
+        elif offset + size > file_size:
+            raise ValueError(
+                f"bytes [{offset}, {offset + size}) reach past the end of "
+                f"{os.fspath(path)!r}, which has {file_size} bytes"
+            )
+        if shape is None:
+            if size % dt.itemsize:
+                raise ValueError(
+                    f"{size} bytes are not a whole number of {dt} items ({dt.itemsize} bytes)"
+                )
+            dims: tuple[int, ...] = (size // dt.itemsize,)
+        else:
+            dims = (shape,) if isinstance(shape, int) else tuple(shape)
+            if math.prod(dims) * dt.itemsize != size:
+                raise ValueError(
+                    f"shape {dims} of {dt} needs {math.prod(dims) * dt.itemsize} bytes, "
+                    f"but the range has {size}"
+                )
+        buf = _lib.Buffer.allocate(size, ordinal, ordinal < 0 and _lib.cuda_available())
+        if stream is not None and ordinal >= 0:
+            f.raw_read_async(buf, stream_handle(stream), size, offset)
+        else:
+            got = f.read(buf, size, offset)
+            if got != size:
+                raise OSError(
+                    f"{os.fspath(path)!r} shrank while being read: got {got} of {size} bytes"
+                )
+    typestr = dt.str if dt.itemsize > 1 else "|" + dt.str[1:]
+    return buf.view(typestr, _DLPACK_CODES[dt.kind], dt.itemsize * 8, list(dims))
+
+
+def write(path: str | os.PathLike[str], buf: Any, *, offset: int = 0) -> int:
+    """Write all of ``buf`` (host or GPU memory) to ``path`` at ``offset``.
+
+    The file is created if missing and otherwise not truncated, so bytes outside
+    ``[offset, offset + nbytes)`` are kept. Returns the bytes written.
+    """
+    mode = "r+" if os.path.exists(path) else "w"
+    with CuFile(path, mode) as f:
+        return f.write(buf, file_offset=offset)

@@ -1,0 +1,138 @@
+//! Loading the driver, device count, primary contexts and binding them to threads.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, OnceLock};
+
+use cudarc::driver::sys;
+
+use crate::error::{Error, Result};
+
+static INIT: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
+
+fn init() -> std::result::Result<usize, String> {
+    // SAFETY: is_culib_present only tries to dlopen the library names.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("the NVIDIA driver library libcuda.so.1 was not found".into());
+    }
+    // cudarc panics when a symbol is missing (a driver older than the API we were built
+    // for); contain that here so it becomes "unavailable" rather than a crash.
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: cuInit(0) has no preconditions and may be called repeatedly.
+        let rc = unsafe { sys::cuInit(0) };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            return Err(format!("cuInit failed: {}", error_name(rc)));
+        }
+        let mut count = 0i32;
+        // SAFETY: `count` is a valid out-pointer.
+        let rc = unsafe { sys::cuDeviceGetCount(&mut count) };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            return Err(format!("cuDeviceGetCount failed: {}", error_name(rc)));
+        }
+        Ok(count.max(0) as usize)
+    }));
+    outcome.unwrap_or_else(|_| Err("the CUDA driver is too old for kvikpy".into()))
+}
+
+/// The name of a driver error code (for example `CUDA_ERROR_OUT_OF_MEMORY`).
+pub fn error_name(rc: sys::CUresult) -> String {
+    format!("{rc:?}")
+}
+
+/// Whether a CUDA driver loaded and reported at least one device.
+pub fn available() -> bool {
+    matches!(INIT.get_or_init(init), Ok(n) if *n > 0)
+}
+
+/// Why CUDA is unavailable, or `None` when it is available.
+pub fn unavailable_reason() -> Option<String> {
+    match INIT.get_or_init(init) {
+        Ok(0) => Some("the CUDA driver reports no GPU".into()),
+        Ok(_) => None,
+        Err(reason) => Some(reason.clone()),
+    }
+}
+
+/// Fail with [`Error::CudaUnavailable`] unless the driver is usable.
+pub fn ensure_driver() -> Result<usize> {
+    match INIT.get_or_init(init) {
+        Ok(n) if *n > 0 => Ok(*n),
+        _ => Err(Error::CudaUnavailable(
+            unavailable_reason().unwrap_or_else(|| "unknown reason".into()),
+        )),
+    }
+}
+
+/// Number of CUDA devices (0 without a driver).
+pub fn device_count() -> usize {
+    match INIT.get_or_init(init) {
+        Ok(n) => *n,
+        Err(_) => 0,
+    }
+}
+
+/// Turn a driver status into a `Result`, naming the call.
+pub fn check(call: &'static str, rc: sys::CUresult) -> Result<()> {
+    if rc == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Cuda {
+            call,
+            code: rc as i32,
+            name: error_name(rc),
+        })
+    }
+}
+
+/// Retained primary contexts, one per ordinal, kept for the life of the process (releasing
+/// them at exit would race other libraries' teardown).
+static CONTEXTS: Mutex<Vec<Option<usize>>> = Mutex::new(Vec::new());
+
+fn primary_context(ordinal: usize) -> Result<sys::CUcontext> {
+    let count = ensure_driver()?;
+    if ordinal >= count {
+        return Err(Error::InvalidArgument(format!(
+            "CUDA device {ordinal} does not exist: this machine has {count} device(s) \
+             (0..{})",
+            count - 1
+        )));
+    }
+    let mut contexts = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
+    if contexts.len() < count {
+        contexts.resize(count, None);
+    }
+    if let Some(ctx) = contexts[ordinal] {
+        return Ok(ctx as sys::CUcontext);
+    }
+    let mut device: sys::CUdevice = 0;
+    // SAFETY: the driver is initialised and `ordinal < count`; `device` is an out-pointer.
+    check("cuDeviceGet", unsafe {
+        sys::cuDeviceGet(&mut device, ordinal as i32)
+    })?;
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: `device` is valid; `ctx` is an out-pointer. The retain is never released.
+    check("cuDevicePrimaryCtxRetain", unsafe {
+        sys::cuDevicePrimaryCtxRetain(&mut ctx, device)
+    })?;
+    contexts[ordinal] = Some(ctx as usize);
+    Ok(ctx)
+}
+
+/// Make device `ordinal`'s primary context current on this thread.
+pub fn bind(ordinal: usize) -> Result<()> {
+    let ctx = primary_context(ordinal)?;
+    // SAFETY: `ctx` is a retained primary context, valid for the life of the process.
+    check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })
+}
+
+/// The device of the calling thread's current context, or 0 when none is current.
+pub fn current_device() -> Result<usize> {
+    ensure_driver()?;
+    let mut device: sys::CUdevice = 0;
+    // SAFETY: `device` is an out-pointer; without a current context the call fails cleanly.
+    let rc = unsafe { sys::cuCtxGetDevice(&mut device) };
+    Ok(if rc == sys::CUresult::CUDA_SUCCESS {
+        device.max(0) as usize
+    } else {
+        0
+    })
+}

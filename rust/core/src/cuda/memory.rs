@@ -1,0 +1,201 @@
+//! Memory the driver knows about: what kind a pointer is, device allocations, pinned host
+//! allocations, and the pinned bounce-buffer pool.
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::sys;
+
+use super::driver::{bind, check, ensure_driver};
+use crate::bounce::{BounceAllocator, BouncePool};
+use crate::error::{Error, Result};
+
+/// Where a pointer's memory lives, as the driver sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// Ordinary host memory, unknown to CUDA.
+    Host,
+    /// Page-locked host memory (cudaHostAlloc / cuMemHostRegister).
+    PinnedHost,
+    /// Device memory of GPU `ordinal`.
+    Device { ordinal: usize },
+    /// Managed (unified) memory associated with GPU `ordinal`.
+    Managed { ordinal: usize },
+}
+
+/// The kind of memory at `ptr`.
+pub fn memory_kind(ptr: u64) -> Result<MemoryKind> {
+    ensure_driver()?;
+    let mut mem_type: u32 = 0;
+    let mut ordinal: i32 = -1;
+    let mut managed: u32 = 0;
+    let mut attrs = [
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+    ];
+    let mut data: [*mut c_void; 3] = [
+        (&mut mem_type as *mut u32).cast(),
+        (&mut ordinal as *mut i32).cast(),
+        (&mut managed as *mut u32).cast(),
+    ];
+    // SAFETY: three attributes, each with an out-pointer of the documented type
+    // (CUmemorytype as u32, int, bool as u32), all valid for the call.
+    let rc = unsafe {
+        sys::cuPointerGetAttributes(
+            3,
+            attrs.as_mut_ptr(),
+            data.as_mut_ptr(),
+            ptr as sys::CUdeviceptr,
+        )
+    };
+    if rc == sys::CUresult::CUDA_ERROR_INVALID_VALUE {
+        return Ok(MemoryKind::Host); // memory the driver has never seen
+    }
+    check("cuPointerGetAttributes", rc)?;
+    let ordinal = ordinal.max(0) as usize;
+    Ok(if managed != 0 {
+        MemoryKind::Managed { ordinal }
+    } else if mem_type == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
+        MemoryKind::Device { ordinal }
+    } else if mem_type == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32 {
+        MemoryKind::PinnedHost
+    } else {
+        MemoryKind::Host
+    })
+}
+
+/// Device memory owned by kvikpy (freed on drop, with its device's context bound).
+#[derive(Debug)]
+pub struct DeviceAllocation {
+    ptr: sys::CUdeviceptr,
+    size: usize,
+    ordinal: usize,
+}
+
+impl DeviceAllocation {
+    /// Allocate `size` bytes (at least 1) on device `ordinal`.
+    pub fn new(ordinal: usize, size: usize) -> Result<Self> {
+        bind(ordinal)?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: the device's context is current; `ptr` is an out-pointer.
+        let rc = unsafe { sys::cuMemAlloc_v2(&mut ptr, size.max(1)) };
+        if rc == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            return Err(Error::InvalidArgument(format!(
+                "out of GPU memory allocating {size} bytes on cuda:{ordinal}; read a smaller \
+                 range or free GPU memory"
+            )));
+        }
+        check("cuMemAlloc", rc)?;
+        Ok(Self { ptr, size, ordinal })
+    }
+
+    /// Device address of the first byte.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+}
+
+impl Drop for DeviceAllocation {
+    fn drop(&mut self) {
+        // Never panic in a destructor: at interpreter exit the driver may already be gone,
+        // and then there is nothing left to free.
+        let _ = std::panic::catch_unwind(|| {
+            if bind(self.ordinal).is_ok() {
+                // SAFETY: `ptr` came from cuMemAlloc in this context and is freed only here.
+                let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
+            }
+        });
+    }
+}
+
+fn host_alloc(size: usize, flags: u32) -> Result<NonNull<u8>> {
+    bind(0)?;
+    let mut ptr: *mut c_void = std::ptr::null_mut();
+    // SAFETY: a context is current; `ptr` is an out-pointer. PORTABLE makes the memory
+    // pinned for every context, so any device can DMA from it.
+    check("cuMemHostAlloc", unsafe {
+        sys::cuMemHostAlloc(&mut ptr, size.max(1), flags | sys::CU_MEMHOSTALLOC_PORTABLE)
+    })?;
+    NonNull::new(ptr.cast())
+        .ok_or_else(|| Error::InvalidArgument("cuMemHostAlloc returned NULL".into()))
+}
+
+fn host_free(ptr: NonNull<u8>) {
+    let _ = std::panic::catch_unwind(|| {
+        if bind(0).is_ok() {
+            // SAFETY: `ptr` came from cuMemHostAlloc and is freed exactly once, here.
+            let _ = unsafe { sys::cuMemFreeHost(ptr.as_ptr().cast()) };
+        }
+    });
+}
+
+/// Page-locked host memory owned by kvikpy (for `device="cpu"` reads and stream flags).
+#[derive(Debug)]
+pub struct PinnedHostAllocation {
+    ptr: NonNull<u8>,
+    size: usize,
+}
+
+// SAFETY: plain memory exclusively owned by this value.
+unsafe impl Send for PinnedHostAllocation {}
+// SAFETY: shared access only exposes the address.
+unsafe impl Sync for PinnedHostAllocation {}
+
+impl PinnedHostAllocation {
+    /// Allocate `size` bytes of pinned, page-aligned host memory.
+    pub fn new(size: usize) -> Result<Self> {
+        Ok(Self {
+            ptr: host_alloc(size, 0)?,
+            size,
+        })
+    }
+
+    /// Address of the first byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+}
+
+impl Drop for PinnedHostAllocation {
+    fn drop(&mut self) {
+        host_free(self.ptr);
+    }
+}
+
+/// Pinned, page-aligned bounce buffers: the driver DMAs straight from them, and O_DIRECT
+/// reads land in them with no further copy.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PinnedAllocator;
+
+impl BounceAllocator for PinnedAllocator {
+    fn allocate(&self, size: usize) -> Result<NonNull<u8>> {
+        host_alloc(size, 0)
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, _size: usize) {
+        host_free(ptr);
+    }
+}
+
+/// The process-wide pool of pinned bounce buffers for device transfers.
+pub fn pinned_pool() -> &'static Arc<BouncePool> {
+    static POOL: OnceLock<Arc<BouncePool>> = OnceLock::new();
+    POOL.get_or_init(|| BouncePool::new(PinnedAllocator))
+}

@@ -1,0 +1,21 @@
+//! CUDA through the driver API, loaded at run time: nothing here needs CUDA to build, and
+//! every entry point reports `CudaUnavailable` instead of failing where no driver exists.
+//!
+//! All raw driver calls of the engine live in this module's files; each binds the right
+//! device's primary context first (the one CuPy, PyTorch and JAX use), on whatever thread
+//! it runs, destructors included.
+
+mod driver;
+mod memory;
+mod stream;
+
+pub use driver::{
+    available, bind, check, current_device, device_count, ensure_driver, unavailable_reason,
+};
+pub use memory::{
+    memory_kind, pinned_pool, DeviceAllocation, MemoryKind, PinnedAllocator, PinnedHostAllocation,
+};
+pub use stream::{
+    copy_dtoh, copy_htod, record_and_wait, record_raw, sync_stream_raw, thread_stream,
+    wait_event_raw, HostFlag, StreamEvent, StreamHandle, ThreadEvents,
+};

@@ -1,0 +1,226 @@
+//! Device reads and writes through pinned bounce buffers, double-buffered per task so the
+//! file I/O of one chunk overlaps the DMA of the previous one.
+//!
+//! Each chunk is staged at the same offset modulo 4 KiB as its file offset, so with
+//! `auto_direct_io_*` its aligned middle moves by O_DIRECT straight into or out of the
+//! pinned buffer, with no further copy.
+
+use crate::bounce::BounceBuffer;
+use crate::cuda::{self, StreamHandle, ThreadEvents};
+use crate::error::Result;
+use crate::file::OpenFile;
+use crate::io::{transfer, Direction};
+use crate::memory::{DeviceSpan, HostSpan};
+use crate::settings::Settings;
+use crate::tasks::{align_up, DIRECT_IO_ALIGNMENT};
+
+/// Chunks per task the pipeline aims for: enough to overlap, few enough to keep each DMA
+/// large.
+const CHUNKS_PER_TASK: usize = 4;
+/// Smallest chunk worth a DMA of its own.
+const MIN_CHUNK: usize = 1 << 20;
+
+/// Size of every pinned bounce buffer: the setting rounded up, plus room for the
+/// alignment shift.
+pub fn pinned_buffer_size(settings: &Settings) -> usize {
+    align_up(settings.bounce_buffer_size as u64, DIRECT_IO_ALIGNMENT) as usize + DIRECT_IO_ALIGNMENT
+}
+
+fn chunk_size(len: usize, settings: &Settings) -> usize {
+    let cap = align_up(settings.bounce_buffer_size as u64, DIRECT_IO_ALIGNMENT) as usize;
+    let wanted = align_up(len.div_ceil(CHUNKS_PER_TASK) as u64, DIRECT_IO_ALIGNMENT) as usize;
+    wanted.max(MIN_CHUNK).min(cap).max(1)
+}
+
+/// Waits for the stream on every exit path, so no DMA still reads or writes a bounce
+/// buffer when it goes back to the pool. Declared after the buffers: dropped first.
+struct DrainOnExit(StreamHandle);
+
+impl Drop for DrainOnExit {
+    fn drop(&mut self) {
+        let _ = cuda::sync_stream_raw(self.0);
+    }
+}
+
+/// Move `span.len()` bytes between the file at `offset` and device memory.
+pub fn transfer_device(
+    file: &OpenFile,
+    direction: Direction,
+    span: DeviceSpan,
+    offset: u64,
+    settings: &Settings,
+) -> Result<usize> {
+    if span.len == 0 {
+        return Ok(0);
+    }
+    let (stream, events) = cuda::thread_stream(span.ordinal)?;
+    let chunk = chunk_size(span.len, settings);
+    let pool = cuda::pinned_pool();
+    let size = pinned_buffer_size(settings);
+    let count = if span.len > chunk { 2 } else { 1 };
+    let mut buffers: Vec<BounceBuffer> = (0..count)
+        .map(|_| pool.acquire(size))
+        .collect::<Result<_>>()?;
+    let drain = DrainOnExit(stream);
+    let result = match direction {
+        Direction::Read => read(
+            file,
+            span,
+            offset,
+            settings,
+            chunk,
+            &mut buffers,
+            stream,
+            events,
+        ),
+        Direction::Write => write(
+            file,
+            span,
+            offset,
+            settings,
+            chunk,
+            &mut buffers,
+            stream,
+            events,
+        ),
+    };
+    drop(drain);
+    result
+}
+
+fn stage(buffer: &mut BounceBuffer, file_offset: u64, len: usize) -> HostSpan {
+    let shift = (file_offset % DIRECT_IO_ALIGNMENT as u64) as usize;
+    HostSpan::from_slice(buffer.as_mut_slice()).sub(shift, len)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn read(
+    file: &OpenFile,
+    span: DeviceSpan,
+    offset: u64,
+    settings: &Settings,
+    chunk: usize,
+    buffers: &mut [BounceBuffer],
+    stream: StreamHandle,
+    events: ThreadEvents,
+) -> Result<usize> {
+    let mut in_flight = [false; 2];
+    let mut done = 0usize;
+    let mut k = 0usize;
+    while done < span.len {
+        let slot = k % buffers.len();
+        if in_flight[slot] {
+            cuda::wait_event_raw(events.0[slot])?; // its previous DMA has drained
+        }
+        let len = chunk.min(span.len - done);
+        let at = offset + done as u64;
+        let staged = stage(&mut buffers[slot], at, len);
+        let got = transfer(file, Direction::Read, staged, at, settings)?;
+        if got > 0 {
+            // SAFETY: `staged` is pinned memory we hold until the stream has drained (the
+            // event wait above, or DrainOnExit); the destination lies inside `span`.
+            unsafe { cuda::copy_htod(span.ptr + done as u64, staged.as_ptr(), got, stream)? };
+            cuda::record_raw(events.0[slot], stream)?;
+            in_flight[slot] = true;
+        }
+        done += got;
+        k += 1;
+        if got < len {
+            break; // end of file
+        }
+    }
+    cuda::sync_stream_raw(stream)?;
+    Ok(done)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write(
+    file: &OpenFile,
+    span: DeviceSpan,
+    offset: u64,
+    settings: &Settings,
+    chunk: usize,
+    buffers: &mut [BounceBuffer],
+    stream: StreamHandle,
+    events: ThreadEvents,
+) -> Result<usize> {
+    let chunks = span.len.div_ceil(chunk);
+    let bounds = |k: usize| {
+        let start = k * chunk;
+        (start, chunk.min(span.len - start))
+    };
+    let fetch = |k: usize, buffers: &mut [BounceBuffer]| -> Result<()> {
+        let (start, len) = bounds(k);
+        let slot = k % buffers.len();
+        let staged = stage(&mut buffers[slot], offset + start as u64, len);
+        // SAFETY: `staged` is pinned memory we hold until the stream drains; the source
+        // lies inside `span`.
+        unsafe { cuda::copy_dtoh(staged.as_ptr(), span.ptr + start as u64, len, stream)? };
+        cuda::record_raw(events.0[slot], stream)
+    };
+    fetch(0, buffers)?;
+    let mut done = 0usize;
+    for k in 0..chunks {
+        if k + 1 < chunks {
+            fetch(k + 1, buffers)?; // overlaps the pwrite below
+        }
+        let slot = k % buffers.len();
+        cuda::wait_event_raw(events.0[slot])?;
+        let (start, len) = bounds(k);
+        let at = offset + start as u64;
+        let staged = stage(&mut buffers[slot], at, len);
+        done += transfer(file, Direction::Write, staged, at, settings)?;
+    }
+    Ok(done)
+}
+
+/// Start a stream-ordered transfer: it begins after the work queued on `stream` so far,
+/// and work queued on `stream` afterwards sees its bytes (reads) or may reuse the buffer
+/// (writes).
+///
+/// The ordering is enforced on the GPU, not by blocking the caller: an event recorded on
+/// `stream` tells the worker when earlier work is done, and `stream` itself waits
+/// (`cuStreamWaitValue32`) on a host flag the worker sets when it has finished, whatever
+/// the outcome. Where the device cannot wait on host memory, the transfer runs at once in
+/// the calling thread after synchronising the event (kvikio's behaviour).
+pub fn submit_stream_ordered(
+    handle: &crate::FileHandle,
+    direction: Direction,
+    span: DeviceSpan,
+    file_offset: u64,
+    stream: StreamHandle,
+    keepalive: Option<Box<dyn std::any::Any + Send>>,
+) -> Result<crate::IoFuture> {
+    let settings = crate::settings::current()?;
+    let file = handle.get()?;
+    let span = match direction {
+        Direction::Read => {
+            file.check_readable()?;
+            let available = file.size()?.saturating_sub(file_offset);
+            span.sub(0, (span.len as u64).min(available) as usize)
+        }
+        Direction::Write => {
+            file.check_writable()?;
+            span
+        }
+    };
+    let before = cuda::StreamEvent::record(span.ordinal, stream)?;
+    let flag = cuda::HostFlag::enqueue_wait(span.ordinal, stream)?;
+    let asynchronous = flag.is_some();
+    let job = move || -> Result<usize> {
+        let _flag = flag; // released when the job ends, on every path
+        before.synchronize()?;
+        transfer_device(&file, direction, span, file_offset, &settings)
+    };
+    if !asynchronous {
+        return Ok(crate::IoFuture::ready(
+            crate::future::run_caught(job),
+            keepalive,
+        ));
+    }
+    let pool = crate::pool::pool(settings.num_threads)?;
+    let (future, mut reporters) = crate::IoFuture::new(1, keepalive);
+    let reporter = reporters.pop().expect("one reporter");
+    pool.spawn(move || reporter.report(crate::future::run_caught(job)));
+    Ok(future)
+}

@@ -1,0 +1,30 @@
+//! What CUDA is present: availability, device count, the current device.
+
+use pyo3::prelude::*;
+
+use crate::blocking::without_gil;
+use crate::errors::BindResult;
+
+/// Whether a CUDA driver loaded and reports at least one GPU.
+#[pyfunction]
+pub fn cuda_available(py: Python<'_>) -> bool {
+    py.detach(kvikpy_core::cuda::available)
+}
+
+/// Number of CUDA GPUs (0 without a driver).
+#[pyfunction]
+pub fn device_count(py: Python<'_>) -> usize {
+    py.detach(kvikpy_core::cuda::device_count)
+}
+
+/// Why CUDA is unavailable, or None.
+#[pyfunction]
+pub fn cuda_unavailable_reason(py: Python<'_>) -> Option<String> {
+    py.detach(kvikpy_core::cuda::unavailable_reason)
+}
+
+/// The device of the calling thread's current CUDA context, or 0 if none is current.
+#[pyfunction]
+pub fn current_device(py: Python<'_>) -> BindResult<usize> {
+    without_gil(py, kvikpy_core::cuda::current_device)
+}

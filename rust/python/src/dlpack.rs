@@ -1,0 +1,243 @@
+//! DLPack both ways: reading the tensor inside a producer's capsule (intake), and exporting
+//! kvikpy memory as versioned or legacy capsules whose deleters may run on any thread,
+//! without the GIL, even at interpreter exit.
+
+use std::any::Any;
+use std::ffi::{c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use dlpark::ffi::{
+    DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned,
+    DLPackVersion, DLTensor,
+};
+use dlpark::DlpackFlags;
+use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+const VERSIONED: &CStr = c"dltensor_versioned";
+const LEGACY: &CStr = c"dltensor";
+
+/// `kDLCPU`.
+pub const DEVICE_CPU: i32 = 1;
+/// `kDLCUDA`.
+pub const DEVICE_CUDA: i32 = 2;
+/// `kDLCUDAHost`.
+pub const DEVICE_CUDA_HOST: i32 = 3;
+/// `kDLCUDAManaged`.
+pub const DEVICE_CUDA_MANAGED: i32 = 13;
+
+/// What a producer's capsule describes.
+#[derive(Debug, Clone, Copy)]
+pub struct Imported {
+    pub ptr: u64,
+    pub nbytes: usize,
+    pub device_type: i32,
+    pub device_id: i32,
+    pub read_only: bool,
+}
+
+fn tensor_bytes(t: &DLTensor) -> PyResult<(usize, bool)> {
+    let ndim = usize::try_from(t.ndim).map_err(|_| PyValueError::new_err("negative ndim"))?;
+    let shape: &[i64] = if ndim == 0 || t.shape.is_null() {
+        &[]
+    } else {
+        // SAFETY: DLPack guarantees `shape` points to `ndim` int64s while the capsule lives.
+        unsafe { std::slice::from_raw_parts(t.shape, ndim) }
+    };
+    let itemsize = (t.dtype.bits as usize * t.dtype.lanes as usize).div_ceil(8);
+    let count: usize = shape.iter().map(|&d| d.max(0) as usize).product();
+    let contiguous = if t.strides.is_null() || ndim == 0 {
+        true
+    } else {
+        // SAFETY: as for `shape`.
+        let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
+        let mut expected = 1i64;
+        let mut ok = true;
+        for i in (0..ndim).rev() {
+            if shape[i] != 1 && strides[i] != expected {
+                ok = false;
+            }
+            expected *= shape[i].max(1);
+        }
+        ok || count == 0
+    };
+    Ok((count * itemsize, contiguous))
+}
+
+/// Read the tensor description out of a `dltensor` or `dltensor_versioned` capsule
+/// without consuming it (the capsule keeps ownership and frees the tensor when it dies).
+pub fn inspect(capsule: &Bound<'_, PyAny>) -> PyResult<Imported> {
+    let raw = capsule.as_ptr();
+    // SAFETY: IsValid only inspects the object; it accepts any object.
+    let (tensor, read_only) = if unsafe { ffi::PyCapsule_IsValid(raw, VERSIONED.as_ptr()) } == 1 {
+        // SAFETY: the capsule is valid with this name, so it holds a DLManagedTensorVersioned.
+        let m = unsafe {
+            &*ffi::PyCapsule_GetPointer(raw, VERSIONED.as_ptr()).cast::<DLManagedTensorVersioned>()
+        };
+        (m.dl_tensor, m.flags.contains(DlpackFlags::READ_ONLY))
+    } else if unsafe { ffi::PyCapsule_IsValid(raw, LEGACY.as_ptr()) } == 1 {
+        // SAFETY: as above for the legacy struct.
+        let m =
+            unsafe { &*ffi::PyCapsule_GetPointer(raw, LEGACY.as_ptr()).cast::<DLManagedTensor>() };
+        (m.dl_tensor, false)
+    } else {
+        return Err(PyBufferError::new_err(
+            "__dlpack__ returned something that is not an unconsumed DLPack capsule",
+        ));
+    };
+    let (nbytes, contiguous) = tensor_bytes(&tensor)?;
+    if !contiguous {
+        return Err(PyValueError::new_err(
+            "the array is not contiguous; pass a contiguous array (e.g. x.contiguous() in \
+             torch, cupy.ascontiguousarray(x))",
+        ));
+    }
+    Ok(Imported {
+        ptr: tensor.data as u64 + tensor.byte_offset,
+        nbytes,
+        device_type: tensor.device.device_type.0 as i32,
+        device_id: tensor.device.device_id,
+        read_only,
+    })
+}
+
+/// What an export keeps alive, and the arrays its DLTensor points into.
+struct ExportContext {
+    _owner: Box<dyn Any + Send>,
+    shape: Vec<i64>,
+    strides: Vec<i64>,
+}
+
+/// Description of memory to export.
+pub struct Export {
+    pub ptr: u64,
+    pub device_type: i32,
+    pub device_id: i32,
+    pub code: u8,
+    pub bits: u8,
+    pub shape: Vec<i64>,
+    pub owner: Box<dyn Any + Send>,
+}
+
+fn tensor_of(ctx: &mut ExportContext, export: &Export) -> DLTensor {
+    DLTensor {
+        data: export.ptr as *mut c_void,
+        device: DLDevice {
+            device_type: DLDeviceType(export.device_type as u32),
+            device_id: export.device_id,
+        },
+        ndim: ctx.shape.len() as i32,
+        dtype: DLDataType {
+            code: DLDataTypeCode(export.code),
+            bits: export.bits,
+            lanes: 1,
+        },
+        shape: ctx.shape.as_mut_ptr(),
+        strides: ctx.strides.as_mut_ptr(),
+        byte_offset: 0,
+    }
+}
+
+fn context(export: Export) -> (Box<ExportContext>, Export) {
+    let shape = export.shape.clone();
+    let mut strides = vec![1i64; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1].max(1);
+    }
+    let placeholder = Export {
+        owner: Box::new(()),
+        shape: Vec::new(),
+        ..export
+    };
+    (
+        Box::new(ExportContext {
+            _owner: export.owner,
+            shape,
+            strides,
+        }),
+        placeholder,
+    )
+}
+
+unsafe extern "C" fn delete_versioned(tensor: *mut DLManagedTensorVersioned) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if tensor.is_null() {
+            return;
+        }
+        // SAFETY: `tensor` was created by `Box::into_raw` in `to_capsule` and its deleter is
+        // called exactly once (by the consumer, or by the capsule destructor if unconsumed).
+        let tensor = unsafe { Box::from_raw(tensor) };
+        // SAFETY: `manager_ctx` is the `Box<ExportContext>` leaked alongside it.
+        drop(unsafe { Box::from_raw(tensor.manager_ctx.cast::<ExportContext>()) });
+    }));
+}
+
+unsafe extern "C" fn delete_legacy(tensor: *mut DLManagedTensor) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if tensor.is_null() {
+            return;
+        }
+        // SAFETY: as in `delete_versioned`, for the legacy struct.
+        let tensor = unsafe { Box::from_raw(tensor) };
+        // SAFETY: as in `delete_versioned`.
+        drop(unsafe { Box::from_raw(tensor.manager_ctx.cast::<ExportContext>()) });
+    }));
+}
+
+unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
+    // A consumer renames the capsule ("used_dltensor...") when it takes ownership; only an
+    // unconsumed capsule still owns its tensor.
+    // SAFETY: called by Python with the GIL held on a capsule we created.
+    unsafe {
+        if ffi::PyCapsule_IsValid(capsule, VERSIONED.as_ptr()) == 1 {
+            let t = ffi::PyCapsule_GetPointer(capsule, VERSIONED.as_ptr());
+            delete_versioned(t.cast());
+        } else if ffi::PyCapsule_IsValid(capsule, LEGACY.as_ptr()) == 1 {
+            let t = ffi::PyCapsule_GetPointer(capsule, LEGACY.as_ptr());
+            delete_legacy(t.cast());
+        }
+    }
+}
+
+/// Export `export` as a DLPack capsule: versioned (DLPack 1.x) when `versioned`, else
+/// legacy. The capsule owns `export.owner` until the consumer's deleter call (or the
+/// capsule's death if never consumed).
+pub fn to_capsule(py: Python<'_>, export: Export, versioned: bool) -> PyResult<Py<PyAny>> {
+    let (mut ctx, export) = context(export);
+    let tensor = tensor_of(&mut ctx, &export);
+    let ctx = Box::into_raw(ctx).cast::<c_void>();
+    let (ptr, name) = if versioned {
+        let managed = Box::new(DLManagedTensorVersioned {
+            version: DLPackVersion { major: 1, minor: 0 },
+            manager_ctx: ctx,
+            deleter: Some(delete_versioned),
+            flags: DlpackFlags::empty(),
+            dl_tensor: tensor,
+        });
+        (Box::into_raw(managed).cast::<c_void>(), VERSIONED)
+    } else {
+        let managed = Box::new(DLManagedTensor {
+            dl_tensor: tensor,
+            manager_ctx: ctx,
+            deleter: Some(delete_legacy),
+        });
+        (Box::into_raw(managed).cast::<c_void>(), LEGACY)
+    };
+    // SAFETY: `ptr` is a live boxed managed tensor; `name` is a static C string; the
+    // destructor frees the tensor unless a consumer took ownership.
+    let capsule = unsafe { ffi::PyCapsule_New(ptr, name.as_ptr(), Some(destroy_capsule)) };
+    if capsule.is_null() {
+        // SAFETY: the capsule was not created, so nobody else will free the tensor.
+        unsafe {
+            if versioned {
+                delete_versioned(ptr.cast());
+            } else {
+                delete_legacy(ptr.cast());
+            }
+        }
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: PyCapsule_New returned a new reference.
+    Ok(unsafe { Bound::from_owned_ptr(py, capsule) }.unbind())
+}

@@ -1,0 +1,463 @@
+//! `_lib.Buffer`: memory kvikpy allocated (GPU, pinned host or plain host), with its
+//! dtype and shape, exported through DLPack, `__cuda_array_interface__` and the buffer
+//! protocol.
+
+use std::alloc::Layout;
+use std::ffi::{c_int, c_void, CString};
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+
+use kvikpy_core::cuda::{self, DeviceAllocation, PinnedHostAllocation, StreamEvent};
+use kvikpy_core::{DeviceSpan, HostSpan, Span};
+use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::blocking::without_gil;
+use crate::dlpack::{self, Export, DEVICE_CPU, DEVICE_CUDA};
+
+const HOST_ALIGNMENT: usize = 4096;
+
+/// Page-aligned ordinary host memory (when no CUDA driver can pin it).
+struct AlignedHost {
+    ptr: NonNull<u8>,
+    size: usize,
+}
+
+// SAFETY: plain memory exclusively owned by this value.
+unsafe impl Send for AlignedHost {}
+// SAFETY: shared access only exposes the address.
+unsafe impl Sync for AlignedHost {}
+
+impl AlignedHost {
+    fn new(size: usize) -> PyResult<Self> {
+        let layout = Layout::from_size_align(size.max(1), HOST_ALIGNMENT)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| {
+            pyo3::exceptions::PyMemoryError::new_err(format!("could not allocate {size} bytes"))
+        })?;
+        Ok(Self { ptr, size })
+    }
+}
+
+impl Drop for AlignedHost {
+    fn drop(&mut self) {
+        let layout =
+            Layout::from_size_align(self.size.max(1), HOST_ALIGNMENT).expect("valid at alloc");
+        // SAFETY: allocated in `new` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) }
+    }
+}
+
+enum Memory {
+    Device(DeviceAllocation),
+    Pinned(PinnedHostAllocation),
+    Host(AlignedHost),
+}
+
+/// The allocation behind one or more `Buffer` views; freed when the last view, export or
+/// running operation lets go of it.
+pub struct Storage {
+    memory: Memory,
+    /// Set when bytes land in stream order: consumers must wait for it.
+    ready: Mutex<Option<StreamEvent>>,
+}
+
+impl Storage {
+    fn base(&self) -> u64 {
+        match &self.memory {
+            Memory::Device(d) => d.ptr(),
+            Memory::Pinned(p) => p.as_ptr() as u64,
+            Memory::Host(h) => h.ptr.as_ptr() as u64,
+        }
+    }
+
+    fn ordinal(&self) -> Option<usize> {
+        match &self.memory {
+            Memory::Device(d) => Some(d.ordinal()),
+            _ => None,
+        }
+    }
+
+    /// Record that the bytes land when `stream` reaches this point.
+    pub fn set_ready(&self, event: StreamEvent) {
+        *self.ready.lock().unwrap_or_else(|e| e.into_inner()) = Some(event);
+    }
+
+    fn wait_ready_on(&self, stream: Option<usize>) -> kvikpy_core::Result<()> {
+        let guard = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        match (guard.as_ref(), stream) {
+            (None, _) => Ok(()),
+            (Some(event), Some(s)) => event.make_wait(s),
+            (Some(event), None) => event.synchronize(),
+        }
+    }
+}
+
+/// A block of memory filled by kvikpy: GPU memory, or host memory (pinned when CUDA is
+/// present).
+///
+/// Hand it to PyTorch, CuPy, JAX or numpy without a copy: ``torch.from_dlpack(buf)``,
+/// ``cupy.from_dlpack(buf)``, ``numpy.from_dlpack(buf)`` (host buffers), or through
+/// ``__cuda_array_interface__``. Exports keep the memory alive. A ``Buffer`` is also a
+/// valid destination for ``CuFile.read``.
+#[pyclass(module = "kvikpy._lib", frozen)]
+pub struct Buffer {
+    storage: Arc<Storage>,
+    offset: usize,
+    nbytes: usize,
+    typestr: String,
+    code: u8,
+    bits: u8,
+    shape: Vec<i64>,
+}
+
+impl Buffer {
+    fn ptr(&self) -> u64 {
+        self.storage.base() + self.offset as u64
+    }
+
+    /// The memory as an engine span, and the owner to keep alive while it is used.
+    pub fn span(&self) -> (Span, Arc<Storage>) {
+        let span = match self.storage.ordinal() {
+            Some(ordinal) => Span::Device(DeviceSpan {
+                ptr: self.ptr(),
+                len: self.nbytes,
+                ordinal,
+            }),
+            // SAFETY: the storage is host memory of at least offset + nbytes bytes, kept
+            // alive by the returned Arc for as long as the caller uses the span.
+            None => Span::Host(unsafe { HostSpan::new(self.ptr() as *mut u8, self.nbytes) }),
+        };
+        (span, Arc::clone(&self.storage))
+    }
+
+    fn dlpack_device(&self) -> (i32, i32) {
+        match self.storage.ordinal() {
+            Some(o) => (DEVICE_CUDA, o as i32),
+            None => (DEVICE_CPU, 0),
+        }
+    }
+}
+
+fn stream_arg(stream: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i64>> {
+    match stream {
+        None => Ok(None),
+        Some(s) if s.is_none() => Ok(None),
+        Some(s) => Ok(Some(s.extract::<i64>()?)),
+    }
+}
+
+#[pymethods]
+impl Buffer {
+    /// Allocate `nbytes` on CUDA device `ordinal`, or on the host when `ordinal` is -1
+    /// (pinned when `pinned`).
+    #[staticmethod]
+    fn allocate(py: Python<'_>, nbytes: usize, ordinal: i64, pinned: bool) -> PyResult<Self> {
+        let memory = if ordinal >= 0 {
+            let ordinal = ordinal as usize;
+            Memory::Device(without_gil(py, move || {
+                DeviceAllocation::new(ordinal, nbytes)
+            })?)
+        } else if pinned {
+            Memory::Pinned(without_gil(py, move || PinnedHostAllocation::new(nbytes))?)
+        } else {
+            Memory::Host(AlignedHost::new(nbytes)?)
+        };
+        Ok(Self {
+            storage: Arc::new(Storage {
+                memory,
+                ready: Mutex::new(None),
+            }),
+            offset: 0,
+            nbytes,
+            typestr: "|u1".into(),
+            code: 1,
+            bits: 8,
+            shape: vec![nbytes as i64],
+        })
+    }
+
+    /// A view of the same memory with another dtype and shape (same byte size), or of the
+    /// bytes `[offset, offset + nbytes)`.
+    #[pyo3(signature = (typestr, code, bits, shape, offset=0, nbytes=None))]
+    fn view(
+        &self,
+        typestr: String,
+        code: u8,
+        bits: u8,
+        shape: Vec<i64>,
+        offset: usize,
+        nbytes: Option<usize>,
+    ) -> PyResult<Self> {
+        let nbytes = nbytes.unwrap_or(self.nbytes.saturating_sub(offset));
+        if offset
+            .checked_add(nbytes)
+            .is_none_or(|end| end > self.nbytes)
+        {
+            return Err(PyValueError::new_err(format!(
+                "view of bytes [{offset}, {}) is outside a buffer of {} bytes",
+                offset.saturating_add(nbytes),
+                self.nbytes
+            )));
+        }
+        let count: i64 = shape.iter().product();
+        let itemsize = (bits as usize).div_ceil(8);
+        if shape.iter().any(|&d| d < 0) || count as usize * itemsize != nbytes {
+            return Err(PyValueError::new_err(format!(
+                "shape {shape:?} of {itemsize}-byte items needs {} bytes, but the view has {nbytes}",
+                count.max(0) as usize * itemsize
+            )));
+        }
+        Ok(Self {
+            storage: Arc::clone(&self.storage),
+            offset: self.offset + offset,
+            nbytes,
+            typestr,
+            code,
+            bits,
+            shape,
+        })
+    }
+
+    /// Address of the first byte.
+    #[getter(ptr)]
+    fn get_ptr(&self) -> u64 {
+        self.ptr()
+    }
+
+    /// Size in bytes.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.nbytes
+    }
+
+    /// ``"cuda:N"`` or ``"cpu"``.
+    #[getter]
+    fn device(&self) -> String {
+        match self.storage.ordinal() {
+            Some(o) => format!("cuda:{o}"),
+            None => "cpu".into(),
+        }
+    }
+
+    /// Whether host memory is page-locked (pinned).
+    #[getter]
+    fn is_pinned(&self) -> bool {
+        matches!(self.storage.memory, Memory::Pinned(_))
+    }
+
+    /// The numpy-style type string (``"<f4"``...).
+    #[getter]
+    fn typestr(&self) -> &str {
+        &self.typestr
+    }
+
+    /// The shape.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.shape)
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        self.dlpack_device()
+    }
+
+    /// Export as a DLPack capsule (the array API's ``__dlpack__`` protocol).
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__(
+        &self,
+        py: Python<'_>,
+        stream: Option<&Bound<'_, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let here = self.dlpack_device();
+        if let Some(wanted) = dl_device {
+            if wanted != here {
+                return Err(PyBufferError::new_err(format!(
+                    "this buffer lives on DLPack device {here:?} and kvikpy does not copy \
+                     across devices on export (asked for {wanted:?})"
+                )));
+            }
+        }
+        if copy == Some(true) {
+            return Err(PyBufferError::new_err(
+                "kvikpy buffers are exported without copying; copy=True is not supported",
+            ));
+        }
+        let stream = stream_arg(stream)?;
+        match (self.storage.ordinal(), stream) {
+            (None, Some(s)) => {
+                return Err(PyBufferError::new_err(format!(
+                    "stream={s} was given for a host buffer; pass stream=None"
+                )))
+            }
+            (Some(_), Some(-1)) => {}
+            (Some(_), s) => {
+                // None means the legacy default stream (DLPack's rule for CUDA).
+                let target = s.unwrap_or(1) as usize;
+                let storage = Arc::clone(&self.storage);
+                without_gil(py, move || storage.wait_ready_on(Some(target)))?;
+            }
+            (None, None) => {}
+        }
+        let versioned = max_version.is_some_and(|(major, _)| major >= 1);
+        let export = Export {
+            ptr: self.ptr(),
+            device_type: here.0,
+            device_id: here.1,
+            code: self.code,
+            bits: self.bits,
+            shape: self.shape.clone(),
+            owner: Box::new(Arc::clone(&self.storage)),
+        };
+        dlpack::to_capsule(py, export, versioned)
+    }
+
+    /// The CUDA Array Interface (version 3) of a GPU buffer.
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if self.storage.ordinal().is_none() {
+            return Err(pyo3::exceptions::PyAttributeError::new_err(
+                "host buffers have no __cuda_array_interface__; use numpy.asarray(buf)",
+            ));
+        }
+        let storage = Arc::clone(&self.storage);
+        without_gil(py, move || storage.wait_ready_on(None))?;
+        let d = PyDict::new(py);
+        d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
+        d.set_item("typestr", &self.typestr)?;
+        d.set_item("data", (self.ptr(), false))?;
+        d.set_item("version", 3)?;
+        d.set_item("strides", py.None())?;
+        d.set_item("stream", py.None())?;
+        Ok(d)
+    }
+
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut pyo3::ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        let this = slf.get();
+        if this.storage.ordinal().is_some() {
+            return Err(PyBufferError::new_err(
+                "GPU buffers do not support the buffer protocol; use DLPack \
+                 (torch.from_dlpack, cupy.from_dlpack) or copy to a host buffer",
+            ));
+        }
+        if view.is_null() {
+            return Err(PyBufferError::new_err("view is NULL"));
+        }
+        let storage = Arc::clone(&this.storage);
+        without_gil(slf.py(), move || storage.wait_ready_on(None))?;
+        let itemsize = (this.bits as usize).div_ceil(8).max(1);
+        let format = CString::new(numpy_format(&this.typestr)).expect("no NUL");
+        let shape: Box<[isize]> = this.shape.iter().map(|&d| d as isize).collect();
+        let mut strides = vec![itemsize as isize; this.shape.len()];
+        for i in (0..this.shape.len().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * this.shape[i + 1] as isize;
+        }
+        let extras = Box::new(BufferExtras {
+            format,
+            shape,
+            strides: strides.into_boxed_slice(),
+        });
+        // SAFETY: `view` is the Py_buffer Python passed us to fill; every pointer we store
+        // stays valid until __releasebuffer__ (the extras box) or longer (the storage,
+        // kept alive by `view.obj`, a strong reference to this Buffer).
+        unsafe {
+            (*view).buf = this.ptr() as *mut c_void;
+            (*view).obj = slf.clone().into_any().into_ptr();
+            (*view).len = this.nbytes as isize;
+            (*view).readonly = 0;
+            (*view).itemsize = itemsize as isize;
+            (*view).ndim = this.shape.len() as c_int;
+            (*view).format = if flags & pyo3::ffi::PyBUF_FORMAT != 0 {
+                extras.format.as_ptr().cast_mut()
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).shape = if flags & pyo3::ffi::PyBUF_ND != 0 {
+                extras.shape.as_ptr().cast_mut()
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).strides = if flags & pyo3::ffi::PyBUF_STRIDES == pyo3::ffi::PyBUF_STRIDES {
+                extras.strides.as_ptr().cast_mut()
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = Box::into_raw(extras).cast();
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, view: *mut pyo3::ffi::Py_buffer) {
+        // SAFETY: `internal` holds the extras boxed in __getbuffer__, released once here.
+        unsafe {
+            let internal = (*view).internal;
+            if !internal.is_null() {
+                drop(Box::from_raw(internal.cast::<BufferExtras>()));
+                (*view).internal = std::ptr::null_mut();
+            }
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<kvikpy.Buffer {} bytes on {}{} dtype={} shape={:?}>",
+            self.nbytes,
+            self.device(),
+            if self.is_pinned() { " (pinned)" } else { "" },
+            self.typestr,
+            self.shape
+        )
+    }
+}
+
+/// Arrays a Py_buffer points into, owned by the view until released.
+struct BufferExtras {
+    format: CString,
+    shape: Box<[isize]>,
+    strides: Box<[isize]>,
+}
+
+/// The struct-module format of a numpy typestr (`"<f4"` -> `"<f"`).
+fn numpy_format(typestr: &str) -> String {
+    let (order, kind, size) = (
+        &typestr[..1],
+        typestr.as_bytes().get(1).copied().unwrap_or(b'u'),
+        typestr[2..].parse::<usize>().unwrap_or(1),
+    );
+    let code = match (kind, size) {
+        (b'b', _) => "?",
+        (b'i', 1) => "b",
+        (b'i', 2) => "h",
+        (b'i', 4) => "i",
+        (b'i', 8) => "q",
+        (b'u', 1) => "B",
+        (b'u', 2) => "H",
+        (b'u', 4) => "I",
+        (b'u', 8) => "Q",
+        (b'f', 2) => "e",
+        (b'f', 4) => "f",
+        (b'f', 8) => "d",
+        (b'c', 8) => "Zf",
+        (b'c', 16) => "Zd",
+        _ => "B",
+    };
+    let order = if order == "|" { "" } else { order };
+    format!("{order}{code}")
+}
+
+/// Stream-ordering helper used by `kvikpy.read(..., stream=...)`.
+pub fn mark_ready(storage: &Storage, ordinal: usize, stream: usize) -> kvikpy_core::Result<()> {
+    storage.set_ready(cuda::StreamEvent::record(ordinal, stream)?);
+    Ok(())
+}
