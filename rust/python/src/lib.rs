@@ -16,6 +16,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<file::FileHandle>()?;
     m.add_class::<future::Future>()?;
+    m.add_function(wrap_pyfunction!(future::wait_for_io, m)?)?;
     m.add_function(wrap_pyfunction!(settings::get_setting, m)?)?;
     m.add_function(wrap_pyfunction!(settings::set_settings, m)?)?;
     m.add_function(wrap_pyfunction!(settings::setting_names, m)?)?;
