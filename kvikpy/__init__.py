@@ -16,7 +16,9 @@
 
 from __future__ import annotations
 
-from kvikpy import defaults, numpy
+import atexit
+
+from kvikpy import _lib, defaults, numpy
 from kvikpy._api import cuda_available, device_count, read, write
 from kvikpy._lib import Buffer, __version__
 from kvikpy._lib import bounce_buffer_free as _bounce_buffer_free
@@ -61,3 +63,8 @@ def bounce_buffer_free() -> int:
     and return to the (now smaller) pool when those finish.
     """
     return int(_bounce_buffer_free())
+
+
+# I/O threads still finishing an operation at exit may call back into Python (callbacks,
+# buffer releases); let them finish before the interpreter is torn down.
+atexit.register(_lib.wait_for_io, 30.0)

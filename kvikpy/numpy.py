@@ -64,14 +64,20 @@ def fromfile(
             raise ValueError(f"count must be -1 (all) or non-negative, got {count}")
         n = available if count == -1 else min(count, available)
         out = np.empty((n,), dtype=dt) if like is None else np.empty((n,), dtype=dt, like=like)
-        f.read(out, size=n * dt.itemsize, file_offset=offset)
+        # A byte view reads every dtype, datetimes included (they export no buffer).
+        f.read(out.view(np.uint8), size=n * dt.itemsize, file_offset=offset)
     return out
 
 
 def tofile(ary: Any, file: str | os.PathLike[str]) -> None:
-    """Write ``ary``'s bytes to ``file``, replacing it, like ``ndarray.tofile``.
+    """Write ``ary`` to ``file`` in C order, replacing the file, like ``ndarray.tofile``.
 
-    ``ary`` must be contiguous; its bytes are written in memory order.
+    Arrays that are not C-contiguous (Fortran-ordered, strided) are copied to C order
+    first, as ``ndarray.tofile`` does; CuPy arrays stay on the GPU for that copy.
     """
+    if hasattr(ary, "__array_function__"):
+        ary = np.ascontiguousarray(ary, like=ary)
+        if ary.dtype.kind in "mM":
+            ary = ary.view(np.uint8)
     with CuFile(file, "w") as f:
         f.write(ary)

@@ -11,6 +11,25 @@ use crate::error::{Error, Result};
 
 type Callback = Box<dyn FnOnce() + Send>;
 
+/// Operations whose last task has not yet finished running callbacks and releasing the
+/// operation's memory. Lets a host process wait for them before it tears down (for
+/// Python: before the interpreter finalises, when a thread touching it would abort).
+static IN_FLIGHT: Mutex<usize> = Mutex::new(0);
+static ALL_IDLE: Condvar = Condvar::new();
+
+fn in_flight() -> std::sync::MutexGuard<'static, usize> {
+    IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Wait until no operation is in flight, at most `timeout`; whether none is.
+pub fn wait_idle(timeout: Duration) -> bool {
+    let guard = in_flight();
+    let (guard, _) = ALL_IDLE
+        .wait_timeout_while(guard, timeout, |n| *n > 0)
+        .unwrap_or_else(|e| e.into_inner());
+    *guard == 0
+}
+
 #[derive(Default)]
 struct Completion {
     done: bool,
@@ -44,6 +63,9 @@ impl IoFuture {
     /// A future expecting `tasks` reports, keeping `keepalive` alive until it and every
     /// reporter are gone. With zero tasks it is complete at once with 0 bytes.
     pub fn new(tasks: usize, keepalive: Option<Box<dyn Any + Send>>) -> (Self, Vec<TaskReporter>) {
+        if tasks > 0 {
+            *in_flight() += 1;
+        }
         let state = Arc::new(State {
             remaining: AtomicUsize::new(tasks),
             bytes: AtomicU64::new(0),
@@ -131,7 +153,7 @@ impl TaskReporter {
     /// runs the callbacks (outside the lock, in this thread).
     pub fn report(mut self, result: Result<usize>) {
         if let Some(state) = self.state.take() {
-            finish(&state, result);
+            finish_and_release(state, result);
         }
     }
 }
@@ -141,15 +163,30 @@ impl Drop for TaskReporter {
     // down, or every waiter would hang.
     fn drop(&mut self) {
         if let Some(state) = self.state.take() {
-            finish(
-                &state,
+            finish_and_release(
+                state,
                 Err(Error::Panic("an I/O task ended without reporting".into())),
             );
         }
     }
 }
 
-fn finish(state: &State, result: Result<usize>) {
+/// Report, drop this task's reference (possibly releasing the operation's memory), and
+/// only then count the operation out of flight.
+fn finish_and_release(state: Arc<State>, result: Result<usize>) {
+    let last = finish(&state, result);
+    drop(state);
+    if last {
+        let mut n = in_flight();
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            ALL_IDLE.notify_all();
+        }
+    }
+}
+
+/// Count one report; true if it was the last.
+fn finish(state: &State, result: Result<usize>) -> bool {
     match result {
         Ok(n) => {
             state.bytes.fetch_add(n as u64, Ordering::AcqRel);
@@ -160,7 +197,7 @@ fn finish(state: &State, result: Result<usize>) {
         }
     }
     if state.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
-        return;
+        return false;
     }
     let callbacks = {
         let mut c = state.completion.lock().unwrap_or_else(|e| e.into_inner());
@@ -171,6 +208,7 @@ fn finish(state: &State, result: Result<usize>) {
     for callback in callbacks {
         let _ = catch_unwind(AssertUnwindSafe(callback));
     }
+    true
 }
 
 /// Run `task` catching panics, turning one into [`Error::Panic`].
@@ -247,6 +285,19 @@ mod tests {
         let (f, reporters) = IoFuture::new(2, None);
         drop(reporters);
         assert!(matches!(f.wait(), Err(Error::Panic(_))));
+    }
+
+    #[test]
+    fn wait_idle_waits_for_operations_in_flight() {
+        let (_f, mut reporters) = IoFuture::new(1, None);
+        let reporter = reporters.pop().unwrap();
+        assert!(!wait_idle(Duration::from_millis(10)));
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            reporter.report(Ok(1));
+        });
+        assert!(wait_idle(Duration::from_secs(10)));
+        t.join().unwrap();
     }
 
     #[test]

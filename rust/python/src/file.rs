@@ -6,7 +6,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::blocking::without_gil;
-use crate::errors::BindResult;
+use crate::errors::{BindResult, EngineError};
 use crate::future::{Future, StreamFuture};
 use crate::intake::{file_offset, intake, Access, Intake};
 use crate::memory::{mark_ready, Buffer};
@@ -88,6 +88,7 @@ impl FileHandle {
         method: &str,
         alternative: &str,
     ) -> PyResult<usize> {
+        self.inner.get().map_err(EngineError)?;
         let taken = intake(buf, access(direction))?;
         taken.device_only(method, alternative)?;
         let taken = taken.select(dev_offset, size, "dev_offset")?;
@@ -110,6 +111,7 @@ impl FileHandle {
         method: &str,
         alternative: &str,
     ) -> PyResult<(StreamFuture, Option<usize>)> {
+        self.inner.get().map_err(EngineError)?;
         let taken = intake(buf, access(direction))?;
         taken.device_only(method, alternative)?;
         let taken = taken.select(dev_offset, size, "dev_offset")?;

@@ -98,3 +98,13 @@ impl StreamFuture {
         self.stream
     }
 }
+
+/// Wait (without the GIL) until no read or write is in flight, at most `timeout` seconds;
+/// whether none is. kvikpy registers this with `atexit`: I/O threads finishing an
+/// operation may still call back into Python (done-callbacks, releasing buffers), which
+/// must happen before the interpreter finalises.
+#[pyfunction]
+pub fn wait_for_io(py: Python<'_>, timeout: f64) -> bool {
+    let timeout = Duration::from_secs_f64(timeout.clamp(0.0, 1e6));
+    py.detach(|| kvikpy_core::future::wait_idle(timeout))
+}

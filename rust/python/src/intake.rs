@@ -8,11 +8,12 @@
 //! path and managed memory the device path.
 
 use std::any::Any;
+use std::mem::MaybeUninit;
 
 use kvikpy_core::cuda::{self, MemoryKind};
 use kvikpy_core::{DeviceSpan, HostSpan, Span};
-use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -141,28 +142,75 @@ pub fn intake(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Intake> {
     from_buffer_protocol(obj, access)
 }
 
+/// A buffer-protocol export, held for as long as an operation uses the memory: holding it
+/// pins the memory (numpy cannot free it, a bytearray cannot resize). Unlike pyo3's
+/// `PyBuffer` it accepts 0-dimensional exports (numpy scalars' arrays).
+struct HostExport {
+    view: Box<ffi::Py_buffer>,
+}
+
+// SAFETY: the view is only read after creation, and released once under the GIL in Drop.
+unsafe impl Send for HostExport {}
+// SAFETY: as above.
+unsafe impl Sync for HostExport {}
+
+impl HostExport {
+    fn get(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let mut view: Box<MaybeUninit<ffi::Py_buffer>> = Box::new(MaybeUninit::zeroed());
+        // SAFETY: `view` is a writable Py_buffer-sized allocation; on success Python fills
+        // it and we release it exactly once in Drop.
+        let rc =
+            unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), view.as_mut_ptr(), ffi::PyBUF_FULL_RO) };
+        if rc != 0 {
+            return Err(PyErr::fetch(obj.py()));
+        }
+        // SAFETY: PyObject_GetBuffer succeeded, so the view is initialised.
+        let view = unsafe { Box::from_raw(Box::into_raw(view).cast::<ffi::Py_buffer>()) };
+        Ok(Self { view })
+    }
+
+    fn readonly(&self) -> bool {
+        self.view.readonly != 0
+    }
+
+    fn contiguous(&self) -> bool {
+        // SAFETY: the view is a live export.
+        unsafe { ffi::PyBuffer_IsContiguous(&*self.view, b'A' as std::ffi::c_char) == 1 }
+    }
+}
+
+impl Drop for HostExport {
+    fn drop(&mut self) {
+        // After finalisation began there is nothing left to release to.
+        Python::try_attach(|_| {
+            // SAFETY: the view came from a successful PyObject_GetBuffer, released once.
+            unsafe { ffi::PyBuffer_Release(&mut *self.view) }
+        });
+    }
+}
+
 fn from_buffer_protocol(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Intake> {
-    let export = PyUntypedBuffer::get(obj).map_err(|_| {
+    let export = HostExport::get(obj).map_err(|_| {
         PyTypeError::new_err(format!(
-            "expected a buffer (bytearray, memoryview, numpy array, GPU array, \
-             kvikpy.Buffer...), got {}",
+            "{} exports no buffer; pass a bytearray, memoryview, numpy array (not of \
+             datetime/object dtype), a CUDA array (torch, CuPy, JAX) or a kvikpy.Buffer",
             type_name(obj)
         ))
     })?;
     if access == Access::Fill && export.readonly() {
         return Err(read_only_error(obj));
     }
-    if !export.is_c_contiguous() && !export.is_fortran_contiguous() {
+    if !export.contiguous() {
         return Err(PyValueError::new_err(format!(
             "the buffer ({}) is not contiguous; pass a contiguous array \
              (for numpy: numpy.ascontiguousarray(a), then copy back if you read into it)",
             type_name(obj)
         )));
     }
-    // SAFETY: the export guarantees `buf_ptr()..+len_bytes()` is valid contiguous memory
-    // (checked above) while `export` lives, and the export travels with the span as its
-    // keepalive into the operation's future. Writability was checked for Access::Fill.
-    let span = unsafe { HostSpan::new(export.buf_ptr().cast::<u8>(), export.len_bytes()) };
+    // SAFETY: the export guarantees `buf..buf+len` is valid contiguous memory (checked
+    // above) while `export` lives, and the export travels with the span as its keepalive
+    // into the operation's future. Writability was checked for Access::Fill.
+    let span = unsafe { HostSpan::new(export.view.buf.cast(), export.view.len as usize) };
     Ok(Intake {
         span: Span::Host(span),
         keepalive: Box::new(export),

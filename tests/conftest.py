@@ -1,0 +1,188 @@
+"""Shared fixtures and helpers of kvikpy's test suite.
+
+* Settings are process-global: ``_restore_settings`` (autouse) snapshots every setting
+  before each test and restores it afterwards, so no test leaks a change into another.
+* ``random_bytes(n, seed)`` and ``file_with(data)`` build random test data and files;
+  tests never use all-zero data, which would hide reads that did nothing.
+* ``run_python(code, env=...)`` runs code in a fresh interpreter, for everything the
+  engine reads only once per process (``KVIKIO_*`` variables) or that happens at exit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kvikpy
+from kvikpy import _lib
+
+PAGE = 4096
+
+
+def random_bytes(n: int, seed: int = 0) -> bytes:
+    """``n`` reproducible random bytes (never all zeros for n >= 16)."""
+    return np.random.default_rng(seed).bytes(n)
+
+
+def random_array(n: int, seed: int = 0) -> np.ndarray:
+    """A writable uint8 array of ``n`` reproducible random bytes."""
+    return np.frombuffer(bytearray(random_bytes(n, seed)), dtype=np.uint8)
+
+
+def write_file(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def o_direct_supported(path: Path) -> bool:
+    """Whether ``path`` (an existing file) can be opened with O_DIRECT, probed with os.open."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def aligned_array(n: int, offset: int = 0) -> np.ndarray:
+    """A uint8 array of ``n`` bytes whose data starts ``offset`` bytes past a page boundary."""
+    raw = np.empty(n + 2 * PAGE, dtype=np.uint8)
+    start = (-raw.ctypes.data) % PAGE + offset
+    out = raw[start : start + n]
+    assert n == 0 or out.ctypes.data % PAGE == offset % PAGE
+    return out
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` seconds pass; return its last value."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return predicate()
+        time.sleep(0.005)
+    return True
+
+
+def clean_env(**overrides: str) -> dict[str, str]:
+    """The current environment without any ``KVIKIO_*`` variable, plus ``overrides``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KVIKIO_")}
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy's BLAS threads: startup cost only
+    env.update(overrides)
+    return env
+
+
+def run_python(
+    code: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    **kwargs: object,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` with ``args`` in a fresh interpreter with ``clean_env(**env)``."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        check=False,
+        env=clean_env(**(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture(autouse=True)
+def _restore_settings() -> Iterator[None]:
+    """Snapshot every setting before the test and restore all of them afterwards."""
+    names = _lib.setting_names()
+    before = {name: kvikpy.defaults.get(name) for name in names}
+    yield
+    kvikpy.defaults.set(before)
+    after = {name: kvikpy.defaults.get(name) for name in names}
+    assert after == before
+
+
+@pytest.fixture(name="random_bytes")
+def _random_bytes_fixture() -> Callable[..., bytes]:
+    return random_bytes
+
+
+@pytest.fixture
+def file_with(tmp_path: Path) -> Callable[..., Path]:
+    """``file_with(data, name="data.bin")``: a file in ``tmp_path`` holding ``data``."""
+
+    def make(data: bytes, name: str = "data.bin") -> Path:
+        return write_file(tmp_path / name, data)
+
+    return make
+
+
+@pytest.fixture
+def tmpfs_dir(tmp_path: Path) -> Iterator[Path]:
+    """A fresh directory on tmpfs (/dev/shm); skips where there is none."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not _is_tmpfs(shm):
+        pytest.skip("/dev/shm is not a tmpfs here")
+    d = shm / f"kvikpy-test-{os.getpid()}-{tmp_path.name}"
+    d.mkdir()
+    try:
+        yield d
+    finally:
+        for p in d.iterdir():
+            p.unlink()
+        d.rmdir()
+
+
+def _is_tmpfs(path: Path) -> bool:
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.split()[1:3] == [str(path), "tmpfs"] for line in mounts)
+
+
+SLOW_READ_MIB = 32
+
+
+@pytest.fixture
+def slow_read(tmp_path: Path) -> tuple[Path, bytes]:
+    """A file, and settings under which reading it whole takes a while (~0.1 s or more).
+
+    One I/O thread, O_DIRECT reads staged through 4 KiB bounce buffers (when the
+    filesystem supports O_DIRECT; otherwise 4 KiB tasks). Read it into an unaligned
+    buffer (``aligned_array(n, 1)``) so every chunk goes through the bounce buffer.
+    The autouse fixture restores the settings afterwards.
+    """
+    data = random_bytes(SLOW_READ_MIB << 20, seed=99)
+    path = write_file(tmp_path / "slow.bin", data)
+    kvikpy.defaults.set(
+        {
+            "num_threads": 1,
+            "auto_direct_io_read": True,
+            "bounce_buffer_size": PAGE,
+            "task_size": (1 << 20) if o_direct_supported(path) else PAGE,
+        }
+    )
+    return path, data
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under tests/gpu/ is a ``gpu`` test."""
+    for item in items:
+        if "gpu" in Path(str(item.path)).parent.parts[-1:]:
+            item.add_marker(pytest.mark.gpu)
+
+
+@pytest.fixture(autouse=True)
+def _skip_without_hardware(request: pytest.FixtureRequest) -> None:
+    """``gpu`` tests need a CUDA GPU; ``cufile`` tests need GPUDirect Storage as well."""
+    if request.node.get_closest_marker("gpu") and not kvikpy.cuda_available():
+        pytest.skip(f"needs a CUDA GPU: {_lib.cuda_unavailable_reason()}")
+    if request.node.get_closest_marker("cufile") and kvikpy.defaults.is_compat_mode_preferred():
+        pytest.skip("needs GPUDirect Storage (cuFile); compat mode resolves to POSIX here")
