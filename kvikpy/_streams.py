@@ -9,8 +9,9 @@ def stream_handle(stream: Any) -> int:
     """The ``CUstream`` value of ``stream`` (an int, or a framework's stream object).
 
     Accepted: ``None`` or an int (``None``, 0 or 1: the legacy default stream, 2: the
-    per-thread default stream), objects with ``__cuda_stream__`` (CUDA Python protocol), ``torch.cuda.Stream``
-    (``.cuda_stream``), ``cupy.cuda.Stream`` (``.ptr``) and Numba streams (``.handle``).
+    per-thread default stream), objects with ``__cuda_stream__`` (CUDA Python protocol),
+    ``torch.cuda.Stream`` (``.cuda_stream``), ``cupy.cuda.Stream`` (``.ptr``) and Numba
+    streams (``.handle``).
     """
     if stream is None:
         return 0

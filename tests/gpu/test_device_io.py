@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -65,10 +64,10 @@ def test_write_from_device(tmp_path: Path, direct: bool) -> None:
     n = (17 << 20) + 5
     src = torch.randint(0, 256, (n,), dtype=torch.uint8, device="cuda")
     p = tmp_path / "w.bin"
-    with kvikpy.defaults.set({"auto_direct_io_write": direct, "task_size": 4 << 20}):
-        with kvikpy.CuFile(p, "w") as f:
-            assert f.write(src) == n
-            assert f.pwrite(src[:4096], file_offset=n + 100).get() == 4096
+    settings = {"auto_direct_io_write": direct, "task_size": 4 << 20}
+    with kvikpy.defaults.set(settings), kvikpy.CuFile(p, "w") as f:
+        assert f.write(src) == n
+        assert f.pwrite(src[:4096], file_offset=n + 100).get() == 4096
     on_disk = p.read_bytes()
     host = src.cpu().numpy().tobytes()
     assert on_disk[:n] == host
