@@ -176,13 +176,17 @@ fn write(
 
 /// Start a stream-ordered transfer: it begins after the work queued on `stream` so far,
 /// and work queued on `stream` afterwards sees its bytes (reads) or may reuse the buffer
-/// (writes).
+/// (writes). The call returns at once; nothing blocks the host.
 ///
-/// The ordering is enforced on the GPU, not by blocking the caller: an event recorded on
-/// `stream` tells the worker when earlier work is done, and `stream` itself waits
-/// (`cuStreamWaitValue32`) on a host flag the worker sets when it has finished, whatever
-/// the outcome. Where the device cannot wait on host memory, the transfer runs at once in
-/// the calling thread after synchronising the event (kvikio's behaviour).
+/// Every driver call happens here, in the calling thread: for each chunk, `stream` gets a
+/// wait on a host counter, the DMA between the chunk's pinned bounce buffer and the
+/// user's memory, and a write of a second counter. The worker thread then only moves
+/// file bytes and reads and writes those counters, with no driver call, so it can never
+/// deadlock against an application thread that holds the driver's locks in a
+/// device-synchronising call (`cudaMalloc`, `cudaDeviceSynchronize`) while `stream`
+/// waits for the worker. A ring of two bounce buffers bounds host memory. Where the
+/// device cannot wait on host memory, the stream is synchronised and the transfer runs
+/// in the calling thread (kvikio's behaviour).
 pub fn submit_stream_ordered(
     handle: &crate::FileHandle,
     direction: Direction,
@@ -204,20 +208,105 @@ pub fn submit_stream_ordered(
             span
         }
     };
-    let before = cuda::StreamEvent::record(span.ordinal, stream)?;
-    let flag = cuda::HostFlag::enqueue_wait(span.ordinal, stream)?;
-    let asynchronous = flag.is_some();
-    let job = move || -> Result<usize> {
-        let _flag = flag; // released when the job ends, on every path
-        before.synchronize()?;
-        transfer_device(&file, direction, span, file_offset, &settings)
-    };
-    if !asynchronous {
-        return Ok(crate::IoFuture::ready(
-            crate::future::run_caught(job),
-            keepalive,
-        ));
+    if span.len == 0 {
+        return Ok(crate::IoFuture::ready(Ok(0), keepalive));
     }
+    let counters = (
+        cuda::Counter::acquire(span.ordinal)?,
+        cuda::Counter::acquire(span.ordinal)?,
+    );
+    let (Some(host_done), Some(gpu_done)) = counters else {
+        cuda::bind(span.ordinal)?;
+        cuda::sync_stream_raw(stream)?;
+        let result = crate::future::run_caught(|| {
+            transfer_device(&file, direction, span, file_offset, &settings)
+        });
+        return Ok(crate::IoFuture::ready(result, keepalive));
+    };
+    let chunk = pinned_buffer_size(&settings) - DIRECT_IO_ALIGNMENT;
+    let chunks = span.len.div_ceil(chunk);
+    let ring = chunks.min(2);
+    let pool = cuda::pinned_pool();
+    let size = pinned_buffer_size(&settings);
+    let mut buffers: Vec<BounceBuffer> = (0..ring)
+        .map(|_| pool.acquire(size))
+        .collect::<Result<_>>()?;
+    let piece = move |k: usize| {
+        let start = k * chunk;
+        (start, chunk.min(span.len - start))
+    };
+    // Queue the GPU side of every chunk. A failure part-way must not leave `stream`
+    // waiting for chunks that will never come: release it, and keep the counters out of
+    // the pool (the GPU may still look at them).
+    let enqueue = |buffers: &mut [BounceBuffer]| -> Result<()> {
+        cuda::bind(span.ordinal)?;
+        for k in 0..chunks {
+            let (start, len) = piece(k);
+            let at = file_offset + start as u64;
+            let staged = stage(&mut buffers[k % ring], at, len);
+            let device = span.ptr + start as u64;
+            match direction {
+                Direction::Read => {
+                    host_done.enqueue_wait(stream, k as u32 + 1)?;
+                    // SAFETY: the bounce buffer stays out of the pool until the GPU has
+                    // counted this copy done; the destination lies inside `span`.
+                    unsafe { cuda::copy_htod(device, staged.as_ptr(), len, stream)? };
+                }
+                Direction::Write => {
+                    if k >= ring {
+                        host_done.enqueue_wait(stream, (k - ring) as u32 + 1)?;
+                    }
+                    // SAFETY: as above, with the roles of host and device swapped.
+                    unsafe { cuda::copy_dtoh(staged.as_ptr(), device, len, stream)? };
+                }
+            }
+            gpu_done.enqueue_write(stream, k as u32 + 1)?;
+        }
+        Ok(())
+    };
+    if let Err(e) = enqueue(&mut buffers) {
+        host_done.store(u32::MAX);
+        std::mem::forget(host_done);
+        std::mem::forget(gpu_done);
+        std::mem::forget(buffers);
+        return Err(e);
+    }
+    let job = move || -> Result<usize> {
+        let mut buffers = buffers;
+        let mut done = 0usize;
+        let mut outcome = Ok(());
+        for k in 0..chunks {
+            let (start, len) = piece(k);
+            let at = file_offset + start as u64;
+            match direction {
+                Direction::Read if k >= ring => gpu_done.wait_for((k - ring) as u32 + 1),
+                Direction::Write => gpu_done.wait_for(k as u32 + 1),
+                Direction::Read => {}
+            }
+            let staged = stage(&mut buffers[k % ring], at, len);
+            let moved =
+                crate::future::run_caught(|| transfer(&file, direction, staged, at, &settings));
+            match moved {
+                Ok(n) => {
+                    done += n;
+                    host_done.store(k as u32 + 1);
+                    if n < len {
+                        break; // end of file: the GPU copies what the buffer holds
+                    }
+                }
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        // Let every remaining wait through, then hold the buffers and counters until the
+        // GPU has executed all of this transfer's work.
+        host_done.store(u32::MAX);
+        gpu_done.wait_for(chunks as u32);
+        drop(buffers);
+        outcome.map(|()| done)
+    };
     let pool = crate::pool::pool(settings.num_threads)?;
     let (future, mut reporters) = crate::IoFuture::new(1, keepalive);
     let reporter = reporters.pop().expect("one reporter");

@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::blocking::without_gil;
-use crate::dlpack::{self, DEVICE_CUDA, DEVICE_CUDA_HOST, DEVICE_CUDA_MANAGED};
+use crate::dlpack::{self, DEVICE_CPU, DEVICE_CUDA, DEVICE_CUDA_HOST, DEVICE_CUDA_MANAGED};
 use crate::memory::Buffer;
 
 /// Whether the operation writes into the buffer or only reads it.
@@ -135,8 +135,15 @@ pub fn intake(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Intake> {
     }
     if let Ok(device) = obj.call_method0(intern!(py, "__dlpack_device__")) {
         let (device_type, _): (i32, i32) = device.extract()?;
-        if [DEVICE_CUDA, DEVICE_CUDA_MANAGED, DEVICE_CUDA_HOST].contains(&device_type) {
-            return from_dlpack(obj, access);
+        if device_type == DEVICE_CUDA || device_type == DEVICE_CUDA_MANAGED {
+            return from_dlpack(obj, access, Some(1));
+        }
+        // Host memory: the buffer protocol where offered (numpy), else DLPack without a
+        // stream (torch CPU and pinned tensors, which report kDLCUDAHost).
+        // SAFETY: PyObject_CheckBuffer only inspects the object's type.
+        let has_buffer = unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 1;
+        if !has_buffer && [DEVICE_CPU, DEVICE_CUDA_HOST].contains(&device_type) {
+            return from_dlpack(obj, access, None);
         }
     }
     from_buffer_protocol(obj, access)
@@ -293,12 +300,14 @@ fn from_cuda_array_interface(
     })
 }
 
-fn from_dlpack(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Intake> {
+/// `stream`: for GPU memory, the stream the producer must order its pending work before
+/// (1, CUDA's legacy default stream), which is then waited for; `None` for host memory.
+fn from_dlpack(obj: &Bound<'_, PyAny>, access: Access, stream: Option<i64>) -> PyResult<Intake> {
     let py = obj.py();
     let kwargs = PyDict::new(py);
-    // Stream 1 is CUDA's legacy default stream: the producer orders its pending work
-    // before it, and we wait for that point below.
-    kwargs.set_item("stream", 1)?;
+    if let Some(stream) = stream {
+        kwargs.set_item("stream", stream)?;
+    }
     kwargs.set_item("max_version", (1, 0))?;
     let capsule = match obj.call_method(intern!(py, "__dlpack__"), (), Some(&kwargs)) {
         Ok(c) => c,
@@ -312,11 +321,18 @@ fn from_dlpack(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Intake> {
     if access == Access::Fill && imported.read_only {
         return Err(read_only_error(obj));
     }
-    let hint = (imported.device_type == DEVICE_CUDA).then_some(imported.device_id.max(0) as usize);
-    let span = route(py, imported.ptr, imported.nbytes, hint)?;
-    if let Span::Device(d) = span {
+    let span = if [DEVICE_CPU, DEVICE_CUDA_HOST].contains(&imported.device_type) {
+        // SAFETY: host memory of `nbytes` bytes, as the capsule states; the capsule keeps
+        // the producer's tensor alive with the span.
+        Span::Host(unsafe { HostSpan::new(imported.ptr as *mut u8, imported.nbytes) })
+    } else {
+        let hint =
+            (imported.device_type == DEVICE_CUDA).then_some(imported.device_id.max(0) as usize);
+        route(py, imported.ptr, imported.nbytes, hint)?
+    };
+    if let (Span::Device(d), Some(stream)) = (span, stream) {
         let ordinal = d.ordinal;
-        without_gil(py, move || cuda::record_and_wait(ordinal, 1))?;
+        without_gil(py, move || cuda::record_and_wait(ordinal, stream as usize))?;
     }
     Ok(Intake {
         span,

@@ -17,5 +17,5 @@ pub use memory::{
 };
 pub use stream::{
     copy_dtoh, copy_htod, record_and_wait, record_raw, sync_stream_raw, thread_stream,
-    wait_event_raw, HostFlag, StreamEvent, StreamHandle, ThreadEvents,
+    wait_event_raw, Counter, StreamEvent, StreamHandle, ThreadEvents,
 };

@@ -199,115 +199,126 @@ pub fn record_and_wait(ordinal: usize, stream: usize) -> Result<()> {
     StreamEvent::record(ordinal, stream)?.synchronize()
 }
 
-const FLAG_SLOTS: usize = 1024;
+const COUNTER_SLOTS: usize = 1024;
 
-struct FlagPage {
+struct CounterPage {
     memory: PinnedHostAllocation,
     free: Vec<usize>,
-    generation: Vec<u32>,
 }
 
-static FLAGS: Mutex<Option<FlagPage>> = Mutex::new(None);
+static COUNTERS: Mutex<Option<CounterPage>> = Mutex::new(None);
 
-/// A 32-bit word of pinned, device-mapped host memory that a user's stream waits on
-/// (`cuStreamWaitValue32`, "greater or equal"), released by the host when kvikpy's
-/// worker is done. Slots are pooled; values only grow, so a slot can be reused as soon
-/// as it has been released, whatever the GPU has consumed so far.
-pub struct HostFlag {
+/// A 32-bit counter in pinned, device-mapped host memory, shared by a host thread and a
+/// stream: the stream waits for it to reach a value (`cuStreamWaitValue32`, "greater or
+/// equal") or writes it (`cuStreamWriteValue32`); the host reads and writes it with plain
+/// volatile accesses, with no driver call. That is what lets a worker thread take part in
+/// a stream's order while the application makes device-synchronising calls (which hold
+/// the driver's locks) without deadlock. Slots are pooled and start at 0.
+pub struct Counter {
     slot: usize,
-    target: u32,
-    address: *mut u32,
-    released: bool,
+    host: *mut u32,
+    device: u64,
 }
 
-// SAFETY: the slot is owned exclusively by this flag until released; writes are atomic-
-// width volatile stores.
-unsafe impl Send for HostFlag {}
+// SAFETY: the slot is owned exclusively by this counter; accesses are volatile u32
+// loads and stores, which are atomic on the platforms CUDA supports.
+unsafe impl Send for Counter {}
+// SAFETY: as above.
+unsafe impl Sync for Counter {}
 
-impl HostFlag {
-    /// Take a slot and make `stream` (on device `ordinal`) wait until it is released.
-    /// Returns `None` when the device cannot wait on host memory; the caller then falls
-    /// back to blocking.
-    pub fn enqueue_wait(ordinal: usize, stream: usize) -> Result<Option<Self>> {
+impl Counter {
+    /// A zeroed counter usable by streams of device `ordinal`, or `None` when the device
+    /// cannot wait on host memory (the caller then synchronises instead).
+    pub fn acquire(ordinal: usize) -> Result<Option<Self>> {
         bind(ordinal)?;
-        let mut guard = FLAGS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
         if guard.is_none() {
-            let memory = PinnedHostAllocation::new(FLAG_SLOTS * 4)?;
-            // SAFETY: fresh allocation of FLAG_SLOTS u32s.
-            unsafe { std::ptr::write_bytes(memory.as_ptr(), 0, FLAG_SLOTS * 4) };
-            *guard = Some(FlagPage {
+            let memory = PinnedHostAllocation::new(COUNTER_SLOTS * 4)?;
+            *guard = Some(CounterPage {
                 memory,
-                free: (0..FLAG_SLOTS).rev().collect(),
-                generation: vec![0; FLAG_SLOTS],
+                free: (0..COUNTER_SLOTS).rev().collect(),
             });
         }
         let page = guard.as_mut().expect("initialised above");
         let Some(slot) = page.free.pop() else {
-            return Ok(None); // more than FLAG_SLOTS operations in flight: block instead
+            return Ok(None); // over a thousand ordered transfers in flight: synchronise
         };
-        page.generation[slot] = page.generation[slot].wrapping_add(1);
-        let target = page.generation[slot];
-        // SAFETY: slot < FLAG_SLOTS, inside the page.
-        let address = unsafe { page.memory.as_ptr().cast::<u32>().add(slot) };
-        let mut device_address: sys::CUdeviceptr = 0;
-        // SAFETY: the page is pinned host memory; `device_address` is an out-pointer.
-        let rc =
-            unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device_address, address.cast(), 0) };
-        let flag = Self {
+        // SAFETY: slot < COUNTER_SLOTS, inside the page.
+        let host = unsafe { page.memory.as_ptr().cast::<u32>().add(slot) };
+        drop(guard);
+        let counter = Self {
             slot,
-            target,
-            address,
-            released: false,
+            host,
+            device: 0,
         };
+        counter.store(0);
+        let mut device: sys::CUdeviceptr = 0;
+        // SAFETY: the page is pinned host memory; `device` is an out-pointer.
+        let rc = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host.cast(), 0) };
         if rc != sys::CUresult::CUDA_SUCCESS {
-            drop(guard);
-            drop(flag);
             return Ok(None);
         }
+        Ok(Some(Self { device, ..counter }))
+    }
+
+    /// The current value.
+    pub fn load(&self) -> u32 {
+        fence(Ordering::SeqCst);
+        // SAFETY: `host` points at this counter's slot in the never-freed page.
+        unsafe { std::ptr::read_volatile(self.host) }
+    }
+
+    /// Set the value; everything written before (file bytes in a bounce buffer) is
+    /// visible to the GPU first.
+    pub fn store(&self, value: u32) {
+        fence(Ordering::SeqCst);
+        // SAFETY: as for `load`.
+        unsafe { std::ptr::write_volatile(self.host, value) };
+        fence(Ordering::SeqCst);
+    }
+
+    /// Block (spinning, then sleeping briefly) until the value reaches `target`.
+    pub fn wait_for(&self, target: u32) {
+        let mut spins = 0u32;
+        while self.load() < target {
+            if spins < 200 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            }
+        }
+    }
+
+    /// Queue on `stream`: wait until the value is at least `target`.
+    pub fn enqueue_wait(&self, stream: StreamHandle, target: u32) -> Result<()> {
         // SAFETY: the stream belongs to the current context; the address is device-mapped
-        // pinned memory that outlives the wait (the page is never freed).
-        let rc = unsafe {
+        // pinned memory that is never freed.
+        check("cuStreamWaitValue32", unsafe {
             sys::cuStreamWaitValue32_v2(
                 stream as sys::CUstream,
-                device_address,
+                self.device,
                 target,
                 sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
             )
-        };
-        drop(guard);
-        if rc != sys::CUresult::CUDA_SUCCESS {
-            drop(flag);
-            return Ok(None);
-        }
-        Ok(Some(flag))
+        })
     }
 
-    /// Let the waiting stream go on.
-    pub fn release(mut self) {
-        self.release_inner();
-    }
-
-    fn release_inner(&mut self) {
-        if self.released {
-            return;
-        }
-        self.released = true;
-        // Everything written before (the bytes, via a synchronised copy) must be visible
-        // before the GPU sees the flag.
-        fence(Ordering::SeqCst);
-        // SAFETY: `address` points into the never-freed flag page, at our slot.
-        unsafe { std::ptr::write_volatile(self.address, self.target) };
-        fence(Ordering::SeqCst);
-        let mut guard = FLAGS.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(page) = guard.as_mut() {
-            page.free.push(self.slot);
-        }
+    /// Queue on `stream`: once all earlier work on it is done, set the value to `value`.
+    pub fn enqueue_write(&self, stream: StreamHandle, value: u32) -> Result<()> {
+        // SAFETY: as for `enqueue_wait`; the default flags order the write after earlier
+        // work, with a memory barrier.
+        check("cuStreamWriteValue32", unsafe {
+            sys::cuStreamWriteValue32_v2(stream as sys::CUstream, self.device, value, 0)
+        })
     }
 }
 
-impl Drop for HostFlag {
-    // A flag must never stay unreleased: the user's stream would hang forever.
+impl Drop for Counter {
     fn drop(&mut self) {
-        self.release_inner();
+        let mut guard = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(page) = guard.as_mut() {
+            page.free.push(self.slot);
+        }
     }
 }

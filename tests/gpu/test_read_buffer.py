@@ -1,0 +1,151 @@
+"""kvikpy.read / kvikpy.write and kvikpy.Buffer on the GPU: DLPack, CAI, streams, memory."""
+
+from __future__ import annotations
+
+import gc
+import resource
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kvikpy
+
+torch = pytest.importorskip("torch")
+cupy = pytest.importorskip("cupy")
+
+
+def data_file(tmp_path: Path, n: int, seed: int = 0) -> tuple[Path, bytes]:
+    data = np.random.default_rng(seed).bytes(n)
+    p = tmp_path / "d.bin"
+    p.write_bytes(data)
+    return p, data
+
+
+def test_read_to_torch_cupy_and_jax(tmp_path: Path) -> None:
+    p, data = data_file(tmp_path, (5 << 20) + 3)
+    buf = kvikpy.read(p)
+    assert buf.device == f"cuda:{torch.cuda.current_device()}"
+    assert buf.__dlpack_device__() == (2, torch.cuda.current_device())
+    t = torch.from_dlpack(buf)
+    assert t.is_cuda and t.dtype == torch.uint8 and t.shape == (len(data),)
+    assert t.cpu().numpy().tobytes() == data
+    c = cupy.from_dlpack(kvikpy.read(p))
+    assert cupy.asnumpy(c).tobytes() == data
+    c2 = cupy.asarray(kvikpy.read(p))  # through __cuda_array_interface__
+    assert cupy.asnumpy(c2).tobytes() == data
+    jax = pytest.importorskip("jax")
+    if any(d.platform == "gpu" for d in jax.devices()):
+        j = jax.dlpack.from_dlpack(kvikpy.read(p))
+        assert np.asarray(j).tobytes() == data
+
+
+def test_typed_ranges_and_errors(tmp_path: Path) -> None:
+    a = np.random.default_rng(1).standard_normal((64, 33)).astype(np.float32)
+    p = tmp_path / "a.bin"
+    a.tofile(p)
+    t = torch.from_dlpack(kvikpy.read(p, dtype="float32", shape=(64, 33)))
+    assert t.dtype == torch.float32 and tuple(t.shape) == (64, 33)
+    assert np.array_equal(t.cpu().numpy(), a)
+    row = torch.from_dlpack(kvikpy.read(p, offset=33 * 4 * 5, size=33 * 4, dtype="float32"))
+    assert np.array_equal(row.cpu().numpy(), a[5])
+    with pytest.raises(ValueError, match=str(a.nbytes)):
+        kvikpy.read(p, offset=a.nbytes - 4, size=8)
+    with pytest.raises(ValueError, match="shape"):
+        kvikpy.read(p, dtype="float32", shape=(10, 10))
+    with pytest.raises(ValueError, match="does not exist"):
+        kvikpy.read(p, device=f"cuda:{kvikpy.device_count()}")
+
+
+def test_cpu_reads_are_pinned_and_zero_copy(tmp_path: Path) -> None:
+    p, data = data_file(tmp_path, 1 << 20)
+    buf = kvikpy.read(p, device="cpu")
+    assert buf.is_pinned and buf.device == "cpu"
+    arr = np.from_dlpack(buf)
+    assert arr.tobytes() == data
+    arr2 = np.asarray(memoryview(buf))
+    assert arr2.ctypes.data == buf.ptr
+    t = torch.from_dlpack(buf)
+    assert t.device.type == "cpu" and t.numpy().tobytes() == data
+
+
+def test_stream_ordered_read_is_visible_to_later_work(tmp_path: Path) -> None:
+    n = 32 << 20
+    p, data = data_file(tmp_path, n, seed=3)
+    expected = int(np.frombuffer(data, dtype=np.uint8).astype(np.int64).sum())
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(100_000_000)
+        buf = kvikpy.read(p, stream=s)
+        t = torch.from_dlpack(buf)
+        total = t.to(torch.int64).sum()  # allocates on the stream: must not deadlock
+    s.synchronize()
+    assert int(total) == expected
+
+
+def test_write_whole_buffers(tmp_path: Path) -> None:
+    p, data = data_file(tmp_path, 3 << 20)
+    buf = kvikpy.read(p)
+    out = tmp_path / "o.bin"
+    assert kvikpy.write(out, buf) == len(data)
+    assert out.read_bytes() == data
+    t = torch.arange(1000, dtype=torch.int32, device="cuda")
+    assert kvikpy.write(out, t, offset=8) == 4000
+    got = out.read_bytes()
+    assert got[:8] == data[:8] and np.frombuffer(got[8:4008], np.int32).tolist() == list(
+        range(1000)
+    )
+    with kvikpy.CuFile(out, "r") as f:  # a Buffer is also a destination
+        dest = kvikpy.read(p)
+        assert f.read(dest) == len(data)
+
+
+def _gpu_free() -> int:
+    free, _ = cupy.cuda.runtime.memGetInfo()
+    return int(free)
+
+
+def test_no_device_or_host_memory_leak(tmp_path: Path) -> None:
+    p, _ = data_file(tmp_path, 64 << 20)
+    for _ in range(3):  # warm up pools, contexts and streams
+        torch.from_dlpack(kvikpy.read(p)).sum()
+    torch.cuda.synchronize()
+    gc.collect()
+    free_before = _gpu_free()
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for _ in range(40):
+        buf = kvikpy.read(p)
+        capsule_holder = torch.from_dlpack(buf)
+        del buf, capsule_holder
+        unused = kvikpy.read(p).__dlpack__()  # an unconsumed capsule frees on its own
+        del unused
+    gc.collect()
+    torch.cuda.synchronize()
+    assert _gpu_free() >= free_before - (16 << 20)
+    rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert rss_after - rss_before < 256 * 1024  # KiB: no whole-file host copies piling up
+
+
+def test_torch_cpu_tensors_work_through_dlpack(tmp_path: Path) -> None:
+    p, data = data_file(tmp_path, 65536)
+    t = torch.empty(65536, dtype=torch.uint8)
+    with kvikpy.CuFile(p) as f:
+        assert f.read(t) == 65536
+    assert t.numpy().tobytes() == data
+
+
+@pytest.mark.skipif("kvikpy.device_count() < 2")
+def test_multi_gpu(tmp_path: Path) -> None:
+    p, data = data_file(tmp_path, (8 << 20) + 5)
+    for ordinal in range(kvikpy.device_count()):
+        t = torch.empty(len(data), dtype=torch.uint8, device=f"cuda:{ordinal}")
+        with kvikpy.CuFile(p) as f:
+            assert f.read(t) == len(data)
+        assert t.cpu().numpy().tobytes() == data
+        buf = kvikpy.read(p, device=f"cuda:{ordinal}")
+        assert buf.device == f"cuda:{ordinal}"
+        t2 = torch.from_dlpack(buf)
+        assert t2.device.index == ordinal and t2.cpu().numpy().tobytes() == data
+        out = tmp_path / f"o{ordinal}.bin"
+        kvikpy.write(out, t2)
+        assert out.read_bytes() == data

@@ -1,0 +1,137 @@
+"""kvikpy.read / kvikpy.write / kvikpy.Buffer on host memory, and CUDA-less behaviour."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import random_bytes
+
+import kvikpy
+from kvikpy._streams import stream_handle
+
+
+def test_read_cpu_round_trip(tmp_path: Path) -> None:
+    data = random_bytes(100_003, seed=5)
+    p = tmp_path / "d.bin"
+    p.write_bytes(data)
+    buf = kvikpy.read(p, device="cpu")
+    assert isinstance(buf, kvikpy.Buffer)
+    assert buf.nbytes == len(data) and buf.device == "cpu" and buf.shape == (len(data),)
+    assert bytes(memoryview(buf)) == data
+    assert np.from_dlpack(buf).tobytes() == data
+    part = kvikpy.read(p, device="cpu", offset=10, size=100)
+    assert bytes(memoryview(part)) == data[10:110]
+    assert kvikpy.read(p, device="cpu", offset=len(data)).nbytes == 0
+    out = tmp_path / "o.bin"
+    assert kvikpy.write(out, buf) == len(data)
+    assert out.read_bytes() == data
+    assert kvikpy.write(out, b"xyz", offset=2) == 3
+    assert out.read_bytes() == data[:2] + b"xyz" + data[5:]
+
+
+def test_read_cpu_typed(tmp_path: Path) -> None:
+    a = np.random.default_rng(0).standard_normal((7, 5))
+    p = tmp_path / "a.bin"
+    a.tofile(p)
+    buf = kvikpy.read(p, device="cpu", dtype="float64", shape=(7, 5))
+    assert buf.typestr == "<f8" and buf.shape == (7, 5)
+    assert np.array_equal(np.asarray(memoryview(buf)), a)
+    assert np.array_equal(np.from_dlpack(buf), a)
+    with pytest.raises(ValueError, match="whole number"):
+        kvikpy.read(p, device="cpu", size=13, dtype="float64")
+    with pytest.raises(ValueError, match="needs"):
+        kvikpy.read(p, device="cpu", dtype="float64", shape=(6, 5))
+    with pytest.raises(ValueError, match="DLPack"):
+        kvikpy.read(p, device="cpu", dtype="M8[s]")
+
+
+def test_read_range_errors_name_the_file_size(tmp_path: Path) -> None:
+    p = tmp_path / "d.bin"
+    p.write_bytes(random_bytes(1000))
+    with pytest.raises(ValueError, match="1000 bytes"):
+        kvikpy.read(p, device="cpu", offset=900, size=200)
+    with pytest.raises(ValueError, match="1000 bytes"):
+        kvikpy.read(p, device="cpu", offset=1001)
+    with pytest.raises(ValueError, match="non-negative"):
+        kvikpy.read(p, device="cpu", offset=-1)
+    with pytest.raises(FileNotFoundError):
+        kvikpy.read(tmp_path / "missing", device="cpu")
+    with pytest.raises(ValueError, match="device must be"):
+        kvikpy.read(p, device="tpu")
+    with pytest.raises(ValueError, match="stream"):
+        kvikpy.read(p, device="cpu", stream=0)
+
+
+@pytest.mark.skipif("kvikpy.cuda_available()")
+def test_gpu_without_cuda_says_to_use_cpu(tmp_path: Path) -> None:
+    p = tmp_path / "d.bin"
+    p.write_bytes(random_bytes(10))
+    assert kvikpy.device_count() == 0
+    with pytest.raises(kvikpy.CudaUnavailableError, match="device='cpu'") as info:
+        kvikpy.read(p)
+    assert isinstance(info.value, kvikpy.KvikpyError) and isinstance(info.value, RuntimeError)
+    with pytest.raises(kvikpy.CudaUnavailableError):
+        kvikpy.read(p, device="cuda:0")
+
+    class FakeCai:
+        __cuda_array_interface__ = {  # noqa: RUF012
+            "shape": (10,),
+            "typestr": "|u1",
+            "data": (1 << 40, False),
+            "version": 2,
+        }
+
+    with kvikpy.CuFile(p) as f, pytest.raises(kvikpy.CudaUnavailableError):
+        f.read(FakeCai())
+    assert p.read_bytes() != b""
+
+
+def test_buffer_dlpack_export_rules(tmp_path: Path) -> None:
+    p = tmp_path / "d.bin"
+    p.write_bytes(random_bytes(64))
+    buf = kvikpy.read(p, device="cpu")
+    assert buf.__dlpack_device__() == (1, 0)
+    with pytest.raises(BufferError, match="stream"):
+        buf.__dlpack__(stream=1)
+    with pytest.raises(BufferError, match="copy"):
+        buf.__dlpack__(copy=True)
+    with pytest.raises(BufferError):
+        buf.__dlpack__(dl_device=(2, 0))
+    legacy = buf.__dlpack__()
+    versioned = buf.__dlpack__(max_version=(1, 0))
+    assert "dltensor" in repr(legacy) and "dltensor_versioned" in repr(versioned)
+    del legacy, versioned  # unconsumed capsules free their tensors
+    with pytest.raises(AttributeError):
+        _ = buf.__cuda_array_interface__
+    view = buf.view("<u4", 1, 32, [16])
+    assert view.nbytes == 64 and np.from_dlpack(view).dtype == np.uint32
+    with pytest.raises(ValueError):
+        buf.view("<u4", 1, 32, [17])
+    assert "64 bytes" in repr(buf)
+
+
+def test_stream_handles() -> None:
+    assert stream_handle(None) == 0
+    assert stream_handle(7) == 7
+
+    class Torchish:
+        cuda_stream = 0x1234
+
+    class Cupyish:
+        ptr = 0x5678
+
+    class Protocol:
+        def __cuda_stream__(self) -> tuple[int, int]:
+            return (0, 0x9ABC)
+
+    assert stream_handle(Torchish()) == 0x1234
+    assert stream_handle(Cupyish()) == 0x5678
+    assert stream_handle(Protocol()) == 0x9ABC
+    with pytest.raises(TypeError):
+        stream_handle("stream")
+    with pytest.raises(ValueError):
+        stream_handle(-1)
+    with pytest.raises(TypeError):
+        stream_handle(True)
