@@ -189,10 +189,16 @@ def test_raw_read_and_write_with_dev_offset(tmp_path: Path) -> None:
     assert out.read_bytes() == data[100:4196]
 
 
-def test_raw_read_async_is_stream_ordered(tmp_path: Path) -> None:
-    """Earlier work on the stream finishes before the read; later work sees its bytes."""
+@pytest.mark.parametrize("bounce", [1 << 20, 64 << 20])
+def test_raw_read_async_is_stream_ordered(tmp_path: Path, bounce: int) -> None:
+    """Earlier work on the stream finishes before the read; later work sees its bytes.
+
+    With 1 MiB bounce buffers the read is 16 chunks through a ring of two, so the
+    stream and the worker hand buffers back and forth many times.
+    """
     import time
 
+    kvikpy.defaults.set("bounce_buffer_size", bounce)
     n = 16 << 20
     p, data = data_file(tmp_path, n, seed=7)
     expected = int(np.frombuffer(data, dtype=np.uint8).astype(np.int64).sum())
@@ -212,7 +218,9 @@ def test_raw_read_async_is_stream_ordered(tmp_path: Path) -> None:
     assert returned_after < 0.05, "raw_read_async must not block on the stream"
 
 
-def test_raw_write_async_is_stream_ordered(tmp_path: Path) -> None:
+@pytest.mark.parametrize("bounce", [256 << 10, 64 << 20])
+def test_raw_write_async_is_stream_ordered(tmp_path: Path, bounce: int) -> None:
+    kvikpy.defaults.set("bounce_buffer_size", bounce)
     n = 4 << 20
     s = torch.cuda.Stream()
     t = torch.zeros(n, dtype=torch.uint8, device="cuda")

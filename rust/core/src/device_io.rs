@@ -264,8 +264,11 @@ pub fn submit_stream_ordered(
         }
         Ok(())
     };
+    // The GPU compares cyclically ((int32)(value - target) >= 0), so "let everything
+    // through" is the largest target, never u32::MAX (which reads as -1).
+    let release_all = chunks as u32;
     if let Err(e) = enqueue(&mut buffers) {
-        host_done.store(u32::MAX);
+        host_done.store(release_all);
         std::mem::forget(host_done);
         std::mem::forget(gpu_done);
         std::mem::forget(buffers);
@@ -302,7 +305,7 @@ pub fn submit_stream_ordered(
         }
         // Let every remaining wait through, then hold the buffers and counters until the
         // GPU has executed all of this transfer's work.
-        host_done.store(u32::MAX);
+        host_done.store(release_all);
         gpu_done.wait_for(chunks as u32);
         drop(buffers);
         outcome.map(|()| done)

@@ -246,19 +246,16 @@ impl Counter {
         // SAFETY: slot < COUNTER_SLOTS, inside the page.
         let host = unsafe { page.memory.as_ptr().cast::<u32>().add(slot) };
         drop(guard);
-        let counter = Self {
-            slot,
-            host,
-            device: 0,
-        };
-        counter.store(0);
         let mut device: sys::CUdeviceptr = 0;
         // SAFETY: the page is pinned host memory; `device` is an out-pointer.
         let rc = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host.cast(), 0) };
+        // Built once, complete: a Counter gives its slot back when dropped.
+        let counter = Self { slot, host, device };
         if rc != sys::CUresult::CUDA_SUCCESS {
             return Ok(None);
         }
-        Ok(Some(Self { device, ..counter }))
+        counter.store(0);
+        Ok(Some(counter))
     }
 
     /// The current value.
@@ -290,7 +287,8 @@ impl Counter {
         }
     }
 
-    /// Queue on `stream`: wait until the value is at least `target`.
+    /// Queue on `stream`: wait until the value is at least `target`. The GPU compares
+    /// cyclically, `(int32)(value - target) >= 0`: keep values within 2^31 of targets.
     pub fn enqueue_wait(&self, stream: StreamHandle, target: u32) -> Result<()> {
         // SAFETY: the stream belongs to the current context; the address is device-mapped
         // pinned memory that is never freed.
