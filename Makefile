@@ -72,8 +72,8 @@ gpu-wheel: $(STAMP) check-rust
 # On the GPU machine (Python 3.12, torch/cupy/pytest/hypothesis preinstalled, no Rust):
 # install the carried wheel outside the source tree and run the suite against it.
 gpu-test:
-	python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/kvikpy-site .gpu/*.whl
-	PYTHONPATH=/tmp/kvikpy-site python3 -P -m pytest -p no:cacheprovider -q $(PYTEST_ARGS)
+	python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/kvikpy-site .gpu/*.whl
+	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 python3 -m pytest -p no:cacheprovider -q $(PYTEST_ARGS)
 
 notebooks: develop
 	$(BIN)/python notebooks/make_quickstart.py

@@ -201,6 +201,11 @@ def test_raw_read_async_is_stream_ordered(tmp_path: Path, bounce: int) -> None:
     kvikpy.defaults.set("bounce_buffer_size", bounce)
     n = 16 << 20
     p, data = data_file(tmp_path, n, seed=7)
+    # First use of a bounce size allocates pinned buffers (cuMemHostAlloc, and freeing
+    # buffers of the old size) which can synchronise the device; warm the pool first.
+    warm = torch.zeros(n, dtype=torch.uint8, device="cuda")
+    with kvikpy.CuFile(p) as f:
+        f.raw_read_async(warm, 0).check_bytes_done()
     expected = int(np.frombuffer(data, dtype=np.uint8).astype(np.int64).sum())
     s = torch.cuda.Stream()
     t = torch.zeros(n, dtype=torch.uint8, device="cuda")
