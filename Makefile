@@ -17,7 +17,7 @@ export JUPYTER_PLATFORM_DIRS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: demo test lint fmt develop rust-test stubtest typecheck py-test wheel gpu-wheel \
-        gpu-test clean check-rust notebooks
+        gpu-test gpu-bench clean check-rust notebooks
 
 demo: develop
 	$(BIN)/python benchmarks/demo.py
@@ -70,15 +70,24 @@ gpu-wheel: $(STAMP) check-rust
 	$(BIN)/maturin build --release --quiet --out .gpu
 
 # On the GPU machine (Python 3.12, torch/cupy/pytest/hypothesis preinstalled, no Rust):
-# install the carried wheel outside the source tree and run the suite against it.
+# install the carried wheel outside the source tree, run the suite against it, and write
+# the summary to $(REPORT) (from the device tool: REPORT=$OUT/gpu-test-report.md, then
+# copy it to docs/gpu-test-report.md here).
+REPORT ?= docs/gpu-test-report.md
 gpu-test:
 	python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/kvikpy-site .gpu/*.whl
-	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 python3 -m pytest -p no:cacheprovider -q $(PYTEST_ARGS)
+	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 python3 tests/gpu_report.py --out $(REPORT) -- \
+		-p no:cacheprovider -q $(PYTEST_ARGS)
 
 notebooks: develop
 	$(BIN)/python notebooks/make_quickstart.py
 	$(BIN)/ruff format notebooks
 	$(BIN)/python notebooks/execute.py
+
+# Side-by-side GPU benchmark against kvikio (GPU machine; kvikio wheels carried in .whl/).
+gpu-bench:
+	python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/kvikpy-site .gpu/*.whl .whl/*.whl
+	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 python3 benchmarks/compare_kvikio.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) target dist .gpu .pytest_cache .mypy_cache .ruff_cache .hypothesis

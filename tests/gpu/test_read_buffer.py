@@ -57,6 +57,96 @@ def test_typed_ranges_and_errors(tmp_path: Path) -> None:
         kvikpy.read(p, device=f"cuda:{kvikpy.device_count()}")
 
 
+@pytest.mark.parametrize("n", [0, 1, 4097])
+def test_tiny_and_empty_files(tmp_path: Path, n: int) -> None:
+    p, data = data_file(tmp_path, n, seed=n)
+    t = torch.from_dlpack(kvikpy.read(p))
+    assert t.is_cuda and t.numel() == n
+    assert t.cpu().numpy().tobytes() == data
+    assert kvikpy.read(p).to_numpy().tobytes() == data
+
+
+def test_host_copies_and_array_interfaces(tmp_path: Path) -> None:
+    a = np.random.default_rng(2).standard_normal(1000).astype(np.float32)
+    p = tmp_path / "a.bin"
+    a.tofile(p)
+    buf = kvikpy.read(p, dtype="float32")
+    assert buf.dtype == np.float32
+    assert np.array_equal(buf.to_numpy(), a)
+    assert np.array_equal(np.from_dlpack(buf, device="cpu", copy=True), a)
+    with pytest.raises(BufferError):
+        buf.__dlpack__(dl_device=(1, 0), copy=False)
+    cai = buf.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["typestr"] == "<f4" and cai["stream"] is None
+    s = torch.cuda.Stream()
+    ordered = kvikpy.read(p, dtype="float32", stream=s)
+    assert ordered.__cuda_array_interface__["stream"] == s.cuda_stream
+    s.synchronize()
+    assert np.array_equal(cupy.asnumpy(cupy.asarray(ordered)), a)
+
+
+def test_threads_reading_into_one_buffer(tmp_path: Path) -> None:
+    import threading
+
+    n = 48 << 20
+    p, data = data_file(tmp_path, n, seed=11)
+    t = torch.zeros(n, dtype=torch.uint8, device="cuda")
+    parts = 12
+    step = n // parts
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            with kvikpy.CuFile(p) as f:
+                view = t[i * step : (i + 1) * step]
+                assert f.pread(view, file_offset=i * step, task_size=1 << 20).get() == step
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(parts)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    assert t.cpu().numpy().tobytes() == data
+
+
+def test_file_larger_than_the_bounce_pool(tmp_path: Path) -> None:
+    n = (96 << 20) + 4099
+    p, data = data_file(tmp_path, n, seed=12)
+    settings = {"num_threads": 2, "bounce_buffer_size": 1 << 20, "task_size": 8 << 20}
+    with kvikpy.defaults.set(settings):
+        t = torch.from_dlpack(kvikpy.read(p, offset=3, size=n - 3))
+        assert t.cpu().numpy().tobytes() == data[3:]
+        out = tmp_path / "o.bin"
+        assert kvikpy.write(out, t) == n - 3
+    assert out.read_bytes() == data[3:]
+
+
+@pytest.mark.slow
+def test_file_over_4_gib(tmp_path: Path) -> None:
+    """A 4 GiB + 3 MiB file of random bytes (written in 64 MiB random blocks)."""
+    n = (4 << 30) + (3 << 20)
+    p = tmp_path / "big.bin"
+    rng = np.random.default_rng(4)
+    block = 64 << 20
+    with open(p, "wb") as fh:
+        left = n
+        while left:
+            chunk = rng.integers(0, 256, min(block, left), dtype=np.uint8)
+            fh.write(chunk.tobytes())
+            left -= len(chunk)
+    t = torch.from_dlpack(kvikpy.read(p))
+    assert t.numel() == n
+    host = np.fromfile(p, dtype=np.uint8)
+    for start in (0, (2 << 30) - 7, (4 << 30) - 5, n - (1 << 20)):
+        want = host[start : start + (1 << 20)]
+        assert np.array_equal(t[start : start + (1 << 20)].cpu().numpy(), want)
+    # Whole-buffer check on the GPU: sums of the bytes, as int64.
+    assert int(t.to(torch.int64).sum()) == int(host.sum(dtype=np.int64))
+
+
 def test_cpu_reads_are_pinned_and_zero_copy(tmp_path: Path) -> None:
     p, data = data_file(tmp_path, 1 << 20)
     buf = kvikpy.read(p, device="cpu")
@@ -103,6 +193,26 @@ def test_write_whole_buffers(tmp_path: Path) -> None:
 def _gpu_free() -> int:
     free, _ = cupy.cuda.runtime.memGetInfo()
     return int(free)
+
+
+def test_ten_thousand_reads_do_not_leak(tmp_path: Path) -> None:
+    p, data = data_file(tmp_path, 4096 + 17, seed=9)
+    for _ in range(100):
+        kvikpy.read(p)
+    gc.collect()
+    torch.cuda.synchronize()
+    free_before = _gpu_free()
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for i in range(10_000):
+        buf = kvikpy.read(p)
+        if i % 1000 == 0:
+            assert torch.from_dlpack(buf).cpu().numpy().tobytes() == data
+        del buf
+    gc.collect()
+    torch.cuda.synchronize()
+    assert _gpu_free() >= free_before - (8 << 20)
+    rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert rss_after - rss_before < 32 * 1024  # KiB
 
 
 def test_no_device_or_host_memory_leak(tmp_path: Path) -> None:

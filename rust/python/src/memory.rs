@@ -61,8 +61,9 @@ enum Memory {
 /// running operation lets go of it.
 pub struct Storage {
     memory: Memory,
-    /// Set when bytes land in stream order: consumers must wait for it.
-    ready: Mutex<Option<StreamEvent>>,
+    /// Set when bytes land in stream order: the event after the transfer, and the stream
+    /// it was ordered in. Consumers must wait for it.
+    ready: Mutex<Option<(StreamEvent, usize)>>,
 }
 
 impl Storage {
@@ -82,16 +83,24 @@ impl Storage {
     }
 
     /// Record that the bytes land when `stream` reaches this point.
-    pub fn set_ready(&self, event: StreamEvent) {
-        *self.ready.lock().unwrap_or_else(|e| e.into_inner()) = Some(event);
+    pub fn set_ready(&self, event: StreamEvent, stream: usize) {
+        *self.ready.lock().unwrap_or_else(|e| e.into_inner()) = Some((event, stream));
+    }
+
+    fn ordered_stream(&self) -> Option<usize> {
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|(_, s)| *s)
     }
 
     fn wait_ready_on(&self, stream: Option<usize>) -> kvikpy_core::Result<()> {
         let guard = self.ready.lock().unwrap_or_else(|e| e.into_inner());
         match (guard.as_ref(), stream) {
             (None, _) => Ok(()),
-            (Some(event), Some(s)) => event.make_wait(s),
-            (Some(event), None) => event.synchronize(),
+            (Some((event, _)), Some(s)) => event.make_wait(s),
+            (Some((event, _)), None) => event.synchronize(),
         }
     }
 }
@@ -147,6 +156,35 @@ fn stream_arg(stream: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i64>> {
         None => Ok(None),
         Some(s) if s.is_none() => Ok(None),
         Some(s) => Ok(Some(s.extract::<i64>()?)),
+    }
+}
+
+impl Buffer {
+    /// A copy of this GPU buffer in new host memory (pinned), same dtype and shape.
+    fn host_copy(&self, py: Python<'_>) -> PyResult<Self> {
+        let host = Self::allocate(py, self.nbytes, -1, true)?.view(
+            self.typestr.clone(),
+            self.code,
+            self.bits,
+            self.shape.clone(),
+            0,
+            None,
+        )?;
+        let (ordinal, src, len) = (self.storage.ordinal(), self.ptr(), self.nbytes);
+        let dst = host.ptr() as usize;
+        let storage = Arc::clone(&self.storage);
+        without_gil(py, move || {
+            storage.wait_ready_on(None)?;
+            match ordinal {
+                // SAFETY: `src` is inside this buffer's live device allocation and `dst`
+                // inside the fresh host allocation, both `len` bytes.
+                Some(o) if len > 0 => unsafe {
+                    cuda::copy_device_to_host(o, dst as *mut u8, src, len)
+                },
+                _ => Ok(()),
+            }
+        })?;
+        Ok(host)
     }
 }
 
@@ -278,15 +316,23 @@ impl Buffer {
         let here = self.dlpack_device();
         if let Some(wanted) = dl_device {
             if wanted != here {
+                if wanted == (DEVICE_CPU, 0) && copy != Some(false) {
+                    // The array API's way to ask for a host copy (numpy.from_dlpack(x,
+                    // device="cpu")): copy into new host memory and export that.
+                    let host = self.host_copy(py)?;
+                    return host.__dlpack__(py, None, max_version, None, None);
+                }
                 return Err(PyBufferError::new_err(format!(
-                    "this buffer lives on DLPack device {here:?} and kvikpy does not copy \
-                     across devices on export (asked for {wanted:?})"
+                    "this buffer lives on DLPack device {here:?}; it can be exported there, \
+                     or copied to the host with dl_device=(1, 0) (asked for {wanted:?}, \
+                     copy={copy:?})"
                 )));
             }
         }
         if copy == Some(true) {
             return Err(PyBufferError::new_err(
-                "kvikpy buffers are exported without copying; copy=True is not supported",
+                "kvikpy exports its buffers without copying; copy=True is supported only \
+                 together with dl_device=(1, 0) for a GPU buffer",
             ));
         }
         let stream = stream_arg(stream)?;
@@ -326,15 +372,18 @@ impl Buffer {
                 "host buffers have no __cuda_array_interface__; use numpy.asarray(buf)",
             ));
         }
-        let storage = Arc::clone(&self.storage);
-        without_gil(py, move || storage.wait_ready_on(None))?;
         let d = PyDict::new(py);
         d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
         d.set_item("typestr", &self.typestr)?;
         d.set_item("data", (self.ptr(), false))?;
         d.set_item("version", 3)?;
         d.set_item("strides", py.None())?;
-        d.set_item("stream", py.None())?;
+        // Bytes read in a stream's order land in that stream: consumers synchronise on it
+        // (0 is not allowed by the interface; the legacy default stream is 1 there).
+        match self.storage.ordered_stream() {
+            Some(stream) => d.set_item("stream", stream.max(1))?,
+            None => d.set_item("stream", py.None())?,
+        }
         Ok(d)
     }
 
@@ -409,6 +458,27 @@ impl Buffer {
         }
     }
 
+    /// The numpy dtype of the elements.
+    #[getter]
+    fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py.import("numpy")?
+            .getattr("dtype")?
+            .call1((&self.typestr,))
+    }
+
+    /// A numpy array of the contents: a zero-copy view for host buffers, a copy for GPU
+    /// buffers.
+    fn to_numpy<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let numpy = py.import("numpy")?;
+        let this = slf.get();
+        if this.storage.ordinal().is_none() {
+            return numpy.getattr("from_dlpack")?.call1((slf,));
+        }
+        let host = Bound::new(py, this.host_copy(py)?)?;
+        numpy.getattr("from_dlpack")?.call1((host,))
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "<kvikpy.Buffer {} bytes on {}{} dtype={} shape={:?}>",
@@ -458,6 +528,6 @@ fn numpy_format(typestr: &str) -> String {
 
 /// Stream-ordering helper used by `kvikpy.read(..., stream=...)`.
 pub fn mark_ready(storage: &Storage, ordinal: usize, stream: usize) -> kvikpy_core::Result<()> {
-    storage.set_ready(cuda::StreamEvent::record(ordinal, stream)?);
+    storage.set_ready(cuda::StreamEvent::record(ordinal, stream)?, stream);
     Ok(())
 }

@@ -199,3 +199,19 @@ pub fn pinned_pool() -> &'static Arc<BouncePool> {
     static POOL: OnceLock<Arc<BouncePool>> = OnceLock::new();
     POOL.get_or_init(|| BouncePool::new(PinnedAllocator))
 }
+
+/// Copy `len` bytes from device memory on `ordinal` to host memory, blocking until done.
+///
+/// # Safety
+/// `src..src+len` must be valid device memory and `dst..dst+len` writable host memory.
+pub unsafe fn copy_device_to_host(
+    ordinal: usize,
+    dst: *mut u8,
+    src: u64,
+    len: usize,
+) -> Result<()> {
+    let (stream, _) = super::stream::thread_stream(ordinal)?;
+    // SAFETY: forwarded from the caller; we wait for the copy before returning.
+    unsafe { super::stream::copy_dtoh(dst, src, len, stream)? };
+    super::stream::sync_stream_raw(stream)
+}

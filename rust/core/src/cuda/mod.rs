@@ -13,7 +13,8 @@ pub use driver::{
     available, bind, check, current_device, device_count, ensure_driver, unavailable_reason,
 };
 pub use memory::{
-    memory_kind, pinned_pool, DeviceAllocation, MemoryKind, PinnedAllocator, PinnedHostAllocation,
+    copy_device_to_host, memory_kind, pinned_pool, DeviceAllocation, MemoryKind, PinnedAllocator,
+    PinnedHostAllocation,
 };
 pub use stream::{
     copy_dtoh, copy_htod, record_and_wait, record_raw, sync_stream_raw, thread_stream,

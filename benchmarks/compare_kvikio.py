@@ -1,0 +1,159 @@
+"""kvikpy against kvikio: warm reads of one large file into GPU memory, side by side.
+
+Each measurement runs in its own process (fresh pools, no shared state), libraries
+alternate A/B/A/B, every run is timed with the device synchronised, the bytes are
+verified (a GPU-side sum against the file's), and the median is reported with min and
+max. kvikio runs with KVIKIO_COMPAT_MODE=ON (POSIX: the GPU machine has no GPUDirect
+Storage).
+
+Usage (GPU machine, kvikio installed): python benchmarks/compare_kvikio.py
+    [--size-mib 4096] [--rounds 2] [--out results.json] [--markdown results.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CHILD = r"""
+import json, os, sys, time
+import cupy
+lib, path = sys.argv[1], sys.argv[2]
+threads, task, runs, expected = (int(a) for a in sys.argv[3:7])
+n = os.path.getsize(path)
+buf = cupy.empty(n, dtype=cupy.uint8)
+if lib == "kvikpy":
+    import kvikpy as mod
+else:
+    import kvikio as mod
+if threads:
+    mod.defaults.set({"num_threads": threads, "task_size": task})
+def once():
+    with mod.CuFile(path, "r") as f:
+        got = f.read(buf)
+    cupy.cuda.runtime.deviceSynchronize()
+    return got
+times = []
+for i in range(2 + runs):
+    buf.fill(0)
+    cupy.cuda.runtime.deviceSynchronize()
+    t0 = time.perf_counter()
+    got = once()
+    dt = time.perf_counter() - t0
+    assert got == n, (got, n)
+    if i >= 2:
+        times.append(dt)
+ok = int(buf.sum(dtype=cupy.int64)) == expected
+print(json.dumps({"times": times, "ok": ok, "threads": mod.defaults.get("num_threads"),
+                  "task_size": mod.defaults.get("task_size")}))
+"""
+
+
+def run_child(lib: str, path: str, threads: int, task: int, runs: int, expected: int) -> dict:
+    env = dict(os.environ, KVIKIO_COMPAT_MODE="ON")
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, lib, path, str(threads), str(task), str(runs), str(expected)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=600,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{lib} child failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    import numpy as np
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size-mib", type=int, default=4096)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--markdown", default=None)
+    args = parser.parse_args()
+    nbytes = args.size_mib << 20
+    tmp = tempfile.mkdtemp(prefix="kvikpy-bench-", dir="/tmp")
+    path = os.path.join(tmp, "data.bin")
+    rng = np.random.default_rng(0)
+    expected = 0
+    with open(path, "wb") as fh:
+        left = nbytes
+        while left:
+            block = rng.integers(0, 256, min(256 << 20, left), dtype=np.uint8)
+            expected += int(block.sum(dtype=np.int64))
+            fh.write(block.tobytes())
+            left -= len(block)
+    with open(path, "rb") as fh:  # warm the page cache
+        while fh.read(256 << 20):
+            pass
+    configs = [(0, 0)] + [(t, s << 20) for t in (1, 4, 16) for s in (4, 16)]
+    rows = []
+    for threads, task in configs:
+        samples: dict[str, list[float]] = {"kvikpy": [], "kvikio": []}
+        seen: dict[str, dict] = {}
+        for _ in range(args.rounds):
+            for lib in ("kvikpy", "kvikio"):
+                r = run_child(lib, path, threads, task, args.runs, expected)
+                if not r["ok"]:
+                    raise RuntimeError(f"{lib} read wrong bytes ({threads} threads, {task})")
+                samples[lib] += r["times"]
+                seen[lib] = r
+        row = {"threads": threads or "defaults", "task_MiB": (task >> 20) or "defaults"}
+        for lib, times in samples.items():
+            row[lib] = {
+                "median_GBps": nbytes / statistics.median(times) / 1e9,
+                "min_GBps": nbytes / max(times) / 1e9,
+                "max_GBps": nbytes / min(times) / 1e9,
+                "threads": seen[lib]["threads"],
+                "task_size": seen[lib]["task_size"],
+            }
+        row["ratio"] = row["kvikpy"]["median_GBps"] / row["kvikio"]["median_GBps"]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    os.unlink(path)
+    os.rmdir(tmp)
+    import cupy
+
+    header = {
+        "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+        "driver": cupy.cuda.runtime.driverGetVersion(),
+        "file_MiB": args.size_mib,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump({"header": header, "rows": rows}, fh, indent=1)
+    lines = [
+        f"Warm {args.size_mib} MiB read into GPU memory, {header['device']}, "
+        f"driver {header['driver']}, {header['date']}; GB/s, median (min-max) of "
+        f"{args.rounds * args.runs} runs in {args.rounds} alternating processes per library.",
+        "",
+        "| threads | task | kvikpy | kvikio 26.10 | kvikpy / kvikio |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        a, b = r["kvikpy"], r["kvikio"]
+        lines.append(
+            f"| {r['threads']} ({a['threads']} vs {b['threads']}) | {r['task_MiB']} | "
+            f"{a['median_GBps']:.1f} ({a['min_GBps']:.1f}-{a['max_GBps']:.1f}) | "
+            f"{b['median_GBps']:.1f} ({b['min_GBps']:.1f}-{b['max_GBps']:.1f}) | "
+            f"{r['ratio']:.2f}x |"
+        )
+    text = "\n".join(lines)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
