@@ -32,6 +32,7 @@ if lib == "kvikpy":
     import kvikpy as mod
 else:
     import kvikio as mod
+    import kvikio.defaults
 if threads:
     mod.defaults.set({"num_threads": threads, "task_size": task})
 def once():

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
+# JAX would otherwise take 75% of GPU memory at its first use, starving later tests.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 from pathlib import Path
 
 import numpy as np
