@@ -40,7 +40,8 @@ def main() -> int:
     nbytes = args.size_mib << 20
 
     print(f"kvikpy {kvikpy.__version__}: {kvikpy.defaults.get('num_threads')} I/O threads")
-    print("destination: host memory (numpy array)")
+    gpu = kvikpy.cuda_available()
+    print("destination:", "GPU memory (kvikpy.Buffer)" if gpu else "host memory (numpy array)")
     data = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
     digest = hashlib.sha256(data).hexdigest()
 
@@ -49,19 +50,40 @@ def main() -> int:
         data.tofile(path)
         out = np.empty(nbytes, dtype=np.uint8)
 
+        gpu_out = kvikpy.read(path) if gpu else None  # also warms up CUDA
+
         def read_kvikpy() -> None:
             with kvikpy.CuFile(path, "r") as f:
-                assert f.read(out) == nbytes
+                assert f.read(gpu_out if gpu_out is not None else out) == nbytes
 
         from_numpy: list[np.ndarray] = []
 
         def read_numpy() -> None:
             from_numpy[:] = [np.fromfile(path, dtype=np.uint8)]
 
+        to_gpu = None
+        if gpu:
+            try:  # what a numpy.fromfile user does to reach the GPU
+                import torch
+
+                def to_gpu(a: np.ndarray) -> None:
+                    torch.from_numpy(a).cuda()
+                    torch.cuda.synchronize()
+            except ImportError:
+                pass
+        peer = "numpy.fromfile" + (" + .cuda()" if to_gpu else "")
+
+        def read_peer() -> None:
+            read_numpy()
+            if to_gpu is not None:
+                to_gpu(from_numpy[0])
+
         rows = []
-        for name, fn in [("kvikpy CuFile.read", read_kvikpy), ("numpy.fromfile", read_numpy)]:
+        for name, fn in [("kvikpy CuFile.read", read_kvikpy), (peer, read_peer)]:
             times = timed(fn, args.repeats)
             rows.append((name, nbytes / statistics.median(times) / 1e9, times))
+        if gpu_out is not None:
+            out[:] = gpu_out.to_numpy()
         assert hashlib.sha256(out).hexdigest() == digest, "kvikpy read wrong bytes"
         assert hashlib.sha256(from_numpy[0]).hexdigest() == digest, "numpy read wrong bytes"
 
