@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import atexit
 
-from kvikpy import _lib, defaults, numpy
+from kvikpy import _lib, defaults, numpy, safetensors
 from kvikpy._api import cuda_available, device_count, read, write
 from kvikpy._lib import Buffer, __version__
 from kvikpy._lib import bounce_buffer_free as _bounce_buffer_free
@@ -50,6 +50,7 @@ __all__ = [
     "device_count",
     "numpy",
     "read",
+    "safetensors",
     "wait_all",
     "write",
 ]

@@ -4,7 +4,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, Result};
 
@@ -73,7 +73,9 @@ pub struct OpenFile {
     path: PathBuf,
     flags: OpenFlags,
     buffered: OwnedFd,
-    direct: Option<OwnedFd>,
+    /// Opened on first use: most files never need it, and an `open` per file is a
+    /// measurable share of reading many small files.
+    direct: OnceLock<Option<OwnedFd>>,
 }
 
 impl OpenFile {
@@ -92,9 +94,16 @@ impl OpenFile {
         self.buffered.as_raw_fd()
     }
 
-    /// The O_DIRECT descriptor, if the filesystem supports O_DIRECT.
+    /// The O_DIRECT descriptor, if the filesystem supports O_DIRECT (opened on first use;
+    /// the file exists by then, so it neither creates nor truncates).
     pub fn direct_fd(&self) -> Option<RawFd> {
-        self.direct.as_ref().map(|fd| fd.as_raw_fd())
+        self.direct
+            .get_or_init(|| {
+                let cpath = CString::new(self.path.as_os_str().as_bytes()).ok()?;
+                open_fd(&self.path, &cpath, self.flags.libc_flags() | libc::O_DIRECT).ok()
+            })
+            .as_ref()
+            .map(|fd| fd.as_raw_fd())
     }
 
     /// The file's current size in bytes.
@@ -163,8 +172,8 @@ pub struct FileHandle {
 
 impl FileHandle {
     /// Open `path` with `mode` (see [`OpenFlags::parse`]). A second descriptor with
-    /// O_DIRECT is opened when the filesystem allows it; where it does not (tmpfs), direct
-    /// I/O is silently unavailable.
+    /// O_DIRECT is opened when first needed, if the filesystem allows it; where it does
+    /// not, direct I/O is silently unavailable.
     pub fn open(path: impl AsRef<Path>, mode: &str) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let flags = OpenFlags::parse(mode)?;
@@ -190,15 +199,13 @@ impl FileHandle {
                 ));
             }
         }
-        // The file exists now: the direct descriptor must neither create nor truncate it.
-        let direct = open_fd(&path, &cpath, flags.libc_flags() | libc::O_DIRECT).ok();
         Ok(Self {
             path: path.clone(),
             open: Mutex::new(Some(Arc::new(OpenFile {
                 path,
                 flags,
                 buffered,
-                direct,
+                direct: OnceLock::new(),
             }))),
         })
     }

@@ -1,0 +1,101 @@
+"""A safetensors checkpoint into torch tensors on the GPU: kvikpy.safetensors.load_file
+against safetensors.torch.load_file(device="cuda"), each in its own process, alternating.
+
+GB/s of the file size, median (min-max), warm page cache; every tensor compared with the
+reference loader's. Usage: python benchmarks/checkpoint.py [--size-mib 2048 --tensors 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+CHILD = r"""
+import json, sys, time, torch
+lib, path, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if lib == "kvikpy":
+    from kvikpy.safetensors import load_file
+    load = lambda: load_file(path, device="cuda")
+else:
+    from safetensors.torch import load_file
+    load = lambda: load_file(path, device="cuda")
+times = []
+for i in range(2 + runs):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    state = load()
+    torch.cuda.synchronize()
+    if i >= 2:
+        times.append(time.perf_counter() - t0)
+    if i < 1 + runs:
+        del state
+sums = {k: float(v.float().sum()) for k, v in state.items()}
+print(json.dumps({"times": times, "sums": sums}))
+"""
+
+
+def main() -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size-mib", type=int, default=2048)
+    parser.add_argument("--tensors", type=int, default=256)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    per = (args.size_mib << 20) // args.tensors // 2  # bf16 elements per tensor
+    g = torch.Generator().manual_seed(0)
+    state = {
+        f"layer.{i}.weight": torch.randn(per, generator=g).bfloat16() for i in range(args.tensors)
+    }
+    folder = tempfile.mkdtemp(prefix="kvikpy-ckpt-", dir="/tmp")
+    path = os.path.join(folder, "model.safetensors")
+    save_file(state, path)
+    size = os.path.getsize(path)
+    del state
+    with open(path, "rb") as fh:
+        while fh.read(256 << 20):
+            pass
+    samples: dict[str, list[float]] = {"kvikpy": [], "safetensors": []}
+    sums: dict[str, dict[str, float]] = {}
+    for _ in range(args.rounds):
+        for lib in samples:
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, lib, path, str(args.runs)],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=600,
+            )
+            if out.returncode:
+                raise RuntimeError(f"{lib}: {out.stderr[-1500:]}")
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            samples[lib] += r["times"]
+            sums[lib] = r["sums"]
+    if sums["kvikpy"] != sums["safetensors"]:
+        raise RuntimeError("kvikpy loaded different tensors than safetensors")
+    row = {"file_bytes": size, "tensors": args.tensors}
+    for lib, times in samples.items():
+        row[lib] = {
+            "median_GBps": size / statistics.median(times) / 1e9,
+            "min_GBps": size / max(times) / 1e9,
+            "max_GBps": size / min(times) / 1e9,
+        }
+    row["ratio"] = row["kvikpy"]["median_GBps"] / row["safetensors"]["median_GBps"]
+    print(json.dumps(row, indent=1))
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(row, fh, indent=1)
+    os.unlink(path)
+    os.rmdir(folder)
+
+
+if __name__ == "__main__":
+    main()

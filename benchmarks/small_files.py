@@ -1,0 +1,106 @@
+"""Many small files into GPU memory, one by one: kvikpy's CuFile, kvikio's CuFile, and the
+naive numpy loop (numpy.fromfile + cupy set), each in its own process, alternating.
+
+Files per second (open, read to the GPU, close, all inside the timing), median of the
+runs, every file's bytes checked. Usage: python benchmarks/small_files.py [--files 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+CHILD = r"""
+import json, os, sys, time
+import cupy, numpy as np
+lib, folder, size, runs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+paths = sorted(os.path.join(folder, n) for n in os.listdir(folder))
+bufs = [cupy.empty(size, dtype=cupy.uint8) for _ in range(8)]
+if lib == "kvikpy":
+    import kvikpy as mod
+elif lib == "kvikio":
+    import kvikio as mod
+def one(i, p):
+    b = bufs[i % 8]
+    if lib == "numpy":
+        b.set(np.fromfile(p, dtype=np.uint8))
+    else:
+        with mod.CuFile(p, "r") as f:
+            f.read(b)
+def sweep():
+    for i, p in enumerate(paths):
+        one(i, p)
+    cupy.cuda.runtime.deviceSynchronize()
+rates = []
+for r in range(runs + 1):
+    t0 = time.perf_counter()
+    sweep()
+    dt = time.perf_counter() - t0
+    if r:
+        rates.append(len(paths) / dt)
+# verify: the last file read into its buffer has the right bytes
+want = np.fromfile(paths[-1], dtype=np.uint8)
+ok = bool((cupy.asnumpy(bufs[(len(paths) - 1) % 8]) == want).all())
+print(json.dumps({"rates": rates, "ok": ok}))
+"""
+
+
+def main() -> None:
+    import numpy as np
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--files", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    results = []
+    rng = np.random.default_rng(0)
+    for size in (4096, 65536):
+        folder = tempfile.mkdtemp(prefix=f"kvikpy-small-{size}-", dir="/tmp")
+        for i in range(args.files):
+            rng.integers(0, 256, size, dtype=np.uint8).tofile(os.path.join(folder, f"{i:06d}"))
+        rates: dict[str, list[float]] = {"kvikpy": [], "kvikio": [], "numpy": []}
+        for _ in range(args.rounds):
+            for lib in rates:
+                out = subprocess.run(
+                    [sys.executable, "-c", CHILD, lib, folder, str(size), str(args.runs)],
+                    capture_output=True,
+                    text=True,
+                    env=dict(os.environ, KVIKIO_COMPAT_MODE="ON"),
+                    check=False,
+                    timeout=600,
+                )
+                if out.returncode:
+                    raise RuntimeError(f"{lib}: {out.stderr[-1500:]}")
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                if not r["ok"]:
+                    raise RuntimeError(f"{lib} read wrong bytes")
+                rates[lib] += r["rates"]
+        row = {"size": size, "files": args.files}
+        row |= {lib: statistics.median(v) for lib, v in rates.items()}
+        row |= {f"{lib}_min": min(v) for lib, v in rates.items()}
+        row |= {f"{lib}_max": max(v) for lib, v in rates.items()}
+        results.append(row)
+        print(
+            f"{size // 1024} KiB x {args.files}: files/s kvikpy {row['kvikpy']:,.0f}  "
+            f"kvikio {row['kvikio']:,.0f}  numpy {row['numpy']:,.0f}  "
+            f"kvikpy/kvikio {row['kvikpy'] / row['kvikio']:.2f}x  "
+            f"kvikpy/numpy {row['kvikpy'] / row['numpy']:.2f}x",
+            flush=True,
+        )
+        for n in os.listdir(folder):
+            os.unlink(os.path.join(folder, n))
+        os.rmdir(folder)
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(results, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""kvikpy.safetensors: header validation and loading (numpy on the host; torch on the GPU)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kvikpy.safetensors as kst
+
+RNG = np.random.default_rng(0)
+
+
+def write_safetensors(path: Path, tensors: dict[str, np.ndarray], pad_to: int = 8) -> None:
+    """Write ``tensors`` in the safetensors format (independently of kvikpy)."""
+    codes = {
+        "float64": "F64",
+        "float32": "F32",
+        "float16": "F16",
+        "int64": "I64",
+        "int32": "I32",
+        "int16": "I16",
+        "int8": "I8",
+        "uint8": "U8",
+        "bool": "BOOL",
+    }
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    blobs = []
+    offset = 0
+    for name, a in tensors.items():
+        raw = np.ascontiguousarray(a).tobytes()
+        header[name] = {
+            "dtype": codes[a.dtype.name],
+            "shape": list(a.shape),
+            "data_offsets": [offset, offset + len(raw)],
+        }
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-(8 + len(text)) % pad_to)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def sample() -> dict[str, np.ndarray]:
+    return {
+        "w": RNG.standard_normal((64, 33)).astype(np.float32),
+        "b": RNG.standard_normal(33).astype(np.float16),
+        "ids": RNG.integers(-(2**40), 2**40, 17),
+        "mask": RNG.integers(0, 2, (3, 5)).astype(bool),
+        "scalar": np.array(3.5, dtype=np.float64),
+        "empty": np.zeros((0, 4), dtype=np.int32),
+        "bytes": RNG.integers(0, 256, 1001).astype(np.uint8),
+    }
+
+
+def test_numpy_load_matches(tmp_path: Path) -> None:
+    tensors = sample()
+    p = tmp_path / "m.safetensors"
+    write_safetensors(p, tensors)
+    loaded = kst.load_file(p, device="cpu", framework="numpy")
+    assert set(loaded) == set(tensors)
+    for name, a in tensors.items():
+        assert loaded[name].dtype == a.dtype and loaded[name].shape == a.shape, name
+        assert np.array_equal(loaded[name], a), name
+    data_start, header, metadata = kst.read_header(p)
+    assert metadata == {"format": "pt"} and data_start % 8 == 0 and "w" in header
+
+
+def test_unaligned_offsets_still_load(tmp_path: Path) -> None:
+    tensors = {"odd": RNG.integers(0, 256, 3).astype(np.uint8), "f": np.arange(5.0)}
+    p = tmp_path / "u.safetensors"
+    write_safetensors(p, tensors)
+    loaded = kst.load_file(p, device="cpu", framework="numpy")
+    assert np.array_equal(loaded["f"], tensors["f"]) and np.array_equal(
+        loaded["odd"], tensors["odd"]
+    )
+
+
+def corrupt(path: Path, header: object, data: bytes = b"\x01" * 64) -> Path:
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("header", "match"),
+    [
+        ({"t": {"dtype": "F99", "shape": [1], "data_offsets": [0, 4]}}, "unknown dtype"),
+        ({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, "needs 8 bytes"),
+        ({"t": {"dtype": "F32", "shape": [100], "data_offsets": [0, 400]}}, "64-byte data"),
+        ({"t": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}, "invalid shape"),
+        ({"t": {"shape": [1]}}, "lacks"),
+        (
+            {
+                "a": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]},
+                "b": {"dtype": "U8", "shape": [8], "data_offsets": [4, 12]},
+            },
+            "overlap",
+        ),
+        ([1, 2], "not a JSON object"),
+    ],
+)
+def test_malformed_headers_are_value_errors(tmp_path: Path, header: object, match: str) -> None:
+    p = corrupt(tmp_path / "bad.safetensors", header)
+    before = p.read_bytes()
+    with pytest.raises(ValueError, match=match):
+        kst.load_file(p, device="cpu", framework="numpy")
+    assert p.read_bytes() == before
+
+
+def test_truncated_and_non_json_files(tmp_path: Path) -> None:
+    p = tmp_path / "t.safetensors"
+    p.write_bytes(b"\x05\x00")
+    with pytest.raises(ValueError, match="only 2 bytes"):
+        kst.read_header(p)
+    p.write_bytes(struct.pack("<Q", 10**9) + b"{}")
+    with pytest.raises(ValueError, match="header claims"):
+        kst.read_header(p)
+    p.write_bytes(struct.pack("<Q", 4) + b"\xff\xfe{{")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        kst.read_header(p)
+
+
+def test_numpy_framework_needs_host_and_known_dtypes(tmp_path: Path) -> None:
+    p = corrupt(
+        tmp_path / "bf.safetensors",
+        {"t": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}},
+        b"\x01" * 8,
+    )
+    with pytest.raises(ValueError, match="numpy lacks"):
+        kst.load_file(p, device="cpu", framework="numpy")
+    with pytest.raises(ValueError, match="framework"):
+        kst.load_file(p, device="cpu", framework="jax")
