@@ -128,6 +128,44 @@ pub fn submit_with(
     Ok(future)
 }
 
+/// Run a blocking request in the calling thread if it is a single task, returning its byte
+/// count; `None` when it needs the pool (then use [`submit`] and wait). This is the
+/// small-request fast path: no future, no pool hop, no `fstat` (a read that reaches the
+/// end of the file simply comes back short).
+pub fn run_if_single_task(
+    handle: &FileHandle,
+    direction: Direction,
+    span: Span,
+    file_offset: u64,
+    task_size: Option<usize>,
+) -> Result<Option<usize>> {
+    let settings = settings::current()?;
+    let task_size = task_size.unwrap_or(settings.task_size);
+    if task_size == 0 {
+        return Err(Error::InvalidArgument(
+            "task_size must be a positive number of bytes, got 0".into(),
+        ));
+    }
+    if split_tasks(file_offset, span.len(), task_size)
+        .nth(1)
+        .is_some()
+    {
+        return Ok(None);
+    }
+    let file = handle.get()?;
+    match direction {
+        Direction::Read => file.check_readable()?,
+        Direction::Write => file.check_writable()?,
+    }
+    file_offset.checked_add(span.len() as u64).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "file_offset {file_offset} + size {} overflows a 64-bit file offset",
+            span.len()
+        ))
+    })?;
+    run_task(&file, direction, span, file_offset, &settings).map(Some)
+}
+
 /// One task, to or from host or device memory.
 fn run_task(
     file: &OpenFile,

@@ -1,7 +1,7 @@
 //! `_lib.FileHandle`: an open file and its read/write entry points.
 
 use kvikpy_core::device_io::submit_stream_ordered;
-use kvikpy_core::io::{submit, Direction, Waiting};
+use kvikpy_core::io::{run_if_single_task, submit, Direction, Waiting};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -59,6 +59,35 @@ impl FileHandle {
         })?)
     }
 
+    /// A blocking read or write: in this thread when it is one task, else on the pool
+    /// with an interruptible wait.
+    fn blocking(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<i64>,
+        offset: i64,
+        task_size: Option<i64>,
+        direction: Direction,
+    ) -> PyResult<usize> {
+        let task_size = task_size_arg(task_size)?;
+        let taken = intake(buf, access(direction))?.select(0, size, "offset")?;
+        let file_offset = file_offset(offset)?;
+        let (span, inner) = (taken.span, &self.inner);
+        // The caller's frame keeps `buf` (and `taken`) alive for this whole call.
+        let inline = without_gil(py, move || {
+            run_if_single_task(inner, direction, span, file_offset, task_size)
+        })?;
+        match inline {
+            Some(n) => Ok(n),
+            None => {
+                let future =
+                    self.run(py, taken, offset, task_size, direction, Waiting::Blocking)?;
+                Future::from(future).get(py)
+            }
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn start(
         &self,
@@ -92,10 +121,14 @@ impl FileHandle {
         let taken = intake(buf, access(direction))?;
         taken.device_only(method, alternative)?;
         let taken = taken.select(dev_offset, size, "dev_offset")?;
+        let file_offset = file_offset(offset)?;
         // One task covering the whole request, run in this thread.
-        let task_size = Some(taken.span.len().max(1));
-        let future = self.run(py, taken, offset, task_size, direction, Waiting::Blocking)?;
-        Future::from(future).get(py)
+        let (span, inner) = (taken.span, &self.inner);
+        let task_size = Some(span.len().max(1));
+        let done = without_gil(py, move || {
+            run_if_single_task(inner, direction, span, file_offset, task_size)
+        })?;
+        Ok(done.expect("a request of one task runs inline"))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -240,16 +273,7 @@ impl FileHandle {
         file_offset: i64,
         task_size: Option<i64>,
     ) -> PyResult<usize> {
-        let f = self.start(
-            py,
-            buf,
-            size,
-            file_offset,
-            task_size,
-            Direction::Write,
-            Waiting::Blocking,
-        )?;
-        Future::from(f).get(py)
+        self.blocking(py, buf, size, file_offset, task_size, Direction::Write)
     }
 
     #[pyo3(signature = (buf, size=None, file_offset=0, dev_offset=0))]

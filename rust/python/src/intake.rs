@@ -127,6 +127,13 @@ pub fn intake(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Intake> {
             keepalive: Box::new(storage),
         });
     }
+    // Host memory first: numpy arrays, bytearrays and memoryviews export a buffer, and
+    // probing them for GPU interfaces first would cost a failed attribute lookup (an
+    // exception object) on every small read.
+    // SAFETY: PyObject_CheckBuffer only inspects the object's type.
+    if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 1 {
+        return from_buffer_protocol(obj, access);
+    }
     if access == Access::Fill && is_jax(obj) {
         return Err(read_only_error(obj));
     }
@@ -138,11 +145,9 @@ pub fn intake(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Intake> {
         if device_type == DEVICE_CUDA || device_type == DEVICE_CUDA_MANAGED {
             return from_dlpack(obj, access, Some(1));
         }
-        // Host memory: the buffer protocol where offered (numpy), else DLPack without a
-        // stream (torch CPU and pinned tensors, which report kDLCUDAHost).
-        // SAFETY: PyObject_CheckBuffer only inspects the object's type.
-        let has_buffer = unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 1;
-        if !has_buffer && [DEVICE_CPU, DEVICE_CUDA_HOST].contains(&device_type) {
+        // Host memory without the buffer protocol: DLPack without a stream (torch CPU and
+        // pinned tensors, which report kDLCUDAHost).
+        if [DEVICE_CPU, DEVICE_CUDA_HOST].contains(&device_type) {
             return from_dlpack(obj, access, None);
         }
     }
