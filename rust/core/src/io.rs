@@ -152,6 +152,27 @@ pub fn run_if_single_task(
     {
         return Ok(None);
     }
+    run_whole_with(&settings, handle, direction, span, file_offset).map(Some)
+}
+
+/// Run the whole request as one task in the calling thread (kvikio's `raw_read` and
+/// `raw_write`: no pool, no splitting).
+pub fn run_whole(
+    handle: &FileHandle,
+    direction: Direction,
+    span: Span,
+    file_offset: u64,
+) -> Result<usize> {
+    run_whole_with(&settings::current()?, handle, direction, span, file_offset)
+}
+
+fn run_whole_with(
+    settings: &Settings,
+    handle: &FileHandle,
+    direction: Direction,
+    span: Span,
+    file_offset: u64,
+) -> Result<usize> {
     let file = handle.get()?;
     match direction {
         Direction::Read => file.check_readable()?,
@@ -163,7 +184,7 @@ pub fn run_if_single_task(
             span.len()
         ))
     })?;
-    run_task(&file, direction, span, file_offset, &settings).map(Some)
+    run_task(&file, direction, span, file_offset, settings)
 }
 
 /// One task, to or from host or device memory.

@@ -1,7 +1,7 @@
 //! `_lib.FileHandle`: an open file and its read/write entry points.
 
 use kvikpy_core::device_io::submit_stream_ordered;
-use kvikpy_core::io::{run_if_single_task, submit, Direction, Waiting};
+use kvikpy_core::io::{run_if_single_task, run_whole, submit, Direction, Waiting};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -124,11 +124,9 @@ impl FileHandle {
         let file_offset = file_offset(offset)?;
         // One task covering the whole request, run in this thread.
         let (span, inner) = (taken.span, &self.inner);
-        let task_size = Some(span.len().max(1));
-        let done = without_gil(py, move || {
-            run_if_single_task(inner, direction, span, file_offset, task_size)
-        })?;
-        Ok(done.expect("a request of one task runs inline"))
+        Ok(without_gil(py, move || {
+            run_whole(inner, direction, span, file_offset)
+        })?)
     }
 
     #[allow(clippy::too_many_arguments)]

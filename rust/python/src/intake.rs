@@ -130,9 +130,14 @@ pub fn intake(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Intake> {
     // Host memory first: numpy arrays, bytearrays and memoryviews export a buffer, and
     // probing them for GPU interfaces first would cost a failed attribute lookup (an
     // exception object) on every small read.
+    // Some GPU arrays (CuPy) have a buffer slot that always fails: fall through to their
+    // GPU interfaces then.
     // SAFETY: PyObject_CheckBuffer only inspects the object's type.
-    if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 1 {
-        return from_buffer_protocol(obj, access);
+    let has_buffer_slot = unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 1;
+    if has_buffer_slot {
+        if let Ok(export) = HostExport::get(obj) {
+            return from_export(obj, export, access);
+        }
     }
     if access == Access::Fill && is_jax(obj) {
         return Err(read_only_error(obj));
@@ -146,8 +151,9 @@ pub fn intake(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Intake> {
             return from_dlpack(obj, access, Some(1));
         }
         // Host memory without the buffer protocol: DLPack without a stream (torch CPU and
-        // pinned tensors, which report kDLCUDAHost).
-        if [DEVICE_CPU, DEVICE_CUDA_HOST].contains(&device_type) {
+        // pinned tensors, which report kDLCUDAHost). Host objects whose buffer export
+        // failed (numpy datetimes) get the buffer-protocol error below instead.
+        if !has_buffer_slot && [DEVICE_CPU, DEVICE_CUDA_HOST].contains(&device_type) {
             return from_dlpack(obj, access, None);
         }
     }
@@ -209,6 +215,10 @@ fn from_buffer_protocol(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Inta
             type_name(obj)
         ))
     })?;
+    from_export(obj, export, access)
+}
+
+fn from_export(obj: &Bound<'_, PyAny>, export: HostExport, access: Access) -> PyResult<Intake> {
     if access == Access::Fill && export.readonly() {
         return Err(read_only_error(obj));
     }
