@@ -174,11 +174,6 @@ impl StreamEvent {
             sys::cuStreamWaitEvent(stream as sys::CUstream, self.event, 0)
         })
     }
-
-    /// The raw event handle (valid while `self` lives).
-    pub fn raw(&self) -> usize {
-        self.event as usize
-    }
 }
 
 impl Drop for StreamEvent {
