@@ -84,10 +84,24 @@ notebooks: develop
 	$(BIN)/ruff format notebooks
 	$(BIN)/python notebooks/execute.py
 
-# Side-by-side GPU benchmark against kvikio (GPU machine; kvikio wheels carried in .whl/).
+# The benchmark matrix on the GPU machine (peers' wheels carried in .whl/): ceilings,
+# large reads against kvikio, small files, a checkpoint, host reads; JSON and markdown
+# into $(BENCH_OUT). One piece: make gpu-bench BENCH=large BENCH_ARGS="--size-mib 1024".
+BENCH_OUT ?= /tmp/kvikpy-bench
+BENCH ?=
 gpu-bench:
 	python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/kvikpy-site .gpu/*.whl .whl/*.whl
-	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 python3 benchmarks/compare_kvikio.py $(BENCH_ARGS)
+	mkdir -p $(BENCH_OUT)
+	if [ -n "$(BENCH)" ]; then \
+		PYTHONPATH=/tmp/kvikpy-site:. PYTHONSAFEPATH=1 python3 -m benchmarks $(BENCH) $(BENCH_ARGS); \
+	else \
+		set -e; export PYTHONPATH=/tmp/kvikpy-site:. PYTHONSAFEPATH=1; \
+		python3 -m benchmarks ceilings --cold --out $(BENCH_OUT)/ceilings.json; \
+		python3 -m benchmarks large --out $(BENCH_OUT)/large.json --markdown $(BENCH_OUT)/large.md; \
+		python3 -m benchmarks small --out $(BENCH_OUT)/small.json; \
+		python3 -m benchmarks checkpoint --out $(BENCH_OUT)/checkpoint.json; \
+		python3 -m benchmarks host | tee $(BENCH_OUT)/host.txt; \
+	fi
 
 clean:
 	rm -rf $(VENV) target dist .gpu .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -5,6 +5,7 @@
 //! exceptions; everything that decides *how* bytes move lives here.
 
 pub mod bounce;
+pub mod ceiling;
 pub mod cuda;
 mod cufile_probe;
 pub mod device_io;

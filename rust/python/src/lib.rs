@@ -3,6 +3,7 @@
 //! behaviour lives in the engine.
 
 mod blocking;
+mod ceiling;
 mod cuda;
 mod dlpack;
 mod errors;
@@ -34,5 +35,6 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(settings::bounce_buffer_free, m)?)?;
     m.add_function(wrap_pyfunction!(settings::thread_pool_size, m)?)?;
     m.add_function(wrap_pyfunction!(blocking::_panic_for_tests, m)?)?;
+    m.add_function(wrap_pyfunction!(ceiling::pread_ceiling, m)?)?;
     Ok(())
 }

@@ -1,0 +1,35 @@
+"""`python -m benchmarks NAME [ARGS...]`: run one of kvikpy's benchmarks.
+
+NAME is one of: demo, ceilings, large (against kvikio), small (many small files),
+checkpoint (safetensors), host (into numpy), smoke (per-call cost and a thread sweep).
+Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+SCRIPTS = {
+    "demo": "benchmarks.demo",
+    "ceilings": "benchmarks.ceilings",
+    "large": "benchmarks.compare_kvikio",
+    "small": "benchmarks.small_files",
+    "checkpoint": "benchmarks.checkpoint",
+    "host": "benchmarks.host_read",
+    "smoke": "benchmarks.gpu_smoke",
+}
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] not in SCRIPTS:
+        print(__doc__)
+        return 2
+    name = sys.argv.pop(1)
+    sys.argv[0] = f"python -m benchmarks {name}"
+    result = importlib.import_module(SCRIPTS[name]).main()
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The ceilings every result is compared against, measured on this machine in this run:
+pinned host-to-device copy bandwidth, page-cache pread into pinned memory with native
+threads (kvikpy's engine, `_lib.pread_ceiling`), and cold O_DIRECT disk reads.
+
+Usage: python benchmarks/ceilings.py [--size-mib 4096] [--cold] [--out ceilings.json]
+--cold drops the page cache before each O_DIRECT run (needs root; "guest-cold": the host
+of a virtual machine may still cache the disk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+
+from kvikpy import _lib
+
+
+def drop_caches() -> None:
+    subprocess.run(["sync"], check=True)
+    with open("/proc/sys/vm/drop_caches", "w") as fh:
+        fh.write("3\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size-mib", type=int, default=4096)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--cold", action="store_true")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    n = args.size_mib << 20
+    folder = tempfile.mkdtemp(prefix="kvikpy-ceil-", dir="/tmp")
+    path = os.path.join(folder, "data.bin")
+    rng = np.random.default_rng(0)
+    expected = 0
+    with open(path, "wb") as fh:
+        left = n
+        while left:
+            block = rng.integers(0, 256, min(256 << 20, left), dtype=np.uint8)
+            expected += int(block.sum(dtype=np.int64))
+            fh.write(block.tobytes())
+            left -= len(block)
+    results: dict[str, float] = {}
+    pinned = bool(_lib.cuda_available())
+    if pinned:
+        import torch
+
+        dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+        host = torch.empty(n, dtype=torch.uint8).pin_memory()
+        times = []
+        for i in range(2 + args.runs):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            dev.copy_(host, non_blocking=True)
+            torch.cuda.synchronize()
+            if i >= 2:
+                times.append(time.perf_counter() - t0)
+        results["pinned_h2d_GBps"] = n / statistics.median(times) / 1e9
+        del dev, host
+    for threads in (1, 4, 8, 16):
+        speeds = []
+        for i in range(1 + args.runs):
+            s, b, total = _lib.pread_ceiling(path, threads, 4 << 20, False, pinned)
+            assert b == n and total == expected, "ceiling read wrong bytes"
+            if i:
+                speeds.append(b / s / 1e9)
+        results[f"pread_warm_{threads}t_GBps"] = statistics.median(speeds)
+    if args.cold:
+        for threads in (1, 4, 16):
+            speeds = []
+            for _ in range(3):
+                drop_caches()
+                s, b, total = _lib.pread_ceiling(path, threads, 4 << 20, True, pinned)
+                assert total == expected
+                speeds.append(b / s / 1e9)
+            results[f"odirect_cold_{threads}t_GBps"] = statistics.median(speeds)
+    os.unlink(path)
+    os.rmdir(folder)
+    for k, v in results.items():
+        print(f"{k:>28}: {v:6.2f}")
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(results, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+//! Reference measurements for benchmarks: how fast plain `pread` from native threads can
+//! move a file into memory, the ceiling every kvikpy read is compared against.
+
+use std::time::Instant;
+
+use crate::bounce::{BounceAllocator, PageAlignedAllocator};
+use crate::error::{Error, Result};
+use crate::file::FileHandle;
+use crate::memory::HostSpan;
+use crate::posix::{pread_direct, pread_full};
+use crate::tasks::{split_tasks, DIRECT_IO_ALIGNMENT};
+
+/// Result of one ceiling run.
+#[derive(Debug, Clone, Copy)]
+pub struct Ceiling {
+    /// Seconds from the first `pread` to the last byte.
+    pub seconds: f64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Sum of all bytes read (so callers can verify the data).
+    pub byte_sum: u64,
+}
+
+/// Read all of `path` with `threads` native threads, each `pread`ing `piece`-byte pieces
+/// (through the O_DIRECT descriptor when `direct`) into one page-aligned buffer of
+/// `allocator`'s memory (pinned memory for the GPU ceilings).
+pub fn pread_ceiling(
+    path: &str,
+    threads: usize,
+    piece: usize,
+    direct: bool,
+    allocator: &dyn BounceAllocator,
+) -> Result<Ceiling> {
+    if threads == 0 || piece == 0 || (direct && piece % DIRECT_IO_ALIGNMENT != 0) {
+        return Err(Error::InvalidArgument(format!(
+            "need threads > 0 and piece > 0 (a multiple of {DIRECT_IO_ALIGNMENT} with \
+             direct I/O), got {threads} threads and {piece}-byte pieces"
+        )));
+    }
+    let handle = FileHandle::open(path, "r")?;
+    let file = handle.get()?;
+    let size = file.size()? as usize;
+    let fd = if direct {
+        file.direct_fd().ok_or_else(|| {
+            Error::InvalidArgument(format!("'{path}' is on a filesystem without O_DIRECT"))
+        })?
+    } else {
+        file.buffered_fd()
+    };
+    let capacity = size
+        .next_multiple_of(DIRECT_IO_ALIGNMENT)
+        .max(DIRECT_IO_ALIGNMENT);
+    let memory = allocator.allocate(capacity)?;
+    // SAFETY: `memory` holds `capacity` bytes, exclusively ours until deallocated below.
+    let whole = unsafe { HostSpan::new(memory.as_ptr(), capacity) };
+    // Fault every page in before the clock starts: the ceiling is about moving bytes, and
+    // a reused buffer (as in any steady-state read) has its pages mapped already.
+    // SAFETY: `whole` is the fresh allocation of `capacity` bytes.
+    unsafe { std::ptr::write_bytes(whole.as_ptr(), 0, capacity) };
+    let tasks: Vec<_> = split_tasks(0, size, piece).collect();
+    let started = Instant::now();
+    let outcome: Result<()> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (tasks, file) = (&tasks, &file);
+                scope.spawn(move || -> Result<()> {
+                    for task in tasks.iter().skip(t).step_by(threads) {
+                        let len = if direct {
+                            task.len.next_multiple_of(DIRECT_IO_ALIGNMENT)
+                        } else {
+                            task.len
+                        };
+                        let part = whole.sub(task.buf_offset, len);
+                        let got = if direct {
+                            pread_direct(fd, part, task.file_offset, DIRECT_IO_ALIGNMENT)
+                        } else {
+                            pread_full(fd, part, task.file_offset)
+                        };
+                        got.map_err(|e| Error::os("pread", file.path(), e))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().unwrap_or_else(|p| Err(Error::from_panic(p))))
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    // SAFETY: the threads have finished; `whole` covers the allocation and `size <= capacity`.
+    let bytes = unsafe { std::slice::from_raw_parts(whole.as_ptr(), size) };
+    let byte_sum = bytes.iter().map(|&b| u64::from(b)).sum();
+    // SAFETY: allocated above with this allocator and size; no longer used.
+    unsafe { allocator.deallocate(memory, capacity) };
+    outcome?;
+    Ok(Ceiling {
+        seconds,
+        bytes: size as u64,
+        byte_sum,
+    })
+}
+
+/// [`pread_ceiling`] into ordinary page-aligned memory.
+pub fn pread_ceiling_host(
+    path: &str,
+    threads: usize,
+    piece: usize,
+    direct: bool,
+) -> Result<Ceiling> {
+    pread_ceiling(path, threads, piece, direct, &PageAlignedAllocator)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_every_byte_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let data: Vec<u8> = (0..1_000_003u32).map(|i| (i * 7 + 3) as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        let want: u64 = data.iter().map(|&b| u64::from(b)).sum();
+        for (threads, piece) in [(1, 4096), (3, 65536), (8, 1 << 20)] {
+            let c = pread_ceiling_host(p.to_str().unwrap(), threads, piece, false).unwrap();
+            assert_eq!((c.bytes, c.byte_sum), (data.len() as u64, want));
+            assert!(c.seconds > 0.0);
+        }
+        if let Ok(c) = pread_ceiling_host(p.to_str().unwrap(), 2, 1 << 20, true) {
+            assert_eq!(c.byte_sum, want);
+        }
+        assert!(pread_ceiling_host(p.to_str().unwrap(), 0, 4096, false).is_err());
+    }
+}

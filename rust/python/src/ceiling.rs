@@ -1,0 +1,35 @@
+//! `_lib.pread_ceiling`: the native-thread pread reference the benchmarks compare against.
+
+use pyo3::prelude::*;
+
+use crate::blocking::without_gil;
+use crate::errors::BindResult;
+
+/// Read all of `path` with `threads` native threads in `piece`-byte preads (O_DIRECT when
+/// `direct`) into one buffer (pinned when `pinned`); returns (seconds, bytes, byte_sum).
+#[pyfunction]
+#[pyo3(signature = (path, threads, piece, direct=false, pinned=false))]
+pub fn pread_ceiling(
+    py: Python<'_>,
+    path: String,
+    threads: usize,
+    piece: usize,
+    direct: bool,
+    pinned: bool,
+) -> BindResult<(f64, u64, u64)> {
+    let c = without_gil(py, move || {
+        if pinned {
+            kvikpy_core::cuda::ensure_driver()?;
+            kvikpy_core::ceiling::pread_ceiling(
+                &path,
+                threads,
+                piece,
+                direct,
+                &kvikpy_core::cuda::PinnedAllocator,
+            )
+        } else {
+            kvikpy_core::ceiling::pread_ceiling_host(&path, threads, piece, direct)
+        }
+    })?;
+    Ok((c.seconds, c.bytes, c.byte_sum))
+}
