@@ -26,8 +26,16 @@ import json, os, sys, time
 import cupy
 lib, path = sys.argv[1], sys.argv[2]
 threads, task, runs, expected = (int(a) for a in sys.argv[3:7])
+mode = sys.argv[7]
 n = os.path.getsize(path)
 buf = cupy.empty(n, dtype=cupy.uint8)
+if mode == "write":
+    with open(path, "rb") as fh:
+        buf.set(__import__("numpy").frombuffer(fh.read(), dtype="uint8"))
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as fh:
+        fh.write("3\n")
 if lib == "kvikpy":
     import kvikpy as mod
 else:
@@ -35,31 +43,50 @@ else:
     import kvikio.defaults
 if threads:
     mod.defaults.set({"num_threads": threads, "task_size": task})
+if mode == "cold" and threads:
+    mod.defaults.set("auto_direct_io_read", True)  # the tuned cold configuration
+out = path + ".out"
 def once():
+    if mode == "write":
+        with mod.CuFile(out, "w") as f:
+            got = f.write(buf)
+            os.fsync(f.fileno())
+        return got
     with mod.CuFile(path, "r") as f:
         got = f.read(buf)
     cupy.cuda.runtime.deviceSynchronize()
     return got
 times = []
 for i in range(2 + runs):
-    buf.fill(0)
+    if mode != "write":
+        buf.fill(0)
     cupy.cuda.runtime.deviceSynchronize()
+    if mode == "cold":
+        drop_caches()
     t0 = time.perf_counter()
     got = once()
     dt = time.perf_counter() - t0
     assert got == n, (got, n)
     if i >= 2:
         times.append(dt)
-ok = int(buf.sum(dtype=cupy.int64)) == expected
+if mode == "write":
+    with open(out, "rb") as fh:
+        ok = sum(fh.read()) == expected
+    os.unlink(out)
+else:
+    ok = int(buf.sum(dtype=cupy.int64)) == expected
 print(json.dumps({"times": times, "ok": ok, "threads": mod.defaults.get("num_threads"),
                   "task_size": mod.defaults.get("task_size")}))
 """
 
 
-def run_child(lib: str, path: str, threads: int, task: int, runs: int, expected: int) -> dict:
+def run_child(
+    lib: str, path: str, threads: int, task: int, runs: int, expected: int, mode: str
+) -> dict:
     env = dict(os.environ, KVIKIO_COMPAT_MODE="ON")
+    args = [lib, path, str(threads), str(task), str(runs), str(expected), mode]
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, lib, path, str(threads), str(task), str(runs), str(expected)],
+        [sys.executable, "-c", CHILD, *args],
         capture_output=True,
         text=True,
         env=env,
@@ -80,6 +107,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--out", default=None)
     parser.add_argument("--markdown", default=None)
+    parser.add_argument(
+        "--mode",
+        choices=["warm", "cold", "write"],
+        default="warm",
+        help="warm reads (page cache), cold reads (caches dropped before each run; tuned "
+        "runs use auto_direct_io_read for both), or writes from GPU memory incl. fsync",
+    )
+    parser.add_argument("--threads", default="1,4,16", help="comma-separated thread counts")
     args = parser.parse_args()
     nbytes = args.size_mib << 20
     tmp = tempfile.mkdtemp(prefix="kvikpy-bench-", dir="/tmp")
@@ -93,17 +128,19 @@ def main() -> None:
             expected += int(block.sum(dtype=np.int64))
             fh.write(block.tobytes())
             left -= len(block)
-    with open(path, "rb") as fh:  # warm the page cache
+    with open(path, "rb") as fh:  # warm the page cache (cold runs drop it themselves)
         while fh.read(256 << 20):
             pass
-    configs = [(0, 0)] + [(t, s << 20) for t in (1, 4, 16) for s in (4, 16)]
+    header_mode = args.mode
+    counts = [int(t) for t in args.threads.split(",")]
+    configs = [(0, 0)] + [(t, s << 20) for t in counts for s in (4, 16)]
     rows = []
     for threads, task in configs:
         samples: dict[str, list[float]] = {"kvikpy": [], "kvikio": []}
         seen: dict[str, dict] = {}
         for _ in range(args.rounds):
             for lib in ("kvikpy", "kvikio"):
-                r = run_child(lib, path, threads, task, args.runs, expected)
+                r = run_child(lib, path, threads, task, args.runs, expected, args.mode)
                 if not r["ok"]:
                     raise RuntimeError(f"{lib} read wrong bytes ({threads} threads, {task})")
                 samples[lib] += r["times"]
@@ -128,13 +165,15 @@ def main() -> None:
         "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
         "driver": cupy.cuda.runtime.driverGetVersion(),
         "file_MiB": args.size_mib,
+        "mode": header_mode,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"header": header, "rows": rows}, fh, indent=1)
+    what = {"warm": "Warm read into", "cold": "Cold read into", "write": "Write from"}
     lines = [
-        f"Warm {args.size_mib} MiB read into GPU memory, {header['device']}, "
+        f"{what[args.mode]} GPU memory, {args.size_mib} MiB, {header['device']}, "
         f"driver {header['driver']}, {header['date']}; GB/s, median (min-max) of "
         f"{args.rounds * args.runs} runs in {args.rounds} alternating processes per library.",
         "",
