@@ -2,7 +2,7 @@
 pinned host-to-device copy bandwidth, page-cache pread into pinned memory with native
 threads (kvikpy's engine, `_lib.pread_ceiling`), and cold O_DIRECT disk reads.
 
-Usage: python benchmarks/ceilings.py [--size-mib 4096] [--cold] [--out ceilings.json]
+Usage: python -m benchmarks ceilings [--size-mib 4096] [--cold] [--out ceilings.json]
 --cold drops the page cache before each O_DIRECT run (needs root; "guest-cold": the host
 of a virtual machine may still cache the disk).
 """
@@ -17,8 +17,7 @@ import subprocess
 import tempfile
 import time
 
-import numpy as np
-
+from benchmarks.common import write_random_file
 from kvikpy import _lib
 
 
@@ -38,15 +37,7 @@ def main() -> None:
     n = args.size_mib << 20
     folder = tempfile.mkdtemp(prefix="kvikpy-ceil-", dir="/tmp")
     path = os.path.join(folder, "data.bin")
-    rng = np.random.default_rng(0)
-    expected = 0
-    with open(path, "wb") as fh:
-        left = n
-        while left:
-            block = rng.integers(0, 256, min(256 << 20, left), dtype=np.uint8)
-            expected += int(block.sum(dtype=np.int64))
-            fh.write(block.tobytes())
-            left -= len(block)
+    expected = write_random_file(path, n)
     results: dict[str, float] = {}
     pinned = bool(_lib.cuda_available())
     if pinned:

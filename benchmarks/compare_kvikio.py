@@ -6,7 +6,7 @@ verified (a GPU-side sum against the file's), and the median is reported with mi
 max. kvikio runs with KVIKIO_COMPAT_MODE=ON (POSIX: the GPU machine has no GPUDirect
 Storage).
 
-Usage (GPU machine, kvikio installed): python benchmarks/compare_kvikio.py
+Usage (GPU machine, kvikio installed): python -m benchmarks large
     [--size-mib 4096] [--rounds 2] [--out results.json] [--markdown results.md]
 """
 
@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from benchmarks.common import warm_page_cache, write_random_file
 
 CHILD = r"""
 import json, os, sys, time
@@ -99,8 +101,6 @@ def run_child(
 
 
 def main() -> None:
-    import numpy as np
-
     parser = argparse.ArgumentParser()
     parser.add_argument("--size-mib", type=int, default=4096)
     parser.add_argument("--rounds", type=int, default=2)
@@ -119,18 +119,8 @@ def main() -> None:
     nbytes = args.size_mib << 20
     tmp = tempfile.mkdtemp(prefix="kvikpy-bench-", dir="/tmp")
     path = os.path.join(tmp, "data.bin")
-    rng = np.random.default_rng(0)
-    expected = 0
-    with open(path, "wb") as fh:
-        left = nbytes
-        while left:
-            block = rng.integers(0, 256, min(256 << 20, left), dtype=np.uint8)
-            expected += int(block.sum(dtype=np.int64))
-            fh.write(block.tobytes())
-            left -= len(block)
-    with open(path, "rb") as fh:  # warm the page cache (cold runs drop it themselves)
-        while fh.read(256 << 20):
-            pass
+    expected = write_random_file(path, nbytes)
+    warm_page_cache(path)  # cold runs drop it themselves
     header_mode = args.mode
     counts = [int(t) for t in args.threads.split(",")]
     configs = [(0, 0)] + [(t, s << 20) for t in counts for s in (4, 16)]

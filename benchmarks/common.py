@@ -1,0 +1,27 @@
+"""Helpers shared by the benchmark scripts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def write_random_file(path: str, nbytes: int, seed: int = 0) -> int:
+    """Write ``nbytes`` random bytes to ``path`` (256 MiB at a time); return their sum,
+    which the benchmarks use to verify every read."""
+    rng = np.random.default_rng(seed)
+    total = 0
+    with open(path, "wb") as fh:
+        left = nbytes
+        while left:
+            block = rng.integers(0, 256, min(256 << 20, left), dtype=np.uint8)
+            total += int(block.sum(dtype=np.int64))
+            fh.write(block.tobytes())
+            left -= len(block)
+    return total
+
+
+def warm_page_cache(path: str) -> None:
+    """Read ``path`` once so that it sits in the page cache."""
+    with open(path, "rb") as fh:
+        while fh.read(256 << 20):
+            pass
