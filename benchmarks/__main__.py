@@ -1,7 +1,8 @@
 """`python -m benchmarks NAME [ARGS...]`: run one of kvikpy's benchmarks.
 
 NAME is one of: demo, ceilings, large (against kvikio), small (many small files),
-checkpoint (safetensors), host (into numpy), smoke (per-call cost and a thread sweep).
+checkpoint (safetensors), host (into numpy), smoke (per-call cost and a thread sweep),
+startup (import to the first 1 MiB on the GPU).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -18,6 +19,7 @@ SCRIPTS = {
     "checkpoint": "benchmarks.checkpoint",
     "host": "benchmarks.host_read",
     "smoke": "benchmarks.gpu_smoke",
+    "startup": "benchmarks.startup",
 }
 
 

@@ -31,9 +31,12 @@ threads, task, runs, expected = (int(a) for a in sys.argv[3:7])
 mode = sys.argv[7]
 n = os.path.getsize(path)
 buf = cupy.empty(n, dtype=cupy.uint8)
-if mode == "write":
-    with open(path, "rb") as fh:
-        buf.set(__import__("numpy").frombuffer(fh.read(), dtype="uint8"))
+import numpy as np
+if mode == "write":  # fill the source 256 MiB at a time (keeps host RSS small)
+    step = 256 << 20
+    for off in range(0, n, step):
+        part = np.fromfile(path, dtype=np.uint8, count=min(step, n - off), offset=off)
+        buf[off : off + part.size].set(part)
 def drop_caches():
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as fh:
@@ -58,27 +61,36 @@ def once():
         got = f.read(buf)
     cupy.cuda.runtime.deviceSynchronize()
     return got
+import resource
 times = []
+cpu = 0.0
 for i in range(2 + runs):
     if mode != "write":
         buf.fill(0)
     cupy.cuda.runtime.deviceSynchronize()
     if mode == "cold":
         drop_caches()
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     got = once()
     dt = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    if i >= 2:
+        cpu += (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     assert got == n, (got, n)
     if i >= 2:
         times.append(dt)
 if mode == "write":
-    with open(out, "rb") as fh:
-        ok = sum(fh.read()) == expected
+    written = np.memmap(out, dtype=np.uint8, mode="r")
+    ok = int(written.sum(dtype=np.int64)) == expected
+    del written
     os.unlink(out)
 else:
     ok = int(buf.sum(dtype=cupy.int64)) == expected
 print(json.dumps({"times": times, "ok": ok, "threads": mod.defaults.get("num_threads"),
-                  "task_size": mod.defaults.get("task_size")}))
+                  "task_size": mod.defaults.get("task_size"),
+                  "cpu_s_per_GB": cpu / (runs * n / 1e9),
+                  "peak_rss_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
@@ -143,6 +155,8 @@ def main() -> None:
                 "max_GBps": nbytes / min(times) / 1e9,
                 "threads": seen[lib]["threads"],
                 "task_size": seen[lib]["task_size"],
+                "cpu_s_per_GB": seen[lib]["cpu_s_per_GB"],
+                "peak_rss_MiB": seen[lib]["peak_rss_MiB"],
             }
         row["ratio"] = row["kvikpy"]["median_GBps"] / row["kvikio"]["median_GBps"]
         rows.append(row)
@@ -167,8 +181,8 @@ def main() -> None:
         f"driver {header['driver']}, {header['date']}; GB/s, median (min-max) of "
         f"{args.rounds * args.runs} runs in {args.rounds} alternating processes per library.",
         "",
-        "| threads | task | kvikpy | kvikio 26.10 | kvikpy / kvikio |",
-        "|---|---|---|---|---|",
+        "| threads | task | kvikpy | kvikio 26.10 | kvikpy / kvikio | CPU s/GB | peak RSS MiB |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         a, b = r["kvikpy"], r["kvikio"]
@@ -176,7 +190,8 @@ def main() -> None:
             f"| {r['threads']} ({a['threads']} vs {b['threads']}) | {r['task_MiB']} | "
             f"{a['median_GBps']:.1f} ({a['min_GBps']:.1f}-{a['max_GBps']:.1f}) | "
             f"{b['median_GBps']:.1f} ({b['min_GBps']:.1f}-{b['max_GBps']:.1f}) | "
-            f"{r['ratio']:.2f}x |"
+            f"{r['ratio']:.2f}x | {a['cpu_s_per_GB']:.2f} / {b['cpu_s_per_GB']:.2f} | "
+            f"{a['peak_rss_MiB']:.0f} / {b['peak_rss_MiB']:.0f} |"
         )
     text = "\n".join(lines)
     print(text)
