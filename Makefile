@@ -101,6 +101,8 @@ gpu-bench:
 		python3 -m benchmarks small --out $(BENCH_OUT)/small.json; \
 		python3 -m benchmarks checkpoint --out $(BENCH_OUT)/checkpoint.json; \
 		python3 -m benchmarks host | tee $(BENCH_OUT)/host.txt; \
+		python3 -m benchmarks ranges --out $(BENCH_OUT)/ranges.json; \
+		python3 -m benchmarks startup | tee $(BENCH_OUT)/startup.txt; \
 	fi
 
 clean:

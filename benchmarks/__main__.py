@@ -2,7 +2,7 @@
 
 NAME is one of: demo, ceilings, large (against kvikio), small (many small files),
 checkpoint (safetensors), host (into numpy), smoke (per-call cost and a thread sweep),
-startup (import to the first 1 MiB on the GPU).
+startup (import to the first 1 MiB on the GPU), ranges (random byte ranges).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -20,6 +20,7 @@ SCRIPTS = {
     "host": "benchmarks.host_read",
     "smoke": "benchmarks.gpu_smoke",
     "startup": "benchmarks.startup",
+    "ranges": "benchmarks.ranges",
 }
 
 
