@@ -17,8 +17,10 @@
 from __future__ import annotations
 
 import atexit
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from kvikpy import _lib, defaults, numpy, safetensors
+from kvikpy import _lib, defaults
 from kvikpy._api import cuda_available, device_count, read, write
 from kvikpy._lib import Buffer, __version__
 from kvikpy._lib import bounce_buffer_free as _bounce_buffer_free
@@ -64,6 +66,20 @@ def bounce_buffer_free() -> int:
     and return to the (now smaller) pool when those finish.
     """
     return int(_bounce_buffer_free())
+
+
+if TYPE_CHECKING:
+    from kvikpy import numpy, safetensors
+
+# Submodules that import numpy load on first use, so `import kvikpy` costs a few
+# milliseconds instead of numpy's import time.
+_LAZY_SUBMODULES = ("numpy", "safetensors")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f"kvikpy.{name}")
+    raise AttributeError(f"module 'kvikpy' has no attribute {name!r}")
 
 
 # I/O threads still finishing an operation at exit may call back into Python (callbacks,

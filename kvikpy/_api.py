@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from kvikpy import _lib
 from kvikpy._streams import stream_handle
 from kvikpy.cufile import CuFile
 from kvikpy.errors import CudaUnavailableError
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["cuda_available", "device_count", "read", "write"]
 
@@ -112,6 +112,8 @@ def read(
         raise ValueError("stream= orders GPU reads; it cannot be used with device='cpu'")
     if offset < 0:
         raise ValueError(f"offset must be non-negative, got {offset}")
+    import numpy as np  # deferred: `import kvikpy` stays fast for torch/CuPy-only users
+
     dt = np.dtype(dtype)
     if dt.kind not in _DLPACK_CODES or dt.itemsize == 0:
         raise ValueError(f"dtype {dt} cannot be exported through DLPack")

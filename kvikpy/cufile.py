@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 from collections.abc import Callable, Generator, Iterable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvikpy import _lib
 from kvikpy._streams import stream_handle
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["CuFile", "IOFuture", "IOFutureStream", "wait_all"]
 
@@ -57,6 +59,8 @@ class IOFuture:
 
     def __await__(self) -> Generator[Any, None, int]:
         if not self.done():
+            import asyncio  # deferred: asyncio costs ~40 ms of `import kvikpy`
+
             loop = asyncio.get_running_loop()
             waiter = loop.create_future()
 

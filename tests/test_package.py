@@ -118,3 +118,16 @@ def test_kvikio_style_roundtrip(tmp_path):
     with kvikio.defaults.set("num_threads", 2):
         assert kvikio.defaults.get("num_threads") == 2
     assert os.path.getsize(path) == a.nbytes
+
+
+def test_import_is_light() -> None:
+    """`import kvikpy` loads neither numpy nor asyncio (they load on first use), so a
+    torch or CuPy user pays a few milliseconds, not numpy's import time."""
+    r = run_python(
+        "import sys, kvikpy\n"
+        "print(sorted(m for m in ('numpy', 'asyncio') if m in sys.modules))\n"
+        "kvikpy.numpy.fromfile\n"
+        "print('numpy' in sys.modules)\n"
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["[]", "True"]
