@@ -23,29 +23,40 @@ pub enum Direction {
     Write,
 }
 
-/// How the caller will wait, which decides whether a one-task request runs in the
-/// calling thread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Waiting {
-    /// The caller blocks for the result (`read`/`write`): a single task runs inline, with
-    /// no hop to the pool and back.
-    Blocking,
-    /// The caller wants a future (`pread`/`pwrite`): only requests of at most
-    /// `gds_threshold` bytes run inline; everything else runs on the pool.
-    Async,
+fn resolve_task_size(task_size: Option<usize>, settings: &Settings) -> Result<usize> {
+    match task_size {
+        Some(0) => Err(Error::InvalidArgument(
+            "task_size must be a positive number of bytes, got 0".into(),
+        )),
+        Some(n) => Ok(n),
+        None => Ok(settings.task_size),
+    }
+}
+
+fn check_end(file_offset: u64, size: usize) -> Result<()> {
+    file_offset
+        .checked_add(size as u64)
+        .map(|_| ())
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "file_offset {file_offset} + size {size} overflows a 64-bit file offset"
+            ))
+        })
 }
 
 /// Start moving `span.len()` bytes between `span` and the file at `file_offset`.
 ///
 /// Reads stop at end of file: the future's count is then short, and 0 for a read that
 /// starts at or past the end. `keepalive` is held until the last task has finished.
+/// Requests of at most `gds_threshold` bytes run in the calling thread (the hop to the
+/// pool would cost more than the I/O); everything else runs on the pool. Blocking
+/// callers use [`run_if_single_task`] first.
 pub fn submit(
     handle: &FileHandle,
     direction: Direction,
     span: Span,
     file_offset: u64,
     task_size: Option<usize>,
-    waiting: Waiting,
     keepalive: Option<Box<dyn Any + Send>>,
 ) -> Result<IoFuture> {
     let settings = settings::current()?;
@@ -56,7 +67,6 @@ pub fn submit(
         span,
         file_offset,
         task_size,
-        waiting,
         keepalive,
     )
 }
@@ -70,19 +80,10 @@ pub fn submit_with(
     span: Span,
     file_offset: u64,
     task_size: Option<usize>,
-    waiting: Waiting,
     keepalive: Option<Box<dyn Any + Send>>,
 ) -> Result<IoFuture> {
     let settings = *settings;
-    let task_size = match task_size {
-        Some(0) => {
-            return Err(Error::InvalidArgument(
-                "task_size must be a positive number of bytes, got 0".into(),
-            ))
-        }
-        Some(n) => n,
-        None => settings.task_size,
-    };
+    let task_size = resolve_task_size(task_size, &settings)?;
     let file = handle.get()?;
     let size = match direction {
         Direction::Read => {
@@ -95,17 +96,9 @@ pub fn submit_with(
             span.len()
         }
     };
-    file_offset.checked_add(size as u64).ok_or_else(|| {
-        Error::InvalidArgument(format!(
-            "file_offset {file_offset} + size {size} overflows a 64-bit file offset"
-        ))
-    })?;
+    check_end(file_offset, size)?;
     let tasks: Vec<_> = split_tasks(file_offset, size, task_size).collect();
-    let inline = match waiting {
-        Waiting::Blocking => tasks.len() <= 1,
-        Waiting::Async => size <= settings.gds_threshold,
-    };
-    if inline {
+    if size <= settings.gds_threshold {
         let result = run_caught(|| {
             tasks.iter().try_fold(0usize, |total, t| {
                 let part = span.sub(t.buf_offset, t.len);
@@ -140,19 +133,26 @@ pub fn run_if_single_task(
     task_size: Option<usize>,
 ) -> Result<Option<usize>> {
     let settings = settings::current()?;
-    let task_size = task_size.unwrap_or(settings.task_size);
-    if task_size == 0 {
-        return Err(Error::InvalidArgument(
-            "task_size must be a positive number of bytes, got 0".into(),
-        ));
-    }
+    run_if_single_task_with(&settings, handle, direction, span, file_offset, task_size)
+}
+
+/// [`run_if_single_task`] with an explicit settings snapshot.
+pub fn run_if_single_task_with(
+    settings: &Settings,
+    handle: &FileHandle,
+    direction: Direction,
+    span: Span,
+    file_offset: u64,
+    task_size: Option<usize>,
+) -> Result<Option<usize>> {
+    let task_size = resolve_task_size(task_size, settings)?;
     if split_tasks(file_offset, span.len(), task_size)
         .nth(1)
         .is_some()
     {
         return Ok(None);
     }
-    run_whole_with(&settings, handle, direction, span, file_offset).map(Some)
+    run_whole_with(settings, handle, direction, span, file_offset).map(Some)
 }
 
 /// Run the whole request as one task in the calling thread (kvikio's `raw_read` and
@@ -178,12 +178,7 @@ fn run_whole_with(
         Direction::Read => file.check_readable()?,
         Direction::Write => file.check_writable()?,
     }
-    file_offset.checked_add(span.len() as u64).ok_or_else(|| {
-        Error::InvalidArgument(format!(
-            "file_offset {file_offset} + size {} overflows a 64-bit file offset",
-            span.len()
-        ))
-    })?;
+    check_end(file_offset, span.len())?;
     run_task(&file, direction, span, file_offset, settings)
 }
 

@@ -4,7 +4,7 @@
 use std::fs;
 use std::os::unix::fs::FileExt;
 
-use kvikpy_core::io::{submit_with, Direction, Waiting};
+use kvikpy_core::io::{run_if_single_task_with, submit_with, Direction};
 use kvikpy_core::{FileHandle, HostSpan, Settings, Span};
 use proptest::prelude::*;
 
@@ -80,12 +80,22 @@ proptest! {
         fs::write(&path, &data).unwrap();
         let handle = FileHandle::open(&path, "r").unwrap();
         let mut buf = Placed::new(size, misalign);
-        let waiting = if blocking { Waiting::Blocking } else { Waiting::Async };
         let s = settings(threads, direct, 8192);
-        let n = submit_with(&s, &handle, Direction::Read, buf.span(), offset, Some(task_size), waiting, None)
-            .unwrap()
-            .wait()
-            .unwrap();
+        let span = buf.span();
+        // Blocking callers try the single-task fast path first, then the pool.
+        let inline = if blocking {
+            run_if_single_task_with(&s, &handle, Direction::Read, span, offset, Some(task_size))
+                .unwrap()
+        } else {
+            None
+        };
+        let n = match inline {
+            Some(n) => n,
+            None => submit_with(&s, &handle, Direction::Read, span, offset, Some(task_size), None)
+                .unwrap()
+                .wait()
+                .unwrap(),
+        };
         let start = (offset as usize).min(file_len);
         let expected = &data[start..(start + size).min(file_len)];
         prop_assert_eq!(n, expected.len());
@@ -113,7 +123,7 @@ proptest! {
         let start = buf.start;
         buf.storage[start..start + size].copy_from_slice(&payload);
         let s = settings(threads, direct, 8192);
-        let n = submit_with(&s, &handle, Direction::Write, buf.span(), offset, Some(task_size), Waiting::Async, None)
+        let n = submit_with(&s, &handle, Direction::Write, buf.span(), offset, Some(task_size), None)
             .unwrap()
             .wait()
             .unwrap();
@@ -153,7 +163,6 @@ fn reads_beyond_4_gib_offsets() {
             buf.span(),
             offset,
             Some(1 << 20),
-            Waiting::Async,
             None,
         )
         .unwrap()
@@ -173,31 +182,13 @@ fn wrong_direction_and_closed_file_are_errors() {
     let mut buf = vec![1u8; 5];
     let s = Settings::default();
     let span = Span::Host(HostSpan::from_slice(&mut buf));
-    let err = submit_with(
-        &s,
-        &handle,
-        Direction::Write,
-        span,
-        0,
-        None,
-        Waiting::Blocking,
-        None,
-    );
+    let err = submit_with(&s, &handle, Direction::Write, span, 0, None, None);
     assert!(matches!(
         err,
         Err(kvikpy_core::Error::UnsupportedOperation(_))
     ));
     handle.close();
-    let err = submit_with(
-        &s,
-        &handle,
-        Direction::Read,
-        span,
-        0,
-        None,
-        Waiting::Blocking,
-        None,
-    );
+    let err = submit_with(&s, &handle, Direction::Read, span, 0, None, None);
     assert!(matches!(err, Err(kvikpy_core::Error::Closed)));
     assert_eq!(fs::read(&path).unwrap(), b"hello");
 }

@@ -120,44 +120,44 @@ pub struct Export {
     pub owner: Box<dyn Any + Send>,
 }
 
-fn tensor_of(ctx: &mut ExportContext, export: &Export) -> DLTensor {
-    DLTensor {
-        data: export.ptr as *mut c_void,
+/// Move `export` into its boxed context and describe it as a C-contiguous DLTensor whose
+/// shape and strides point into that context (stable: it is boxed).
+fn into_context(export: Export) -> (Box<ExportContext>, DLTensor) {
+    let Export {
+        ptr,
+        device_type,
+        device_id,
+        code,
+        bits,
+        shape,
+        owner,
+    } = export;
+    let mut strides = vec![1i64; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1].max(1);
+    }
+    let mut ctx = Box::new(ExportContext {
+        _owner: owner,
+        shape,
+        strides,
+    });
+    let tensor = DLTensor {
+        data: ptr as *mut c_void,
         device: DLDevice {
-            device_type: DLDeviceType(export.device_type as u32),
-            device_id: export.device_id,
+            device_type: DLDeviceType(device_type as u32),
+            device_id,
         },
         ndim: ctx.shape.len() as i32,
         dtype: DLDataType {
-            code: DLDataTypeCode(export.code),
-            bits: export.bits,
+            code: DLDataTypeCode(code),
+            bits,
             lanes: 1,
         },
         shape: ctx.shape.as_mut_ptr(),
         strides: ctx.strides.as_mut_ptr(),
         byte_offset: 0,
-    }
-}
-
-fn context(export: Export) -> (Box<ExportContext>, Export) {
-    let shape = export.shape.clone();
-    let mut strides = vec![1i64; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1].max(1);
-    }
-    let placeholder = Export {
-        owner: Box::new(()),
-        shape: Vec::new(),
-        ..export
     };
-    (
-        Box::new(ExportContext {
-            _owner: export.owner,
-            shape,
-            strides,
-        }),
-        placeholder,
-    )
+    (ctx, tensor)
 }
 
 unsafe extern "C" fn delete_versioned(tensor: *mut DLManagedTensorVersioned) {
@@ -204,8 +204,7 @@ unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
 /// legacy. The capsule owns `export.owner` until the consumer's deleter call (or the
 /// capsule's death if never consumed).
 pub fn to_capsule(py: Python<'_>, export: Export, versioned: bool) -> PyResult<Py<PyAny>> {
-    let (mut ctx, export) = context(export);
-    let tensor = tensor_of(&mut ctx, &export);
+    let (ctx, tensor) = into_context(export);
     let ctx = Box::into_raw(ctx).cast::<c_void>();
     let (ptr, name) = if versioned {
         let managed = Box::new(DLManagedTensorVersioned {

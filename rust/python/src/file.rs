@@ -1,7 +1,8 @@
 //! `_lib.FileHandle`: an open file and its read/write entry points.
 
 use kvikpy_core::device_io::submit_stream_ordered;
-use kvikpy_core::io::{run_if_single_task, run_whole, submit, Direction, Waiting};
+use kvikpy_core::io::{run_if_single_task, run_whole, submit, Direction};
+use kvikpy_core::Span;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -41,21 +42,12 @@ impl FileHandle {
         offset: i64,
         task_size: Option<usize>,
         direction: Direction,
-        waiting: Waiting,
     ) -> PyResult<kvikpy_core::IoFuture> {
         let offset = file_offset(offset)?;
         let Intake { span, keepalive } = taken;
         let inner = &self.inner;
         Ok(without_gil(py, move || {
-            submit(
-                inner,
-                direction,
-                span,
-                offset,
-                task_size,
-                waiting,
-                Some(keepalive),
-            )
+            submit(inner, direction, span, offset, task_size, Some(keepalive))
         })?)
     }
 
@@ -81,14 +73,13 @@ impl FileHandle {
         match inline {
             Some(n) => Ok(n),
             None => {
-                let future =
-                    self.run(py, taken, offset, task_size, direction, Waiting::Blocking)?;
+                let future = self.run(py, taken, offset, task_size, direction)?;
                 Future::from(future).get(py)
             }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// A read or write returning a future (`pread`/`pwrite`).
     fn start(
         &self,
         py: Python<'_>,
@@ -97,11 +88,12 @@ impl FileHandle {
         offset: i64,
         task_size: Option<i64>,
         direction: Direction,
-        waiting: Waiting,
-    ) -> PyResult<kvikpy_core::IoFuture> {
+    ) -> PyResult<Future> {
         let task_size = task_size_arg(task_size)?;
         let taken = intake(buf, access(direction))?.select(0, size, "offset")?;
-        self.run(py, taken, offset, task_size, direction, waiting)
+        Ok(Future::from(
+            self.run(py, taken, offset, task_size, direction)?,
+        ))
     }
 
     /// One pool-free call on device memory (`raw_read`/`raw_write`).
@@ -141,12 +133,14 @@ impl FileHandle {
         direction: Direction,
         method: &str,
         alternative: &str,
-    ) -> PyResult<(StreamFuture, Option<usize>)> {
+    ) -> PyResult<(StreamFuture, usize)> {
         self.inner.get().map_err(EngineError)?;
         let taken = intake(buf, access(direction))?;
         taken.device_only(method, alternative)?;
         let taken = taken.select(dev_offset, size, "dev_offset")?;
-        let span = taken.device_only(method, alternative)?;
+        let Span::Device(span) = taken.span else {
+            unreachable!("device memory was checked before select")
+        };
         let offset = file_offset(offset)?;
         let inner = &self.inner;
         let keepalive = taken.keepalive;
@@ -155,7 +149,7 @@ impl FileHandle {
         })?;
         Ok((
             StreamFuture::new(future, span.ordinal, stream),
-            Some(span.ordinal),
+            span.ordinal,
         ))
     }
 }
@@ -208,16 +202,7 @@ impl FileHandle {
         file_offset: i64,
         task_size: Option<i64>,
     ) -> PyResult<Future> {
-        let f = self.start(
-            py,
-            buf,
-            size,
-            file_offset,
-            task_size,
-            Direction::Read,
-            Waiting::Async,
-        )?;
-        Ok(Future::from(f))
+        self.start(py, buf, size, file_offset, task_size, Direction::Read)
     }
 
     #[pyo3(signature = (buf, size=None, file_offset=0, task_size=None))]
@@ -229,16 +214,7 @@ impl FileHandle {
         file_offset: i64,
         task_size: Option<i64>,
     ) -> PyResult<Future> {
-        let f = self.start(
-            py,
-            buf,
-            size,
-            file_offset,
-            task_size,
-            Direction::Write,
-            Waiting::Async,
-        )?;
-        Ok(Future::from(f))
+        self.start(py, buf, size, file_offset, task_size, Direction::Write)
     }
 
     #[pyo3(signature = (buf, size=None, file_offset=0, task_size=None))]
@@ -250,16 +226,7 @@ impl FileHandle {
         file_offset: i64,
         task_size: Option<i64>,
     ) -> PyResult<usize> {
-        let f = self.start(
-            py,
-            buf,
-            size,
-            file_offset,
-            task_size,
-            Direction::Read,
-            Waiting::Blocking,
-        )?;
-        Future::from(f).get(py)
+        self.blocking(py, buf, size, file_offset, task_size, Direction::Read)
     }
 
     #[pyo3(signature = (buf, size=None, file_offset=0, task_size=None))]
@@ -339,7 +306,7 @@ impl FileHandle {
             "pread",
         )?;
         // A kvikpy.Buffer remembers where in `stream` its bytes land, for its consumers.
-        if let (Ok(buffer), Some(ordinal)) = (buf.cast::<Buffer>(), ordinal) {
+        if let Ok(buffer) = buf.cast::<Buffer>() {
             let storage = buffer.get().span().1;
             without_gil(py, move || mark_ready(&storage, ordinal, stream))?;
         }

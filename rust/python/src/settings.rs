@@ -47,8 +47,10 @@ fn convert(name: &str, value: &Bound<'_, PyAny>) -> Result<SettingValue, Error> 
                 .ok_or_else(|| invalid("'ON', 'OFF' or 'AUTO' (or a CompatMode or bool)"));
         }
     }
-    // Known names get the type message; unknown names fall through to KeyError.
-    settings::Settings::default().get(name)?;
+    // Known names get the type message; unknown names get KeyError.
+    if !SETTING_NAMES.contains(&name) {
+        return Err(Error::UnknownSetting(name.to_string()));
+    }
     Err(invalid(match name {
         "compat_mode" => "a CompatMode, a bool, or 'ON'/'OFF'/'AUTO'",
         "auto_direct_io_read" | "auto_direct_io_write" => "a bool",

@@ -190,8 +190,12 @@ impl Drop for StreamEvent {
 
 /// Record an event on `stream` and wait for it (for `__cuda_array_interface__`'s
 /// `stream` field: the producer's work must be done before kvikpy touches the memory).
+/// Uses one of the calling thread's own events: this runs on every intake of such an
+/// array, and the thread does nothing else with its events until this returns.
 pub fn record_and_wait(ordinal: usize, stream: usize) -> Result<()> {
-    StreamEvent::record(ordinal, stream)?.synchronize()
+    let (_, ThreadEvents([event, _])) = thread_stream(ordinal)?;
+    record_raw(event, stream)?;
+    wait_event_raw(event)
 }
 
 const COUNTER_SLOTS: usize = 1024;
