@@ -513,3 +513,30 @@ def test_futures_from_many_threads(file_with):
         t.join(60)
     assert not errors
     assert len(results) == 6
+
+
+def test_a_running_read_holds_its_buffer_and_releases_it_after(file_with):
+    """The buffer lives while the read runs (even with every user reference gone) and is
+    released once the read is done, so futures neither crash nor leak arrays."""
+
+    class Tracked(np.ndarray):
+        pass
+
+    data = bytes(range(256)) * (64 * 1024)  # 16 MiB, non-zero
+    path = file_with(data)
+    kvikpy.defaults.set({"num_threads": 1, "task_size": 1 << 16})
+    f = kvikpy.CuFile(path)
+    buf = np.empty(len(data), np.uint8).view(Tracked)
+    alive = weakref.ref(buf)
+    fut = f.pread(buf)
+    f.close()
+    del buf
+    gc.collect()
+    if not fut.done():
+        assert alive() is not None, "the buffer was released under a running read"
+    assert fut.get() == len(data)
+    del fut
+    assert kvikpy._lib.wait_for_io(10.0)
+    kvikpy._lib.thread_pool_size()  # runs pyo3's deferred decrefs
+    gc.collect()
+    assert alive() is None, "the finished read still holds the buffer"
