@@ -1,7 +1,7 @@
 """`python -m benchmarks NAME [ARGS...]`: run one of kvikpy's benchmarks.
 
 NAME is one of: demo, ceilings, large (against kvikio), small (many small files),
-checkpoint (safetensors), host (into numpy), smoke (per-call cost and a thread sweep),
+checkpoint (safetensors), host (into numpy), smoke (per-call cost of small reads),
 startup (import to the first 1 MiB on the GPU), ranges (random byte ranges).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """

@@ -60,8 +60,9 @@ def pread_os(path: Path, size: int, offset: int) -> bytes:
         os.close(fd)
 
 
-@SETTINGS
-@given(
+# Every round trip draws the same things: file and request sizes, an offset, a task size,
+# settings, the buffer's address modulo a page, blocking or not, and a data seed.
+ROUND_TRIP = given(
     file_size=file_sizes,
     size=sizes,
     offset=offsets,
@@ -71,6 +72,10 @@ def pread_os(path: Path, size: int, offset: int) -> bytes:
     blocking=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
 )
+
+
+@SETTINGS
+@ROUND_TRIP
 def test_kvikpy_write_matches_os_pread(
     tmp_path, file_size, size, offset, task_size, cfg, addr, blocking, seed
 ):
@@ -96,16 +101,7 @@ def test_kvikpy_write_matches_os_pread(
 
 
 @SETTINGS
-@given(
-    file_size=file_sizes,
-    size=sizes,
-    offset=offsets,
-    task_size=task_sizes,
-    cfg=config,
-    addr=st.integers(0, 4095),
-    blocking=st.booleans(),
-    seed=st.integers(0, 2**32 - 1),
-)
+@ROUND_TRIP
 def test_kvikpy_read_matches_os_pread(
     tmp_path, file_size, size, offset, task_size, cfg, addr, blocking, seed
 ):
