@@ -3,6 +3,7 @@
 #   make demo   install everything, build kvikpy, and time a read against numpy.fromfile
 #   make test   install everything, then every lint, the Rust tests, the stub check,
 #               the type check and the whole pytest suite (notebooks included)
+#   make bench-engine   criterion benchmarks of the engine's host path (no GPU; not in `test`)
 #
 # GPU machine (no Rust there): `make gpu-wheel` here builds the wheel into .gpu/, which is
 # carried to the GPU machine, where `make gpu-test` installs it and runs the suite.
@@ -17,7 +18,7 @@ export JUPYTER_PLATFORM_DIRS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: demo test lint fmt develop rust-test stubtest typecheck py-test wheel gpu-wheel \
-        gpu-test gpu-bench clean check-rust notebooks
+        gpu-test gpu-bench clean check-rust notebooks bench-engine
 
 demo: develop
 	$(BIN)/python benchmarks/demo.py
@@ -51,6 +52,9 @@ fmt: $(STAMP)
 
 rust-test: check-rust
 	$(CARGO) test --workspace --quiet
+
+bench-engine: check-rust
+	$(CARGO) bench -p kvikpy-core --bench host_path
 
 stubtest: develop
 	$(BIN)/python -m mypy.stubtest kvikpy._lib

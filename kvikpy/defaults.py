@@ -17,6 +17,7 @@ setting                  environment variable              default
 ``bounce_buffer_size``   ``KVIKIO_BOUNCE_BUFFER_SIZE``     16 MiB
 ``auto_direct_io_read``  ``KVIKIO_AUTO_DIRECT_IO_READ``    ``False``
 ``auto_direct_io_write`` ``KVIKIO_AUTO_DIRECT_IO_WRITE``   ``True``
+``page_cache_dma``       ``KVIKPY_PAGE_CACHE_DMA``         ``True``
 =======================  ================================  ===========================
 
 Environment variables are read on first use. Sizes are plain integers of bytes
@@ -28,6 +29,12 @@ Unlike kvikio, whose default is a single thread, kvikpy uses as many threads as 
 process may run on (CPU affinity and cgroup limits respected), capped at 16: enough to
 reach the page-cache and PCIe ceilings on a 16-core machine without oversubscribing a
 2-core one.
+
+``page_cache_dma`` is kvikpy's own: with a one-thread pool, device reads of at least 1 MiB
+whose pages are all in the page cache are DMAed straight from the cached pages (pinned in
+place for the copy) instead of being copied through pinned bounce buffers first. (The
+driver pins pages one registration at a time, so with more threads the bounce buffers
+are faster.) Set it to ``False`` to always use the bounce buffers.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ NAMES = [
     "bounce_buffer_size",
     "auto_direct_io_read",
     "auto_direct_io_write",
+    "page_cache_dma",
 ]
 
 # A valid value for each setting that differs from the usual default.
@@ -27,6 +28,7 @@ OTHER = {
     "bounce_buffer_size": 12289,
     "auto_direct_io_read": True,
     "auto_direct_io_write": False,
+    "page_cache_dma": False,
 }
 
 
@@ -46,7 +48,7 @@ def test_get_types():
         assert value >= 0
     for name in ("num_threads", "task_size", "bounce_buffer_size"):
         assert defaults.get(name) > 0
-    for name in ("auto_direct_io_read", "auto_direct_io_write"):
+    for name in ("auto_direct_io_read", "auto_direct_io_write", "page_cache_dma"):
         assert type(defaults.get(name)) is bool, name
 
 
@@ -170,6 +172,8 @@ INVALID = [
     ("auto_direct_io_read", 5),
     ("auto_direct_io_read", 2.5),
     ("auto_direct_io_write", None),
+    ("page_cache_dma", 1),
+    ("page_cache_dma", "yes"),
 ]
 
 

@@ -75,6 +75,7 @@ MALFORMED = [
     ("KVIKIO_AUTO_DIRECT_IO_READ", "maybe"),
     ("KVIKIO_AUTO_DIRECT_IO_READ", "2"),
     ("KVIKIO_AUTO_DIRECT_IO_WRITE", "enabled"),
+    ("KVIKPY_PAGE_CACHE_DMA", "maybe"),
 ]
 
 
@@ -111,6 +112,7 @@ def _cases() -> dict[str, dict[str, str]]:
             "KVIKIO_GDS_THRESHOLD": "0",
             "KVIKIO_AUTO_DIRECT_IO_READ": "yes",
             "KVIKIO_AUTO_DIRECT_IO_WRITE": "no",
+            "KVIKPY_PAGE_CACHE_DMA": "off",
         },
     }
     # One interpreter per compat-mode spelling, also testing two boolean spellings.
@@ -161,6 +163,7 @@ def test_defaults_without_any_variable(env_results):
         "bounce_buffer_size": 16 << 20,
         "auto_direct_io_read": False,
         "auto_direct_io_write": True,
+        "page_cache_dma": True,
     }
 
 
@@ -232,6 +235,7 @@ def test_auto_direct_io_variables(env_results, i, text, expected):
 def test_auto_direct_io_variables_are_independent(env_results):
     s = env_results["gds0-read-yes-write-no"]
     assert (s["auto_direct_io_read"], s["auto_direct_io_write"]) == (True, False)
+    assert s["page_cache_dma"] is False
 
 
 @pytest.mark.parametrize(("var", "value"), MALFORMED, ids=[f"{v}={x}" for v, x in MALFORMED])

@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::file::OpenFile;
 use crate::io::{transfer, Direction};
 use crate::memory::{DeviceSpan, HostSpan};
+use crate::page_cache_dma::{read_resident, Mapped};
 use crate::settings::Settings;
 use crate::tasks::{align_up, DIRECT_IO_ALIGNMENT};
 
@@ -66,6 +67,15 @@ pub fn transfer_device(
         return Ok(0);
     }
     let (stream, events) = cuda::thread_stream(span.ordinal)?;
+    let (span, offset, moved) = if direction == Direction::Read {
+        match read_resident(file, span, offset, settings, stream, events)? {
+            Mapped::Complete(n) => return Ok(n),
+            Mapped::Partial(n) => (span.sub(n, span.len - n), offset + n as u64, n),
+            Mapped::NotUsed => (span, offset, 0),
+        }
+    } else {
+        (span, offset, 0)
+    };
     let chunk = chunk_size(span.len, settings);
     let pool = cuda::pinned_pool();
     let size = pinned_buffer_size(settings);
@@ -97,7 +107,7 @@ pub fn transfer_device(
         ),
     };
     drop(drain);
-    result
+    result.map(|n| n + moved)
 }
 
 fn stage(buffer: &mut BounceBuffer, file_offset: u64, len: usize) -> HostSpan {

@@ -14,6 +14,7 @@ pub mod file;
 pub mod future;
 pub mod io;
 pub mod memory;
+pub mod page_cache_dma;
 pub mod pool;
 pub mod posix;
 pub mod settings;

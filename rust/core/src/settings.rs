@@ -51,7 +51,7 @@ pub enum SettingValue {
 }
 
 /// Every setting name, in documentation order.
-pub const SETTING_NAMES: [&str; 7] = [
+pub const SETTING_NAMES: [&str; 8] = [
     "compat_mode",
     "num_threads",
     "task_size",
@@ -59,6 +59,7 @@ pub const SETTING_NAMES: [&str; 7] = [
     "bounce_buffer_size",
     "auto_direct_io_read",
     "auto_direct_io_write",
+    "page_cache_dma",
 ];
 
 /// The most threads the default thread count picks; more do not add PCIe or page-cache
@@ -75,6 +76,9 @@ pub struct Settings {
     pub bounce_buffer_size: usize,
     pub auto_direct_io_read: bool,
     pub auto_direct_io_write: bool,
+    /// kvikpy's own: DMA device reads of page-cache-resident ranges straight from the
+    /// cached pages (pinned in place) instead of copying them through bounce buffers.
+    pub page_cache_dma: bool,
 }
 
 impl Default for Settings {
@@ -87,6 +91,7 @@ impl Default for Settings {
             bounce_buffer_size: 16 << 20,
             auto_direct_io_read: false,
             auto_direct_io_write: true,
+            page_cache_dma: true,
         }
     }
 }
@@ -130,6 +135,9 @@ impl Settings {
         if let Some(v) = getenv("KVIKIO_AUTO_DIRECT_IO_WRITE") {
             s.auto_direct_io_write = env_bool("KVIKIO_AUTO_DIRECT_IO_WRITE", &v)?;
         }
+        if let Some(v) = getenv("KVIKPY_PAGE_CACHE_DMA") {
+            s.page_cache_dma = env_bool("KVIKPY_PAGE_CACHE_DMA", &v)?;
+        }
         Ok(s)
     }
 
@@ -148,6 +156,7 @@ impl Settings {
             "bounce_buffer_size" => SettingValue::Int(self.bounce_buffer_size as u64),
             "auto_direct_io_read" => SettingValue::Bool(self.auto_direct_io_read),
             "auto_direct_io_write" => SettingValue::Bool(self.auto_direct_io_write),
+            "page_cache_dma" => SettingValue::Bool(self.page_cache_dma),
             _ => return Err(Error::UnknownSetting(name.to_string())),
         })
     }
@@ -188,7 +197,10 @@ impl Settings {
             ("gds_threshold", _) => return Err(invalid("a non-negative integer")),
             ("auto_direct_io_read", SettingValue::Bool(b)) => self.auto_direct_io_read = b,
             ("auto_direct_io_write", SettingValue::Bool(b)) => self.auto_direct_io_write = b,
-            ("auto_direct_io_read" | "auto_direct_io_write", _) => return Err(invalid("a bool")),
+            ("page_cache_dma", SettingValue::Bool(b)) => self.page_cache_dma = b,
+            ("auto_direct_io_read" | "auto_direct_io_write" | "page_cache_dma", _) => {
+                return Err(invalid("a bool"))
+            }
             _ => return Err(Error::UnknownSetting(name.to_string())),
         }
         Ok(())

@@ -28,3 +28,10 @@ pub fn cuda_unavailable_reason(py: Python<'_>) -> Option<String> {
 pub fn current_device(py: Python<'_>) -> BindResult<usize> {
     without_gil(py, kvikpy_core::cuda::current_device)
 }
+
+/// Bytes this process has moved into GPU memory by page-cache DMA (pinned page-cache
+/// pages, no bounce buffer): tells which path reads took.
+#[pyfunction]
+pub fn page_cache_dma_bytes() -> u64 {
+    kvikpy_core::page_cache_dma::bytes_moved()
+}

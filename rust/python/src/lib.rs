@@ -26,6 +26,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda::device_count, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::current_device, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::page_cache_dma_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(future::wait_for_io, m)?)?;
     m.add_function(wrap_pyfunction!(settings::get_setting, m)?)?;
     m.add_function(wrap_pyfunction!(settings::set_settings, m)?)?;

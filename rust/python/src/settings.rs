@@ -53,7 +53,7 @@ fn convert(name: &str, value: &Bound<'_, PyAny>) -> Result<SettingValue, Error> 
     }
     Err(invalid(match name {
         "compat_mode" => "a CompatMode, a bool, or 'ON'/'OFF'/'AUTO'",
-        "auto_direct_io_read" | "auto_direct_io_write" => "a bool",
+        "auto_direct_io_read" | "auto_direct_io_write" | "page_cache_dma" => "a bool",
         _ => "an integer",
     }))
 }

@@ -7,6 +7,7 @@
 
 mod driver;
 mod memory;
+mod register;
 mod stream;
 
 pub use driver::{
@@ -16,6 +17,7 @@ pub use memory::{
     copy_device_to_host, memory_kind, pinned_pool, DeviceAllocation, MemoryKind, PinnedAllocator,
     PinnedHostAllocation,
 };
+pub use register::{can_register_read_only, HostRegistration};
 pub use stream::{
     copy_dtoh, copy_htod, record_and_wait, record_raw, sync_stream_raw, thread_stream,
     wait_event_raw, Counter, StreamEvent, StreamHandle, ThreadEvents,
