@@ -14,6 +14,7 @@ __all__ = [
     "cuda_available",
     "cuda_unavailable_reason",
     "current_device",
+    "page_cache_dma_bytes",
     "default_num_threads",
     "device_count",
     "get_setting",
