@@ -89,7 +89,8 @@ notebooks: develop
 	$(BIN)/python notebooks/execute.py
 
 # The benchmark matrix on the GPU machine (peers' wheels carried in .whl/): ceilings,
-# large reads against kvikio, small files, a checkpoint, host reads; JSON and markdown
+# large reads against kvikio (warm, cold, writes), throughput against file size, small
+# files, a checkpoint, host reads, random ranges, import time; JSON and markdown
 # into $(BENCH_OUT). One piece: make gpu-bench BENCH=large BENCH_ARGS="--size-mib 1024".
 BENCH_OUT ?= /tmp/kvikpy-bench
 BENCH ?=
@@ -101,7 +102,10 @@ gpu-bench:
 	else \
 		set -e; export PYTHONPATH=/tmp/kvikpy-site:. PYTHONSAFEPATH=1; \
 		python3 -m benchmarks ceilings --cold --out $(BENCH_OUT)/ceilings.json; \
-		python3 -m benchmarks large --out $(BENCH_OUT)/large.json --markdown $(BENCH_OUT)/large.md; \
+		python3 -m benchmarks large --threads 1,4,8,16 --out $(BENCH_OUT)/large.json --markdown $(BENCH_OUT)/large.md; \
+		python3 -m benchmarks large --mode cold --size-mib 2048 --threads 16 --out $(BENCH_OUT)/cold.json; \
+		python3 -m benchmarks large --mode write --threads 16 --out $(BENCH_OUT)/write.json; \
+		python3 -m benchmarks sizes --out $(BENCH_OUT)/sizes.json; \
 		python3 -m benchmarks small --out $(BENCH_OUT)/small.json; \
 		python3 -m benchmarks checkpoint --out $(BENCH_OUT)/checkpoint.json; \
 		python3 -m benchmarks host | tee $(BENCH_OUT)/host.txt; \

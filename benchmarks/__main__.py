@@ -2,7 +2,8 @@
 
 NAME is one of: demo, ceilings, large (against kvikio), small (many small files),
 checkpoint (safetensors), host (into numpy), smoke (per-call cost of small reads),
-startup (import to the first 1 MiB on the GPU), ranges (random byte ranges).
+startup (import to the first 1 MiB on the GPU), ranges (random byte ranges), sizes
+(throughput against file size into device, pinned and host memory).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -21,6 +22,7 @@ SCRIPTS = {
     "smoke": "benchmarks.gpu_smoke",
     "startup": "benchmarks.startup",
     "ranges": "benchmarks.ranges",
+    "sizes": "benchmarks.sizes",
 }
 
 

@@ -32,21 +32,29 @@ def one(i, p):
     else:
         with mod.CuFile(p, "r") as f:
             f.read(b)
-def sweep():
+def sweep(lat):
+    clock = time.perf_counter
     for i, p in enumerate(paths):
+        t = clock()
         one(i, p)
+        lat.append(clock() - t)
     cupy.cuda.runtime.deviceSynchronize()
 rates = []
+latencies = []
 for r in range(runs + 1):
+    lat = []
     t0 = time.perf_counter()
-    sweep()
+    sweep(lat)
     dt = time.perf_counter() - t0
     if r:
         rates.append(len(paths) / dt)
+        latencies += lat
 # verify: the last file read into its buffer has the right bytes
 want = np.fromfile(paths[-1], dtype=np.uint8)
 ok = bool((cupy.asnumpy(bufs[(len(paths) - 1) % 8]) == want).all())
-print(json.dumps({"rates": rates, "ok": ok}))
+latencies.sort()
+pct = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e6
+print(json.dumps({"rates": rates, "ok": ok, "p50_us": pct(0.5), "p99_us": pct(0.99)}))
 """
 
 
@@ -61,11 +69,13 @@ def main() -> None:
     args = parser.parse_args()
     results = []
     rng = np.random.default_rng(0)
-    for size in (4096, 65536):
+    for size in (4096, 65536, 1 << 20):
         folder = tempfile.mkdtemp(prefix=f"kvikpy-small-{size}-", dir="/tmp")
         for i in range(args.files):
             rng.integers(0, 256, size, dtype=np.uint8).tofile(os.path.join(folder, f"{i:06d}"))
         rates: dict[str, list[float]] = {"kvikpy": [], "kvikio": [], "numpy": []}
+        p50: dict[str, list[float]] = {lib: [] for lib in rates}
+        p99: dict[str, list[float]] = {lib: [] for lib in rates}
         for _ in range(args.rounds):
             for lib in rates:
                 out = subprocess.run(
@@ -82,16 +92,23 @@ def main() -> None:
                 if not r["ok"]:
                     raise RuntimeError(f"{lib} read wrong bytes")
                 rates[lib] += r["rates"]
+                p50[lib].append(r["p50_us"])
+                p99[lib].append(r["p99_us"])
         row = {"size": size, "files": args.files}
         row |= {lib: statistics.median(v) for lib, v in rates.items()}
         row |= {f"{lib}_min": min(v) for lib, v in rates.items()}
         row |= {f"{lib}_max": max(v) for lib, v in rates.items()}
+        row |= {f"{lib}_p50_us": statistics.median(v) for lib, v in p50.items()}
+        row |= {f"{lib}_p99_us": statistics.median(v) for lib, v in p99.items()}
         results.append(row)
         print(
             f"{size // 1024} KiB x {args.files}: files/s kvikpy {row['kvikpy']:,.0f}  "
             f"kvikio {row['kvikio']:,.0f}  numpy {row['numpy']:,.0f}  "
             f"kvikpy/kvikio {row['kvikpy'] / row['kvikio']:.2f}x  "
-            f"kvikpy/numpy {row['kvikpy'] / row['numpy']:.2f}x",
+            f"kvikpy/numpy {row['kvikpy'] / row['numpy']:.2f}x  p50/p99 us "
+            + "  ".join(
+                f"{lib} {row[lib + '_p50_us']:.1f}/{row[lib + '_p99_us']:.1f}" for lib in rates
+            ),
             flush=True,
         )
         for n in os.listdir(folder):

@@ -1,0 +1,157 @@
+"""Throughput against file size (4 KiB to 8 GiB), warm, into GPU memory, pinned host memory
+and ordinary host memory: kvikpy (defaults), kvikio at its defaults and tuned (16 threads,
+16 MiB tasks), and the naive numpy.fromfile (+ cupy.asarray for the GPU).
+
+Each (library, destination) runs in its own process, alternating over rounds; every read
+opens and closes its file inside the timing; 2 warm-ups and --runs timed reads per size;
+the bytes of every run are checked (a sum of the buffer against the file's). numpy skips
+files over 1 GiB (it reads at about 2 GB/s, and allocates a fresh array each time).
+Usage: python -m benchmarks sizes [--max-mib 8192] [--runs 7] [--out sizes.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks.common import warm_page_cache, write_random_file
+
+SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30, 8 << 30]
+LIBS = ["kvikpy", "kvikio", "kvikio-tuned", "numpy"]
+DESTS = ["device", "pinned", "host"]
+
+CHILD = r"""
+import json, os, sys, time
+import cupy, numpy as np
+lib, dest, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+files = json.loads(sys.argv[4])  # [[path, size, checksum], ...]
+biggest = max(s for _, s, _ in files)
+if dest == "device":
+    buf = cupy.empty(biggest, dtype=cupy.uint8)
+    total = lambda n: int(buf[:n].sum(dtype=cupy.int64))
+elif dest == "pinned":
+    mem = cupy.cuda.alloc_pinned_memory(biggest)
+    buf = np.frombuffer(mem, dtype=np.uint8, count=biggest)
+    total = lambda n: int(buf[:n].sum(dtype=np.int64))
+else:
+    buf = np.empty(biggest, dtype=np.uint8)
+    buf.fill(1)  # fault the pages in before timing
+    total = lambda n: int(buf[:n].sum(dtype=np.int64))
+if lib == "kvikpy":
+    import kvikpy as mod
+elif lib.startswith("kvikio"):
+    import kvikio as mod
+    import kvikio.defaults
+    if lib == "kvikio-tuned":
+        mod.defaults.set({"num_threads": 16, "task_size": 16 << 20})
+out = []
+for path, n, want in files:
+    def once():
+        if lib == "numpy":
+            a = np.fromfile(path, dtype=np.uint8)
+            if dest == "device":
+                buf[:n] = cupy.asarray(a)
+            else:
+                buf[:n] = a
+        else:
+            with mod.CuFile(path, "r") as f:
+                assert f.read(buf[:n]) == n
+        if dest == "device":
+            cupy.cuda.runtime.deviceSynchronize()
+    times = []
+    for i in range(2 + runs):
+        if dest == "device":
+            cupy.cuda.runtime.deviceSynchronize()
+        t0 = time.perf_counter()
+        once()
+        dt = time.perf_counter() - t0
+        if i >= 2:
+            times.append(dt)
+        if total(n) != want:
+            raise SystemExit(f"{lib} {dest} {n}: wrong bytes")
+    out.append({"size": n, "times": times})
+print(json.dumps(out))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--max-mib", type=int, default=8192)
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    sizes = [s for s in SIZES if s <= args.max_mib << 20]
+    folder = tempfile.mkdtemp(prefix="kvikpy-sizes-", dir="/tmp")
+    files = []
+    for i, n in enumerate(sizes):
+        path = os.path.join(folder, f"f{n}.bin")
+        files.append([path, n, write_random_file(path, n, seed=i + 1)])
+        warm_page_cache(path)
+    samples: dict[tuple[str, str, int], list[float]] = {}
+    for _ in range(args.rounds):
+        for dest in DESTS:
+            for lib in LIBS:
+                if lib == "numpy" and dest == "pinned":
+                    continue
+                mine = [f for f in files if lib != "numpy" or f[1] <= 1 << 30]
+                out = subprocess.run(
+                    [sys.executable, "-c", CHILD, lib, dest, str(args.runs), json.dumps(mine)],
+                    capture_output=True,
+                    text=True,
+                    env=dict(os.environ, KVIKIO_COMPAT_MODE="ON"),
+                    check=False,
+                    timeout=900,
+                )
+                if out.returncode:
+                    raise RuntimeError(f"{lib} {dest}: {out.stderr[-1500:]}")
+                for r in json.loads(out.stdout.strip().splitlines()[-1]):
+                    samples.setdefault((lib, dest, r["size"]), []).extend(r["times"])
+    rows = []
+    for (lib, dest, n), times in sorted(samples.items(), key=lambda kv: (kv[0][1], kv[0][2])):
+        rows.append(
+            {
+                "lib": lib,
+                "dest": dest,
+                "size": n,
+                "median_GBps": n / statistics.median(times) / 1e9,
+                "min_GBps": n / max(times) / 1e9,
+                "max_GBps": n / min(times) / 1e9,
+                "median_us": statistics.median(times) * 1e6,
+                "runs": len(times),
+            }
+        )
+    for dest in DESTS:
+        print(f"\n{dest}: GB/s median by size")
+        print("size      " + "".join(f"{lib:>14}" for lib in LIBS))
+        for n in sizes:
+            cells = []
+            for lib in LIBS:
+                r = [x for x in rows if (x["lib"], x["dest"], x["size"]) == (lib, dest, n)]
+                cells.append(f"{r[0]['median_GBps']:14.2f}" if r else f"{'-':>14}")
+            print(f"{n >> 10:>8}K " + "".join(cells))
+    import cupy
+
+    header = {
+        "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+        "driver": cupy.cuda.runtime.driverGetVersion(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "runs_per_process": args.runs,
+        "rounds": args.rounds,
+    }
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump({"header": header, "rows": rows}, fh, indent=1)
+    for path, _, _ in files:
+        os.unlink(path)
+    os.rmdir(folder)
+
+
+if __name__ == "__main__":
+    main()
