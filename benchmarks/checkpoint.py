@@ -33,7 +33,7 @@ elif lib == "fastsafetensors":
         f = fastsafe_open(filenames=[path], nogds=True, device="cuda:0")
         f.__enter__()
         opened.append(f)
-        return {k: f.get_tensor(k) for k in f.get_keys()}
+        return {k: f.get_tensor(k) for k in f.keys()}
 else:
     from safetensors.torch import load_file
     load = lambda: load_file(path, device="cuda")
