@@ -102,6 +102,56 @@ pub fn submit_with(
     task_size: Option<usize>,
     keepalive: Option<Box<dyn Any + Send>>,
 ) -> Result<IoFuture> {
+    let request = (handle, direction, span, file_offset, task_size);
+    submit_inner(settings, request, keepalive, false)
+}
+
+/// [`submit`] for a caller that waits for the result at once (blocking `read`/`write`):
+/// the calling thread queues all tasks but the first, then runs the first itself, so it
+/// works instead of sleeping, and a request cut finer only to spread it over the pool
+/// (see [`spread_task_size`]) pays for one thread wake-up less.
+pub fn submit_and_help(
+    handle: &FileHandle,
+    direction: Direction,
+    span: Span,
+    file_offset: u64,
+    task_size: Option<usize>,
+    keepalive: Option<Box<dyn Any + Send>>,
+) -> Result<IoFuture> {
+    let settings = settings::current()?;
+    submit_and_help_with(
+        &settings,
+        handle,
+        direction,
+        span,
+        file_offset,
+        task_size,
+        keepalive,
+    )
+}
+
+/// [`submit_and_help`] with an explicit settings snapshot.
+pub fn submit_and_help_with(
+    settings: &Settings,
+    handle: &FileHandle,
+    direction: Direction,
+    span: Span,
+    file_offset: u64,
+    task_size: Option<usize>,
+    keepalive: Option<Box<dyn Any + Send>>,
+) -> Result<IoFuture> {
+    let request = (handle, direction, span, file_offset, task_size);
+    submit_inner(settings, request, keepalive, true)
+}
+
+type Request<'a> = (&'a FileHandle, Direction, Span, u64, Option<usize>);
+
+fn submit_inner(
+    settings: &Settings,
+    (handle, direction, span, file_offset, task_size): Request<'_>,
+    keepalive: Option<Box<dyn Any + Send>>,
+    caller_helps: bool,
+) -> Result<IoFuture> {
     let settings = *settings;
     let task_size = resolve_task_size(task_size, &settings)?;
     let file = handle.get()?;
@@ -130,7 +180,9 @@ pub fn submit_with(
     }
     let pool = crate::pool::pool(settings.num_threads)?;
     let (future, reporters) = IoFuture::new(tasks.len(), keepalive);
-    for (task, reporter) in tasks.into_iter().zip(reporters) {
+    let mut jobs = tasks.into_iter().zip(reporters);
+    let first = if caller_helps { jobs.next() } else { None };
+    for (task, reporter) in jobs {
         let file = Arc::clone(&file);
         let part = span.sub(task.buf_offset, task.len);
         pool.spawn(move || {
@@ -138,6 +190,11 @@ pub fn submit_with(
                 run_caught(|| run_task(&file, direction, part, task.file_offset, &settings));
             reporter.report(result);
         });
+    }
+    if let Some((task, reporter)) = first {
+        let part = span.sub(task.buf_offset, task.len);
+        let result = run_caught(|| run_task(&file, direction, part, task.file_offset, &settings));
+        reporter.report(result);
     }
     Ok(future)
 }

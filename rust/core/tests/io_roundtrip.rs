@@ -4,7 +4,7 @@
 use std::fs;
 use std::os::unix::fs::FileExt;
 
-use kvikpy_core::io::{run_if_single_task_with, submit_with, Direction};
+use kvikpy_core::io::{run_if_single_task_with, submit_and_help_with, submit_with, Direction};
 use kvikpy_core::{FileHandle, HostSpan, Settings, Span};
 use proptest::prelude::*;
 
@@ -68,7 +68,7 @@ proptest! {
         file_len in 0usize..(3 << 20),
         offset in 0u64..(4 << 20),
         size in 0usize..(3 << 20),
-        task_size in prop_oneof![Just(4096usize), Just(1 << 20), 1usize..200_000],
+        task_size in prop_oneof![Just(4096usize), Just(1 << 20), Just(4 << 20), 1usize..200_000],
         threads in 1usize..6,
         direct in any::<bool>(),
         misalign in prop_oneof![Just(0usize), 1usize..4096],
@@ -89,8 +89,15 @@ proptest! {
         } else {
             None
         };
+        // ... and, when that does not apply, run the first task themselves.
         let n = match inline {
             Some(n) => n,
+            None if blocking => {
+                submit_and_help_with(&s, &handle, Direction::Read, span, offset, Some(task_size), None)
+                    .unwrap()
+                    .wait()
+                    .unwrap()
+            }
             None => submit_with(&s, &handle, Direction::Read, span, offset, Some(task_size), None)
                 .unwrap()
                 .wait()
