@@ -2,7 +2,32 @@
 
 from __future__ import annotations
 
+import platform
+from importlib import metadata
+
 import numpy as np
+
+PEERS = (
+    "kvikpy",
+    "kvikio-cu13",
+    "libkvikio-cu13",
+    "cupy-cuda13x",
+    "torch",
+    "numpy",
+    "safetensors",
+    "fastsafetensors",
+)
+
+
+def versions() -> dict[str, str]:
+    """Python's and every installed peer library's version, for the result headers."""
+    found = {"python": platform.python_version()}
+    for name in PEERS:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
 
 
 def write_random_file(path: str, nbytes: int, seed: int = 0) -> int:

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.common import warm_page_cache, write_random_file
+from benchmarks.common import versions, warm_page_cache, write_random_file
 
 CHILD = r"""
 import json, os, sys, time
@@ -80,6 +80,8 @@ for i in range(2 + runs):
     assert got == n, (got, n)
     if i >= 2:
         times.append(dt)
+    if mode != "write" and int(buf.sum(dtype=cupy.int64)) != expected:
+        raise SystemExit(f"run {i}: wrong bytes")  # every run's bytes, outside the timing
 if mode == "write":
     written = np.memmap(out, dtype=np.uint8, mode="r")
     ok = int(written.sum(dtype=np.int64)) == expected
@@ -168,6 +170,7 @@ def main() -> None:
     header = {
         "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
         "driver": cupy.cuda.runtime.driverGetVersion(),
+        "versions": versions(),
         "file_MiB": args.size_mib,
         "mode": header_mode,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

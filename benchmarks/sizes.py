@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.common import warm_page_cache, write_random_file
+from benchmarks.common import versions, warm_page_cache, write_random_file
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30, 8 << 30]
 LIBS = ["kvikpy", "kvikio", "kvikio-tuned", "numpy"]
@@ -141,6 +141,7 @@ def main() -> None:
     header = {
         "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
         "driver": cupy.cuda.runtime.driverGetVersion(),
+        "versions": versions(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "runs_per_process": args.runs,
         "rounds": args.rounds,
