@@ -27,7 +27,7 @@ LIBS = ["kvikpy", "kvikio", "kvikio-tuned", "numpy"]
 DESTS = ["device", "pinned", "host"]
 
 CHILD = r"""
-import json, os, sys, time
+import json, os, resource, sys, time
 import cupy, numpy as np
 lib, dest, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
 files = json.loads(sys.argv[4])  # [[path, size, checksum], ...]
@@ -65,17 +65,23 @@ for path, n, want in files:
         if dest == "device":
             cupy.cuda.runtime.deviceSynchronize()
     times = []
+    cpu = 0.0
     for i in range(2 + runs):
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
         if dest == "device":
             cupy.cuda.runtime.deviceSynchronize()
         t0 = time.perf_counter()
         once()
         dt = time.perf_counter() - t0
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
         if i >= 2:
             times.append(dt)
+            cpu += (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
         if total(n) != want:
             raise SystemExit(f"{lib} {dest} {n}: wrong bytes")
-    out.append({"size": n, "times": times})
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out.append({"size": n, "times": times, "cpu_s_per_GB": cpu / (runs * n / 1e9),
+                "peak_rss_MiB": rss})
 print(json.dumps(out))
 """
 
@@ -95,6 +101,7 @@ def main() -> None:
         files.append([path, n, write_random_file(path, n, seed=i + 1)])
         warm_page_cache(path)
     samples: dict[tuple[str, str, int], list[float]] = {}
+    usage: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
     for _ in range(args.rounds):
         for dest in DESTS:
             for lib in LIBS:
@@ -112,7 +119,9 @@ def main() -> None:
                 if out.returncode:
                     raise RuntimeError(f"{lib} {dest}: {out.stderr[-1500:]}")
                 for r in json.loads(out.stdout.strip().splitlines()[-1]):
-                    samples.setdefault((lib, dest, r["size"]), []).extend(r["times"])
+                    key = (lib, dest, r["size"])
+                    samples.setdefault(key, []).extend(r["times"])
+                    usage.setdefault(key, []).append((r["cpu_s_per_GB"], r["peak_rss_MiB"]))
     rows = []
     for (lib, dest, n), times in sorted(samples.items(), key=lambda kv: (kv[0][1], kv[0][2])):
         rows.append(
@@ -125,6 +134,10 @@ def main() -> None:
                 "max_GBps": n / min(times) / 1e9,
                 "median_us": statistics.median(times) * 1e6,
                 "runs": len(times),
+                # getrusage over the timed reads (getrusage's resolution makes the
+                # smallest sizes coarse); peak RSS of the process (ru_maxrss).
+                "cpu_s_per_GB": statistics.median(u[0] for u in usage[(lib, dest, n)]),
+                "peak_rss_MiB": max(u[1] for u in usage[(lib, dest, n)]),
             }
         )
     for dest in DESTS:
