@@ -2,6 +2,7 @@
 //! errors to Python exceptions and releases the GIL around everything that blocks; all
 //! behaviour lives in the engine.
 
+mod arrow;
 mod blocking;
 mod ceiling;
 mod cuda;
@@ -27,6 +28,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda::cuda_unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::current_device, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::page_cache_dma_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::live_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(future::wait_for_io, m)?)?;
     m.add_function(wrap_pyfunction!(settings::get_setting, m)?)?;
     m.add_function(wrap_pyfunction!(settings::set_settings, m)?)?;

@@ -1,18 +1,21 @@
 //! `_lib.Buffer`: memory kvikpy allocated (GPU, pinned host or plain host), with its
-//! dtype and shape, exported through DLPack, `__cuda_array_interface__` and the buffer
-//! protocol.
+//! dtype and shape, exported through DLPack, `__cuda_array_interface__`, the Arrow
+//! PyCapsule interface and the buffer protocol.
 
 use std::alloc::Layout;
 use std::ffi::{c_int, c_void, CString};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use arrow_schema::DataType;
 use kvikpy_core::cuda::{self, DeviceAllocation, PinnedHostAllocation, StreamEvent};
 use kvikpy_core::{DeviceSpan, HostSpan, Span};
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+use crate::arrow;
 use crate::blocking::without_gil;
 use crate::dlpack::{self, Export, DEVICE_CPU, DEVICE_CUDA};
 
@@ -66,7 +69,31 @@ pub struct Storage {
     ready: Mutex<Option<(StreamEvent, usize)>>,
 }
 
+/// Storages alive in this process: tests use it to prove every export lets go exactly
+/// once (a leak keeps the count up; a double free crashes).
+static LIVE_STORAGES: AtomicUsize = AtomicUsize::new(0);
+
+/// How many buffer allocations are alive (see [`LIVE_STORAGES`]).
+#[pyfunction]
+pub fn live_buffers() -> usize {
+    LIVE_STORAGES.load(Ordering::Acquire)
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        LIVE_STORAGES.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl Storage {
+    fn new(memory: Memory) -> Self {
+        LIVE_STORAGES.fetch_add(1, Ordering::AcqRel);
+        Self {
+            memory,
+            ready: Mutex::new(None),
+        }
+    }
+
     fn base(&self) -> u64 {
         match &self.memory {
             Memory::Device(d) => d.ptr(),
@@ -143,6 +170,15 @@ impl Buffer {
         (span, Arc::clone(&self.storage))
     }
 
+    fn arrow_export(&self) -> arrow::ArrayExport {
+        arrow::ArrayExport {
+            format: DataType::UInt8,
+            length: self.nbytes as i64,
+            buffers: vec![0, self.ptr()],
+            owner: Box::new(Arc::clone(&self.storage)),
+        }
+    }
+
     fn dlpack_device(&self) -> (i32, i32) {
         match self.storage.ordinal() {
             Some(o) => (DEVICE_CUDA, o as i32),
@@ -205,10 +241,7 @@ impl Buffer {
             Memory::Host(AlignedHost::new(nbytes)?)
         };
         Ok(Self {
-            storage: Arc::new(Storage {
-                memory,
-                ready: Mutex::new(None),
-            }),
+            storage: Arc::new(Storage::new(memory)),
             offset: 0,
             nbytes,
             typestr: "|u1".into(),
@@ -362,6 +395,66 @@ impl Buffer {
             owner: Box::new(Arc::clone(&self.storage)),
         };
         dlpack::to_capsule(py, export, versioned)
+    }
+
+    /// The Arrow schema of the buffer's bytes (``uint8``), as an ``arrow_schema`` capsule.
+    fn __arrow_c_schema__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        arrow::schema_capsule(py, &DataType::UInt8)
+    }
+
+    /// The bytes of a host buffer as an Arrow ``uint8`` array (``arrow_schema`` and
+    /// ``arrow_array`` capsules), without a copy: ``pyarrow.array(buf)``.
+    #[pyo3(signature = (requested_schema=None))]
+    fn __arrow_c_array__(
+        &self,
+        py: Python<'_>,
+        requested_schema: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
+        let _ = requested_schema; // the protocol lets a producer keep its own schema
+        if let Some(ordinal) = self.storage.ordinal() {
+            return Err(PyBufferError::new_err(format!(
+                "this buffer is in the memory of GPU {ordinal}, which the Arrow C data \
+                 interface cannot describe; use __arrow_c_device_array__ (for example \
+                 nanoarrow.device.c_device_array(buf)), or read with device=\"cpu\""
+            )));
+        }
+        arrow::array_capsules(py, self.arrow_export())
+    }
+
+    /// The bytes as an Arrow ``uint8`` array on the buffer's device (``arrow_schema`` and
+    /// ``arrow_device_array`` capsules, the Arrow C device data interface): CUDA with
+    /// ``device_id`` the GPU and ``sync_event`` an event to wait on, or CPU.
+    #[pyo3(signature = (requested_schema=None, **kwargs))]
+    fn __arrow_c_device_array__(
+        &self,
+        py: Python<'_>,
+        requested_schema: Option<&Bound<'_, PyAny>>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
+        let _ = requested_schema;
+        arrow::check_device_kwargs(kwargs)?;
+        match self.storage.ordinal() {
+            None => arrow::device_array_capsules(
+                py,
+                self.arrow_export(),
+                arrow::ARROW_DEVICE_CPU,
+                -1,
+                None,
+            ),
+            Some(ordinal) => {
+                // An event after whatever last filled the buffer (its stream for a
+                // stream-ordered read; blocking reads have finished already).
+                let stream = self.storage.ordered_stream().unwrap_or(0);
+                let event = without_gil(py, move || cuda::StreamEvent::record(ordinal, stream))?;
+                arrow::device_array_capsules(
+                    py,
+                    self.arrow_export(),
+                    arrow::ARROW_DEVICE_CUDA,
+                    ordinal as i64,
+                    Some(event),
+                )
+            }
+        }
     }
 
     /// The CUDA Array Interface (version 3) of a GPU buffer.

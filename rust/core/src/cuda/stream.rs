@@ -144,6 +144,11 @@ unsafe impl Send for StreamEvent {}
 unsafe impl Sync for StreamEvent {}
 
 impl StreamEvent {
+    /// The raw `CUevent` handle (valid while `self` lives).
+    pub fn handle(&self) -> usize {
+        self.event as usize
+    }
+
     /// Record an event on `stream` (a raw `CUstream` value; 0 is the legacy default stream).
     pub fn record(ordinal: usize, stream: usize) -> Result<Self> {
         bind(ordinal)?;

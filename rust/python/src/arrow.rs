@@ -1,0 +1,262 @@
+//! The Arrow C Data and C Device Data interfaces for kvikpy buffers, as PyCapsules
+//! (`arrow_schema`, `arrow_array`, `arrow_device_array`): a buffer's bytes become an Arrow
+//! `uint8` array without a copy, on the host or on its GPU.
+//!
+//! The schema comes from arrow-rs (`FFI_ArrowSchema`); arrow-rs has no device interface,
+//! so the array structs are declared here, with their layout checked at compile time.
+//! Release callbacks may run on any thread, without the GIL, in any order relative to the
+//! capsules: each owns only Rust values (the storage `Arc`, an event).
+
+use std::ffi::{c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use arrow_schema::ffi::FFI_ArrowSchema;
+use arrow_schema::DataType;
+use kvikpy_core::cuda::StreamEvent;
+use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+const SCHEMA: &CStr = c"arrow_schema";
+const ARRAY: &CStr = c"arrow_array";
+const DEVICE_ARRAY: &CStr = c"arrow_device_array";
+
+/// `ARROW_DEVICE_CPU`.
+pub const ARROW_DEVICE_CPU: i32 = 1;
+/// `ARROW_DEVICE_CUDA`.
+pub const ARROW_DEVICE_CUDA: i32 = 2;
+
+/// `struct ArrowArray` of the Arrow C data interface.
+#[repr(C)]
+pub struct ArrowArray {
+    length: i64,
+    null_count: i64,
+    offset: i64,
+    n_buffers: i64,
+    n_children: i64,
+    buffers: *mut *const c_void,
+    children: *mut *mut ArrowArray,
+    dictionary: *mut ArrowArray,
+    release: Option<unsafe extern "C" fn(*mut ArrowArray)>,
+    private_data: *mut c_void,
+}
+
+/// `struct ArrowDeviceArray` of the Arrow C device data interface.
+#[repr(C)]
+pub struct ArrowDeviceArray {
+    array: ArrowArray,
+    device_id: i64,
+    device_type: i32,
+    sync_event: *mut c_void,
+    reserved: [i64; 3],
+}
+
+// The layouts the C headers define on 64-bit platforms.
+const _: () = {
+    assert!(std::mem::size_of::<ArrowArray>() == 80);
+    assert!(std::mem::offset_of!(ArrowArray, buffers) == 40);
+    assert!(std::mem::offset_of!(ArrowArray, release) == 64);
+    assert!(std::mem::size_of::<ArrowDeviceArray>() == 128);
+    assert!(std::mem::offset_of!(ArrowDeviceArray, device_id) == 80);
+    assert!(std::mem::offset_of!(ArrowDeviceArray, device_type) == 88);
+    assert!(std::mem::offset_of!(ArrowDeviceArray, sync_event) == 96);
+    assert!(std::mem::offset_of!(ArrowDeviceArray, reserved) == 104);
+};
+
+/// What an exported array owns until its release callback runs.
+struct ArrayPrivate {
+    /// Buffer pointers; `ArrowArray::buffers` points here.
+    buffers: Vec<*const c_void>,
+    /// The event consumers wait on (device arrays), and the handle `sync_event` points at.
+    _event: Option<StreamEvent>,
+    event_handle: Box<usize>,
+    /// Keeps the memory alive.
+    _owner: Box<dyn std::any::Any + Send>,
+}
+
+/// An Arrow array to export: its element count, buffers and what keeps them alive.
+pub struct ArrayExport {
+    pub format: DataType,
+    pub length: i64,
+    /// Buffer addresses in Arrow's order (validity first, may be null).
+    pub buffers: Vec<u64>,
+    pub owner: Box<dyn std::any::Any + Send>,
+}
+
+unsafe extern "C" fn release_array(array: *mut ArrowArray) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: consumers call release with the array they were given; a released or
+        // null one is left alone, so a second call does nothing.
+        let Some(array) = (unsafe { array.as_mut() }) else {
+            return;
+        };
+        if array.release.is_none() {
+            return;
+        }
+        // SAFETY: `private_data` is the `Box<ArrayPrivate>` leaked in `build_array`, freed
+        // only here, once (release is cleared below).
+        drop(unsafe { Box::from_raw(array.private_data.cast::<ArrayPrivate>()) });
+        array.private_data = std::ptr::null_mut();
+        array.release = None;
+    }));
+}
+
+fn build_array(export: ArrayExport, event: Option<StreamEvent>) -> (ArrowArray, *mut c_void) {
+    let event_handle = Box::new(event.as_ref().map_or(0, StreamEvent::handle));
+    let mut private = Box::new(ArrayPrivate {
+        buffers: export.buffers.iter().map(|&p| p as *const c_void).collect(),
+        _event: event,
+        event_handle,
+        _owner: export.owner,
+    });
+    let sync_event = if private._event.is_some() {
+        (&mut *private.event_handle as *mut usize).cast::<c_void>()
+    } else {
+        std::ptr::null_mut()
+    };
+    let array = ArrowArray {
+        length: export.length,
+        null_count: 0,
+        offset: 0,
+        n_buffers: private.buffers.len() as i64,
+        n_children: 0,
+        buffers: private.buffers.as_mut_ptr(),
+        children: std::ptr::null_mut(),
+        dictionary: std::ptr::null_mut(),
+        release: Some(release_array),
+        private_data: Box::into_raw(private).cast(),
+    };
+    (array, sync_event)
+}
+
+unsafe extern "C" fn destroy_schema(capsule: *mut ffi::PyObject) {
+    // SAFETY: Python calls this with the GIL held on a capsule made in `schema_capsule`;
+    // the pointer is the Box leaked there. Dropping it runs the schema's release callback
+    // unless a consumer moved the schema out (release cleared).
+    unsafe {
+        let p = ffi::PyCapsule_GetPointer(capsule, SCHEMA.as_ptr());
+        if !p.is_null() {
+            drop(Box::from_raw(p.cast::<FFI_ArrowSchema>()));
+        } else {
+            ffi::PyErr_Clear();
+        }
+    }
+}
+
+unsafe extern "C" fn destroy_array(capsule: *mut ffi::PyObject) {
+    // SAFETY: as in `destroy_schema`, for the Box<ArrowArray> leaked in `array_capsule`;
+    // release runs only if the consumer did not take the array over.
+    unsafe {
+        let p = ffi::PyCapsule_GetPointer(capsule, ARRAY.as_ptr()).cast::<ArrowArray>();
+        if p.is_null() {
+            ffi::PyErr_Clear();
+            return;
+        }
+        release_array(p);
+        drop(Box::from_raw(p));
+    }
+}
+
+unsafe extern "C" fn destroy_device_array(capsule: *mut ffi::PyObject) {
+    // SAFETY: as in `destroy_array`, for the Box<ArrowDeviceArray>.
+    unsafe {
+        let p =
+            ffi::PyCapsule_GetPointer(capsule, DEVICE_ARRAY.as_ptr()).cast::<ArrowDeviceArray>();
+        if p.is_null() {
+            ffi::PyErr_Clear();
+            return;
+        }
+        release_array(&mut (*p).array);
+        drop(Box::from_raw(p));
+    }
+}
+
+/// Wrap a leaked Box in a capsule; on failure, `free` takes it back.
+fn capsule(
+    py: Python<'_>,
+    ptr: *mut c_void,
+    name: &'static CStr,
+    destructor: unsafe extern "C" fn(*mut ffi::PyObject),
+    free: impl FnOnce(),
+) -> PyResult<Py<PyAny>> {
+    // SAFETY: `ptr` is a leaked Box that the capsule owns from now on; `name` is static.
+    let made = unsafe { ffi::PyCapsule_New(ptr, name.as_ptr(), Some(destructor)) };
+    if made.is_null() {
+        free();
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: PyCapsule_New returned a new reference.
+    Ok(unsafe { Bound::from_owned_ptr(py, made) }.unbind())
+}
+
+/// An `arrow_schema` capsule for `format`.
+pub fn schema_capsule(py: Python<'_>, format: &DataType) -> PyResult<Py<PyAny>> {
+    let schema = FFI_ArrowSchema::try_from(format)
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot describe {format} to Arrow: {e}")))?;
+    let ptr = Box::into_raw(Box::new(schema));
+    capsule(py, ptr.cast(), SCHEMA, destroy_schema, || {
+        // SAFETY: the capsule was not made, so the Box is still ours.
+        drop(unsafe { Box::from_raw(ptr) })
+    })
+}
+
+/// `(arrow_schema, arrow_array)` capsules of host memory.
+pub fn array_capsules(py: Python<'_>, export: ArrayExport) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
+    let schema = schema_capsule(py, &export.format)?;
+    let (array, _) = build_array(export, None);
+    let ptr = Box::into_raw(Box::new(array));
+    let array = capsule(py, ptr.cast(), ARRAY, destroy_array, || {
+        // SAFETY: the capsule was not made: release and free the array ourselves.
+        unsafe {
+            release_array(ptr);
+            drop(Box::from_raw(ptr));
+        }
+    })?;
+    Ok((schema, array))
+}
+
+/// `(arrow_schema, arrow_device_array)` capsules. `event`, when given, is what consumers
+/// must wait on before reading (its handle becomes `sync_event`).
+pub fn device_array_capsules(
+    py: Python<'_>,
+    export: ArrayExport,
+    device_type: i32,
+    device_id: i64,
+    event: Option<StreamEvent>,
+) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
+    let schema = schema_capsule(py, &export.format)?;
+    let (array, sync_event) = build_array(export, event);
+    let device = Box::new(ArrowDeviceArray {
+        array,
+        device_id,
+        device_type,
+        sync_event,
+        reserved: [0; 3],
+    });
+    let ptr = Box::into_raw(device);
+    let array = capsule(py, ptr.cast(), DEVICE_ARRAY, destroy_device_array, || {
+        // SAFETY: the capsule was not made: release and free the array ourselves.
+        unsafe {
+            release_array(&mut (*ptr).array);
+            drop(Box::from_raw(ptr));
+        }
+    })?;
+    Ok((schema, array))
+}
+
+/// Refuse keyword arguments of `__arrow_c_device_array__` this version does not know,
+/// as the protocol asks (None values are allowed).
+pub fn check_device_kwargs(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+    if let Some(kwargs) = kwargs {
+        for (key, value) in kwargs.iter() {
+            if !value.is_none() {
+                return Err(PyNotImplementedError::new_err(format!(
+                    "__arrow_c_device_array__ got the keyword {key}={value}, which kvikpy \
+                     does not support; pass it as None or leave it out"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
