@@ -79,7 +79,8 @@ gpu-wheel: $(STAMP) check-rust
 # copy it to docs/gpu-test-report.md here).
 REPORT ?= docs/gpu-test-report.md
 gpu-test:
-	python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/kvikpy-site .gpu/*.whl
+	python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/kvikpy-site \
+		.gpu/*.whl $(wildcard .whl/nanoarrow-*.whl)
 	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 python3 tests/gpu_report.py --out $(REPORT) -- \
 		-p no:cacheprovider -q $(PYTEST_ARGS)
 
