@@ -24,6 +24,7 @@ from kvikpy import _lib, defaults
 from kvikpy._api import cuda_available, device_count, read, write
 from kvikpy._lib import Buffer, __version__
 from kvikpy._lib import bounce_buffer_free as _bounce_buffer_free
+from kvikpy.batch import Batch, read_many, read_ranges
 from kvikpy.cufile import CuFile, IOFuture, IOFutureStream, wait_all
 from kvikpy.defaults import CompatMode
 from kvikpy.errors import (
@@ -35,6 +36,7 @@ from kvikpy.errors import (
 )
 
 __all__ = [
+    "Batch",
     "Buffer",
     "CompatMode",
     "ConfigError",
@@ -52,6 +54,8 @@ __all__ = [
     "device_count",
     "numpy",
     "read",
+    "read_many",
+    "read_ranges",
     "safetensors",
     "wait_all",
     "write",

@@ -4,6 +4,7 @@
 //! The Python binding (`rust/python`) only converts types and maps [`Error`] to Python
 //! exceptions; everything that decides *how* bytes move lives here.
 
+pub mod batch;
 pub mod bounce;
 pub mod ceiling;
 pub mod cuda;

@@ -12,7 +12,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use arrow_schema::ffi::FFI_ArrowSchema;
 use arrow_schema::DataType;
-use kvikpy_core::cuda::StreamEvent;
+use kvikpy_core::cuda::{DeviceAllocation, StreamEvent};
 use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -225,24 +225,7 @@ pub fn device_array_capsules(
     device_id: i64,
     event: Option<StreamEvent>,
 ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
-    let schema = schema_capsule(py, &export.format)?;
-    let (array, sync_event) = build_array(export, event);
-    let device = Box::new(ArrowDeviceArray {
-        array,
-        device_id,
-        device_type,
-        sync_event,
-        reserved: [0; 3],
-    });
-    let ptr = Box::into_raw(device);
-    let array = capsule(py, ptr.cast(), DEVICE_ARRAY, destroy_device_array, || {
-        // SAFETY: the capsule was not made: release and free the array ourselves.
-        unsafe {
-            release_array(&mut (*ptr).array);
-            drop(Box::from_raw(ptr));
-        }
-    })?;
-    Ok((schema, array))
+    device_array_capsules_with_nulls(py, export, 0, device_type, device_id, event)
 }
 
 /// Refuse keyword arguments of `__arrow_c_device_array__` this version does not know,
@@ -259,4 +242,137 @@ pub fn check_device_kwargs(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
         }
     }
     Ok(())
+}
+
+/// Arrow `large_binary` export of a batch: one element per file or range (`offsets` has
+/// one entry more than elements), `failed` elements null. `device` asks for an
+/// `arrow_device_array`; a GPU batch's offsets and validity bitmap are then copied to
+/// the same GPU, as the device interface requires of all of an array's buffers.
+#[pyfunction]
+pub fn batch_arrow(
+    py: Python<'_>,
+    buffer: &crate::memory::Buffer,
+    offsets: Vec<i64>,
+    failed: Vec<usize>,
+    device: bool,
+) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
+    let count = offsets.len().saturating_sub(1);
+    let validity: Option<Vec<u8>> = (!failed.is_empty()).then(|| {
+        let mut bits = vec![0xFFu8; count.div_ceil(8).max(1)];
+        for &i in failed.iter().filter(|&&i| i < count) {
+            bits[i / 8] &= !(1 << (i % 8));
+        }
+        bits
+    });
+    let (data, ordinal, owner) = buffer.parts();
+    let null_count = failed.len() as i64;
+    match (ordinal, device) {
+        (Some(_), false) => Err(pyo3::exceptions::PyBufferError::new_err(
+            "this batch is in GPU memory, which the Arrow C data interface cannot describe; \
+             use __arrow_c_device_array__, or read with device=\"cpu\"",
+        )),
+        (None, _) => {
+            let offsets = offsets.into_boxed_slice();
+            let validity = validity.map(Vec::into_boxed_slice);
+            let buffers = vec![
+                validity.as_ref().map_or(0, |v| v.as_ptr() as u64),
+                offsets.as_ptr() as u64,
+                data,
+            ];
+            let export = ArrayExport {
+                format: DataType::LargeBinary,
+                length: count as i64,
+                buffers,
+                owner: Box::new((owner, offsets, validity)),
+            };
+            if device {
+                device_array_capsules_with_nulls(py, export, null_count, ARROW_DEVICE_CPU, -1, None)
+            } else {
+                let schema = schema_capsule(py, &export.format)?;
+                let (mut array, _) = build_array(export, None);
+                array.null_count = null_count;
+                let ptr = Box::into_raw(Box::new(array));
+                let array = capsule(py, ptr.cast(), ARRAY, destroy_array, || {
+                    // SAFETY: the capsule was not made: release and free the array here.
+                    unsafe {
+                        release_array(ptr);
+                        drop(Box::from_raw(ptr));
+                    }
+                })?;
+                Ok((schema, array))
+            }
+        }
+        (Some(ordinal), true) => {
+            // The offsets and bitmap go to the GPU beside the data.
+            let (offsets_dev, validity_dev, event) = crate::blocking::without_gil(py, move || {
+                let upload = |bytes: &[u8]| -> kvikpy_core::Result<DeviceAllocation> {
+                    let dst = DeviceAllocation::new(ordinal, bytes.len())?;
+                    // SAFETY: `bytes` is live host memory and `dst` a fresh allocation of
+                    // the same size.
+                    unsafe {
+                        kvikpy_core::cuda::copy_host_to_device(
+                            ordinal,
+                            dst.ptr(),
+                            bytes.as_ptr(),
+                            bytes.len(),
+                        )?
+                    };
+                    Ok(dst)
+                };
+                let offsets_bytes: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
+                let offsets_dev = upload(&offsets_bytes)?;
+                let validity_dev = validity.as_deref().map(upload).transpose()?;
+                let event = StreamEvent::record(ordinal, 0)?;
+                Ok((offsets_dev, validity_dev, event))
+            })?;
+            let buffers = vec![
+                validity_dev.as_ref().map_or(0, DeviceAllocation::ptr),
+                offsets_dev.ptr(),
+                data,
+            ];
+            let export = ArrayExport {
+                format: DataType::LargeBinary,
+                length: count as i64,
+                buffers,
+                owner: Box::new((owner, offsets_dev, validity_dev)),
+            };
+            device_array_capsules_with_nulls(
+                py,
+                export,
+                null_count,
+                ARROW_DEVICE_CUDA,
+                ordinal as i64,
+                Some(event),
+            )
+        }
+    }
+}
+
+fn device_array_capsules_with_nulls(
+    py: Python<'_>,
+    export: ArrayExport,
+    null_count: i64,
+    device_type: i32,
+    device_id: i64,
+    event: Option<StreamEvent>,
+) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
+    let schema = schema_capsule(py, &export.format)?;
+    let (mut array, sync_event) = build_array(export, event);
+    array.null_count = null_count;
+    let device = Box::new(ArrowDeviceArray {
+        array,
+        device_id,
+        device_type,
+        sync_event,
+        reserved: [0; 3],
+    });
+    let ptr = Box::into_raw(device);
+    let array = capsule(py, ptr.cast(), DEVICE_ARRAY, destroy_device_array, || {
+        // SAFETY: the capsule was not made: release and free the array ourselves.
+        unsafe {
+            release_array(&mut (*ptr).array);
+            drop(Box::from_raw(ptr));
+        }
+    })?;
+    Ok((schema, array))
 }

@@ -3,6 +3,7 @@
 //! behaviour lives in the engine.
 
 mod arrow;
+mod batch;
 mod blocking;
 mod ceiling;
 mod cuda;
@@ -29,6 +30,9 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda::current_device, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::page_cache_dma_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(memory::live_buffers, m)?)?;
+    m.add_function(wrap_pyfunction!(batch::read_files_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(batch::read_ranges_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(arrow::batch_arrow, m)?)?;
     m.add_function(wrap_pyfunction!(future::wait_for_io, m)?)?;
     m.add_function(wrap_pyfunction!(settings::get_setting, m)?)?;
     m.add_function(wrap_pyfunction!(settings::set_settings, m)?)?;

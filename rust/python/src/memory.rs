@@ -170,6 +170,15 @@ impl Buffer {
         (span, Arc::clone(&self.storage))
     }
 
+    /// The data address, the GPU (None for host memory) and an owner keeping it alive.
+    pub fn parts(&self) -> (u64, Option<usize>, Box<dyn std::any::Any + Send>) {
+        (
+            self.ptr(),
+            self.storage.ordinal(),
+            Box::new(Arc::clone(&self.storage)),
+        )
+    }
+
     fn arrow_export(&self) -> arrow::ArrayExport {
         arrow::ArrayExport {
             format: DataType::UInt8,
@@ -229,7 +238,7 @@ impl Buffer {
     /// Allocate `nbytes` on CUDA device `ordinal`, or on the host when `ordinal` is -1
     /// (pinned when `pinned`).
     #[staticmethod]
-    fn allocate(py: Python<'_>, nbytes: usize, ordinal: i64, pinned: bool) -> PyResult<Self> {
+    pub fn allocate(py: Python<'_>, nbytes: usize, ordinal: i64, pinned: bool) -> PyResult<Self> {
         let memory = if ordinal >= 0 {
             let ordinal = ordinal as usize;
             Memory::Device(without_gil(py, move || {

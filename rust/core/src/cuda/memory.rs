@@ -200,6 +200,22 @@ pub fn pinned_pool() -> &'static Arc<BouncePool> {
     POOL.get_or_init(|| BouncePool::new(PinnedAllocator))
 }
 
+/// Copy `len` bytes from host memory to device memory on `ordinal`, blocking until done.
+///
+/// # Safety
+/// `src..src+len` must be readable host memory and `dst..dst+len` valid device memory.
+pub unsafe fn copy_host_to_device(
+    ordinal: usize,
+    dst: u64,
+    src: *const u8,
+    len: usize,
+) -> Result<()> {
+    let (stream, _) = super::stream::thread_stream(ordinal)?;
+    // SAFETY: forwarded from the caller; we wait for the copy before returning.
+    unsafe { super::stream::copy_htod(dst, src, len, stream)? };
+    super::stream::sync_stream_raw(stream)
+}
+
 /// Copy `len` bytes from device memory on `ordinal` to host memory, blocking until done.
 ///
 /// # Safety

@@ -14,8 +14,8 @@ pub use driver::{
     available, bind, check, current_device, device_count, ensure_driver, unavailable_reason,
 };
 pub use memory::{
-    copy_device_to_host, memory_kind, pinned_pool, DeviceAllocation, MemoryKind, PinnedAllocator,
-    PinnedHostAllocation,
+    copy_device_to_host, copy_host_to_device, memory_kind, pinned_pool, DeviceAllocation,
+    MemoryKind, PinnedAllocator, PinnedHostAllocation,
 };
 pub use register::{can_register_read_only, HostRegistration};
 pub use stream::{

@@ -1,0 +1,209 @@
+"""Batch reads: many files (:func:`read_many`) or many byte ranges of one file
+(:func:`read_ranges`) into one allocation, in one parallel pass, as a :class:`Batch`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+from kvikpy import _lib
+from kvikpy._api import _device
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class Batch(Sequence[_lib.Buffer]):
+    """Many files or byte ranges laid end to end in one allocation.
+
+    ``len(batch)`` is the number of elements (one per path or range, in the order given);
+    ``batch[i]`` is a :class:`kvikpy.Buffer` view of element ``i`` (DLPack, CUDA Array
+    Interface and Arrow work on it, and it keeps the whole allocation alive);
+    ``batch.offsets`` holds the ``len + 1`` element boundaries in bytes; ``batch.buffer``
+    is the whole allocation. The batch exports itself as an Arrow ``large_binary`` array
+    with one element per file or range (``pyarrow.array(batch)`` for host batches,
+    ``__arrow_c_device_array__`` for GPU ones), failed elements null.
+    """
+
+    def __init__(
+        self,
+        buffer: _lib.Buffer,
+        offsets: list[int],
+        failures: dict[int, BaseException],
+        names: Sequence[str],
+    ) -> None:
+        self._buffer = buffer
+        self._offsets = offsets
+        self._failures = failures
+        self._names = names
+
+    @property
+    def buffer(self) -> _lib.Buffer:
+        """The one allocation holding every element."""
+        return self._buffer
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Element boundaries in bytes (``int64``, ``len(self) + 1`` entries)."""
+        import numpy as np
+
+        out = np.array(self._offsets, dtype=np.int64)
+        out.flags.writeable = False
+        return out
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """Each element's size in bytes."""
+        import numpy as np
+
+        return np.diff(self.offsets)
+
+    @property
+    def failures(self) -> dict[int, BaseException]:
+        """Elements that could not be read (``errors="skip"`` only), by index."""
+        return dict(self._failures)
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> _lib.Buffer: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[_lib.Buffer]: ...
+    def __getitem__(self, i: int | slice) -> _lib.Buffer | list[_lib.Buffer]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"element {i} of a batch of {n}")
+        i %= n
+        if i in self._failures:
+            raise self._failures[i]
+        start, end = self._offsets[i], self._offsets[i + 1]
+        return self._buffer.view("|u1", 1, 8, [end - start], start, end - start)
+
+    def __iter__(self) -> Iterator[_lib.Buffer]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self) -> str:
+        failed = f", {len(self._failures)} failed" if self._failures else ""
+        return (
+            f"<kvikpy.Batch of {len(self)} elements, {self._offsets[-1]:,} bytes on "
+            f"{self._buffer.device}{failed}>"
+        )
+
+    def __arrow_c_schema__(self) -> Any:
+        return _lib.batch_arrow(self._buffer, [0, 0], [], False)[0]
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
+        """The batch as an Arrow ``large_binary`` array (host batches)."""
+        return _lib.batch_arrow(self._buffer, self._offsets, sorted(self._failures), False)
+
+    def __arrow_c_device_array__(
+        self, requested_schema: Any = None, **kwargs: Any
+    ) -> tuple[Any, Any]:
+        """The batch as an Arrow ``large_binary`` device array (offsets on its device)."""
+        for key, value in kwargs.items():
+            if value is not None:
+                raise NotImplementedError(
+                    f"__arrow_c_device_array__ got the keyword {key}={value!r}, which kvikpy "
+                    "does not support; pass it as None or leave it out"
+                )
+        return _lib.batch_arrow(self._buffer, self._offsets, sorted(self._failures), True)
+
+
+def _placement(device: str | int) -> tuple[int, bool]:
+    ordinal = _device(device)
+    return ordinal, ordinal < 0 and _lib.cuda_available()
+
+
+def read_many(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    device: str | int = "cuda",
+    stream: Any = None,
+    errors: Literal["raise", "skip"] = "raise",
+) -> Batch:
+    """Read whole files into one allocation, in parallel, in one pass.
+
+    Files are opened, read and closed on kvikpy's thread pool; for GPU memory, small files
+    are gathered in pinned bounce buffers and moved in a few large DMAs rather than one
+    per file.
+
+    Parameters
+    ----------
+    paths
+        The files, in the order their elements take in the batch.
+    device
+        ``"cuda"`` (the current GPU), ``"cuda:N"``, an int, or ``"cpu"``.
+    stream
+        Accepted for symmetry with :func:`kvikpy.read`: the call returns once every byte
+        has landed, so work queued on any stream afterwards sees them.
+    errors
+        ``"raise"`` (default): the first failing file (in ``paths`` order) raises its
+        error (``FileNotFoundError``, ``PermissionError``, ``IsADirectoryError`` ...,
+        naming the path) and the allocation is freed. ``"skip"``: failed files are left
+        out and listed in :attr:`Batch.failures`; a file that failed before reading
+        (missing, a directory) is an empty element, one that failed while reading keeps
+        its place with unspecified bytes; either way ``batch[i]`` raises its error and the
+        Arrow export marks it null.
+
+    Returns
+    -------
+    Batch
+    """
+    if errors not in ("raise", "skip"):
+        raise ValueError(f"errors must be 'raise' or 'skip', got {errors!r}")
+    del stream  # the read is complete on return (see above)
+    names = [os.fspath(p) for p in paths]
+    ordinal, pinned = _placement(device)
+    buffer, offsets, failed = _lib.read_files_batch(names, ordinal, pinned, errors == "skip")
+    return Batch(buffer, offsets, dict(failed), names)
+
+
+def read_ranges(
+    path: str | os.PathLike[str],
+    ranges: Iterable[tuple[int, int]] | tuple[Any, Any],
+    *,
+    device: str | int = "cuda",
+) -> Batch:
+    """Read many ``(offset, size)`` byte ranges of one file into one allocation.
+
+    Ranges may overlap and come in any order; each becomes one element, in the order
+    given. ``ranges`` is a sequence of pairs or two integer arrays ``(offsets, sizes)``.
+    A range reaching past the end of the file raises ``ValueError`` naming it, before
+    anything is read.
+    """
+    pairs = _pairs(ranges)
+    ordinal, pinned = _placement(device)
+    name = os.fspath(path)
+    buffer, offsets, _ = _lib.read_ranges_batch(name, pairs, ordinal, pinned)
+    return Batch(buffer, offsets, {}, [name] * len(pairs))
+
+
+def _pairs(ranges: Any) -> list[tuple[int, int]]:
+    if (
+        isinstance(ranges, tuple)
+        and len(ranges) == 2
+        and all(hasattr(r, "__len__") and not isinstance(r, tuple) for r in ranges)
+    ):
+        offsets, sizes = ranges
+        if len(offsets) != len(sizes):
+            raise ValueError(
+                f"offsets and sizes differ in length ({len(offsets)} and {len(sizes)})"
+            )
+        ranges = zip(offsets, sizes, strict=True)
+    out = []
+    for i, r in enumerate(ranges):
+        try:
+            offset, size = (int(x) for x in r)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"range {i} must be an (offset, size) pair of integers, got {r!r}"
+            ) from None
+        if offset < 0 or size < 0:
+            raise ValueError(f"range {i} ({offset}, {size}) has a negative offset or size")
+        out.append((offset, size))
+    return out

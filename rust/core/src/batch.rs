@@ -1,0 +1,336 @@
+//! Batch reads: many files, or many byte ranges of one file, into one allocation in one
+//! pass on the pool.
+//!
+//! Elements are laid end to end in the destination. Neighbouring small elements are
+//! grouped into segments; a pool task reads a segment's elements one after another
+//! (opening and closing each file itself) and, for GPU memory, gathers them in one pinned
+//! bounce buffer and moves the whole segment with one DMA, so thousands of small files
+//! cost tens of DMAs rather than one each. Elements larger than a segment take the
+//! ordinary pipelined device path. Each element's outcome is reported separately, so a
+//! caller can fail the batch on the first error or skip the failed elements.
+
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::file::{FileHandle, OpenFile};
+use crate::future::run_caught;
+use crate::io::{transfer, Direction};
+use crate::memory::{DeviceSpan, HostSpan, Span};
+use crate::settings::Settings;
+
+/// Smallest segment: below it, the per-segment DMA and its wait cost more than they save.
+const MIN_SEGMENT: usize = 256 << 10;
+
+/// Where one element of a batch comes from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A whole file: opened, read and closed by the task that reads it.
+    File(PathBuf),
+    /// Bytes at this offset of the batch's shared file (`read_ranges`).
+    Range(u64),
+}
+
+/// One element: its source, its length, and where it lands in the destination.
+#[derive(Debug, Clone)]
+pub struct Element {
+    pub source: Source,
+    pub len: usize,
+    pub dst: usize,
+}
+
+/// The sizes of `paths` (regular files only), looked up in parallel on the pool; each
+/// failure names its path.
+pub fn file_sizes(settings: &Settings, paths: &[PathBuf]) -> Result<Vec<Result<u64>>> {
+    let pool = crate::pool::pool(settings.num_threads)?;
+    Ok(pool.install(|| paths.par_iter().map(regular_file_size).collect()))
+}
+
+fn regular_file_size(path: &PathBuf) -> Result<u64> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::os("stat", path, e))?;
+    if meta.is_dir() {
+        let err = std::io::Error::from_raw_os_error(libc::EISDIR);
+        return Err(Error::os("read", path, err));
+    }
+    if !meta.is_file() {
+        return Err(Error::InvalidArgument(format!(
+            "'{}' is not a regular file (a device, pipe or socket has no fixed size to \
+             batch); read it with CuFile",
+            path.display()
+        )));
+    }
+    Ok(meta.len())
+}
+
+/// Lay `sizes` end to end: each element's start, and the total.
+pub fn layout(sizes: &[usize]) -> Result<(Vec<usize>, usize)> {
+    let mut starts = Vec::with_capacity(sizes.len());
+    let mut total = 0usize;
+    for &len in sizes {
+        starts.push(total);
+        total = total.checked_add(len).ok_or_else(|| {
+            Error::InvalidArgument("the batch's total size overflows the address space".into())
+        })?;
+    }
+    Ok((starts, total))
+}
+
+/// The segment size for `total` bytes on `threads` threads: about two segments per thread,
+/// at least [`MIN_SEGMENT`], at most one bounce buffer.
+pub fn segment_size(total: usize, threads: usize, bounce_buffer_size: usize) -> usize {
+    let share = total.div_ceil(2 * threads.max(1));
+    share.max(MIN_SEGMENT).min(bounce_buffer_size.max(1))
+}
+
+/// Group consecutive lengths (in destination order) into segments of at most `cap`
+/// bytes; a length over `cap` is a segment by itself.
+pub fn segments(lengths: &[usize], cap: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0usize;
+    let mut bytes = 0usize;
+    for (i, &len) in lengths.iter().enumerate() {
+        if i > start && bytes + len > cap {
+            out.push(start..i);
+            start = i;
+            bytes = 0;
+        }
+        bytes += len;
+    }
+    if start < lengths.len() {
+        out.push(start..lengths.len());
+    }
+    out
+}
+
+/// A piece of an element: elements larger than a segment are cut into segment-sized
+/// pieces so that one large file is still read by many threads.
+#[derive(Debug, Clone)]
+struct Piece {
+    element: usize,
+    offset: u64,
+    len: usize,
+    dst: usize,
+}
+
+fn pieces(elements: &[Element], cap: usize) -> Vec<Piece> {
+    let mut out = Vec::with_capacity(elements.len());
+    for (i, e) in elements.iter().enumerate() {
+        let base = match e.source {
+            Source::File(_) => 0,
+            Source::Range(offset) => offset,
+        };
+        let mut done = 0usize;
+        loop {
+            let len = cap.min(e.len - done);
+            out.push(Piece {
+                element: i,
+                offset: base + done as u64,
+                len,
+                dst: e.dst + done,
+            });
+            done += len;
+            if done >= e.len {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Read every element into `dest` (one allocation at least as long as the elements'
+/// total), in parallel on the pool; blocks until all are done. Returns each element's
+/// error, `None` where it succeeded. `shared` is the file of `Source::Range` elements.
+pub fn read_elements(
+    settings: &Settings,
+    shared: Option<&FileHandle>,
+    elements: &[Element],
+    dest: Span,
+) -> Result<Vec<Option<Error>>> {
+    let shared = shared.map(FileHandle::get).transpose()?;
+    if let Some(file) = &shared {
+        file.check_readable()?;
+    }
+    let total: usize = elements.iter().map(|e| e.len).sum();
+    let cap = segment_size(total, settings.num_threads, settings.bounce_buffer_size);
+    let work = pieces(elements, cap);
+    let lengths: Vec<usize> = work.iter().map(|p| p.len).collect();
+    let errors: Vec<Mutex<Option<Error>>> = elements.iter().map(|_| Mutex::new(None)).collect();
+    let pool = crate::pool::pool(settings.num_threads)?;
+    let segments = segments(&lengths, cap);
+    let job = Job {
+        settings,
+        shared: shared.as_ref(),
+        elements,
+        dest,
+        errors: &errors,
+    };
+    pool.install(|| {
+        segments.par_iter().for_each(|range| {
+            let part = &work[range.clone()];
+            if let Err(e) = run_caught(|| job.segment(part)) {
+                // The segment as a whole failed (its DMA, a panic): blame each of its
+                // elements that has no error of its own.
+                for p in part {
+                    let mut slot = errors[p.element].lock().unwrap_or_else(|x| x.into_inner());
+                    slot.get_or_insert_with(|| e.clone());
+                }
+            }
+        })
+    });
+    Ok(errors
+        .into_iter()
+        .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+        .collect())
+}
+
+/// Everything a segment task needs.
+struct Job<'a> {
+    settings: &'a Settings,
+    shared: Option<&'a Arc<OpenFile>>,
+    elements: &'a [Element],
+    dest: Span,
+    errors: &'a [Mutex<Option<Error>>],
+}
+
+impl Job<'_> {
+    fn record(&self, piece: &Piece, e: Error) {
+        let mut slot = self.errors[piece.element]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert(e);
+    }
+
+    /// Open the piece's file (or share the batch's) and read its bytes into `span`.
+    fn read_piece(&self, piece: &Piece, span: HostSpan) -> Result<()> {
+        let element = &self.elements[piece.element];
+        let file = match &element.source {
+            Source::File(path) => FileHandle::open(path, "r")?.get()?,
+            Source::Range(_) => Arc::clone(self.shared.ok_or_else(|| {
+                Error::InvalidArgument("a range element needs the batch's file".into())
+            })?),
+        };
+        let got = transfer(&file, Direction::Read, span, piece.offset, self.settings)?;
+        if got == piece.len {
+            return Ok(());
+        }
+        let what = match element.source {
+            Source::File(_) => "the file".to_string(),
+            Source::Range(offset) => format!("the range ({offset}, {})", element.len),
+        };
+        Err(Error::InvalidArgument(format!(
+            "'{}' ended before the {} bytes expected for {what}: it shrank while the batch \
+             was read",
+            file.path().display(),
+            element.len
+        )))
+    }
+
+    fn segment(&self, part: &[Piece]) -> Result<()> {
+        let (Some(first), Some(last)) = (part.first(), part.last()) else {
+            return Ok(());
+        };
+        match self.dest {
+            Span::Host(host) => {
+                for p in part {
+                    if let Err(e) = self.read_piece(p, host.sub(p.dst, p.len)) {
+                        self.record(p, e);
+                    }
+                }
+                Ok(())
+            }
+            Span::Device(device) => self.gather(part, device, first.dst, last.dst + last.len),
+        }
+    }
+
+    /// Read a segment's pieces into one pinned bounce buffer, then move it in one DMA.
+    fn gather(&self, part: &[Piece], device: DeviceSpan, start: usize, end: usize) -> Result<()> {
+        let (stream, _) = crate::cuda::thread_stream(device.ordinal)?;
+        let size = crate::device_io::pinned_buffer_size(self.settings);
+        let mut bounce = crate::cuda::pinned_pool().acquire(size)?;
+        let staged = HostSpan::from_slice(bounce.as_mut_slice());
+        for p in part {
+            if let Err(e) = self.read_piece(p, staged.sub(p.dst - start, p.len)) {
+                self.record(p, e);
+            }
+        }
+        // SAFETY: `staged` is pinned memory held until the stream is synchronised below;
+        // the destination `start..end` lies inside `device`.
+        unsafe {
+            crate::cuda::copy_htod(
+                device.ptr + start as u64,
+                staged.as_ptr(),
+                end - start,
+                stream,
+            )?
+        };
+        crate::cuda::sync_stream_raw(stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn elements(sizes: &[usize]) -> Vec<Element> {
+        let (starts, _) = layout(sizes).unwrap();
+        sizes
+            .iter()
+            .zip(starts)
+            .map(|(&len, dst)| Element {
+                source: Source::Range(7),
+                len,
+                dst,
+            })
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn segments_cover_every_element_once_within_the_cap(
+            sizes in proptest::collection::vec(0usize..(3 << 20), 0..300),
+            cap in (1usize << 10)..(8 << 20),
+        ) {
+            let els = elements(&sizes);
+            let work = pieces(&els, cap);
+            // Pieces tile every element, in order, none over the cap.
+            let mut at = 0usize;
+            for p in &work {
+                prop_assert_eq!(p.dst, at);
+                prop_assert!(p.len <= cap);
+                let e = &els[p.element];
+                prop_assert_eq!(p.offset, 7 + (p.dst - e.dst) as u64);
+                at += p.len;
+            }
+            prop_assert_eq!(at, sizes.iter().sum::<usize>());
+            let lengths: Vec<usize> = work.iter().map(|p| p.len).collect();
+            let segs = segments(&lengths, cap);
+            let mut next = 0;
+            for seg in &segs {
+                prop_assert_eq!(seg.start, next);
+                prop_assert!(seg.end > seg.start);
+                let bytes: usize = lengths[seg.clone()].iter().sum();
+                prop_assert!(bytes <= cap);
+                next = seg.end;
+            }
+            prop_assert_eq!(next, lengths.len());
+        }
+
+        #[test]
+        fn segment_size_is_bounded(total in 0usize..(1 << 40), threads in 1usize..64,
+                                   bounce in (1usize << 20)..(64 << 20)) {
+            let s = segment_size(total, threads, bounce);
+            prop_assert!(s <= bounce);
+            prop_assert!(s >= MIN_SEGMENT.min(bounce));
+        }
+    }
+
+    #[test]
+    fn layout_lays_elements_end_to_end() {
+        assert_eq!(layout(&[3, 0, 5]).unwrap(), (vec![0, 3, 3], 8));
+        assert!(layout(&[usize::MAX, 1]).is_err());
+    }
+}

@@ -1,0 +1,133 @@
+//! `read_many` and `read_ranges`: many files or byte ranges into one new allocation, with
+//! the element boundaries and each element's error.
+
+use std::path::PathBuf;
+
+use kvikpy_core::batch::{file_sizes, layout, read_elements, Element, Source};
+use kvikpy_core::{Error, FileHandle};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::blocking::without_gil;
+use crate::errors::EngineError;
+use crate::memory::Buffer;
+
+/// What a batch read returns: the allocation, the element boundaries (`len + 1` offsets)
+/// and the failed elements as `(index, exception)`.
+type BatchResult = (Buffer, Vec<i64>, Vec<(usize, PyErr)>);
+
+fn to_py(e: Error) -> PyErr {
+    EngineError(e).into()
+}
+
+/// Read `paths` into one allocation (on GPU `ordinal`, or the host when it is -1). With
+/// `skip`, failed files become empty elements listed in the result; otherwise the first
+/// failure (in `paths` order) raises and nothing is returned.
+#[pyfunction]
+pub fn read_files_batch(
+    py: Python<'_>,
+    paths: Vec<PathBuf>,
+    ordinal: i64,
+    pinned: bool,
+    skip: bool,
+) -> PyResult<BatchResult> {
+    let settings = kvikpy_core::settings::current().map_err(to_py)?;
+    let lookup = paths.clone();
+    let sizes = without_gil(py, move || file_sizes(&settings, &lookup))?;
+    let mut failures: Vec<(usize, PyErr)> = Vec::new();
+    let mut elements = Vec::with_capacity(paths.len());
+    for (i, (path, size)) in paths.into_iter().zip(sizes).enumerate() {
+        let size = size.and_then(|s| {
+            usize::try_from(s)
+                .map_err(|_| Error::InvalidArgument(format!("'{}' is too large", path.display())))
+        });
+        match size {
+            Ok(len) => elements.push((true, Source::File(path), len)),
+            Err(e) if skip => {
+                failures.push((i, to_py(e)));
+                elements.push((false, Source::File(path), 0)); // an empty element
+            }
+            Err(e) => return Err(to_py(e)),
+        }
+    }
+    run(py, elements, None, ordinal, pinned, skip, failures)
+}
+
+/// Read `ranges` (`(offset, size)` pairs) of the file at `path` into one allocation. Every
+/// range must lie inside the file; a range that does not raises `ValueError` naming it.
+#[pyfunction]
+pub fn read_ranges_batch(
+    py: Python<'_>,
+    path: PathBuf,
+    ranges: Vec<(u64, u64)>,
+    ordinal: i64,
+    pinned: bool,
+) -> PyResult<BatchResult> {
+    let handle = without_gil(py, {
+        let path = path.clone();
+        move || FileHandle::open(path, "r")
+    })?;
+    let file_size = handle.get().and_then(|f| f.size()).map_err(to_py)?;
+    let mut elements = Vec::with_capacity(ranges.len());
+    for (i, &(offset, size)) in ranges.iter().enumerate() {
+        let end = offset.checked_add(size);
+        if end.is_none_or(|end| end > file_size) {
+            return Err(PyValueError::new_err(format!(
+                "range {i} (offset {offset}, size {size}) ends past the end of '{}', which \
+                 has {file_size} bytes; every range must lie inside the file",
+                path.display()
+            )));
+        }
+        let len = usize::try_from(size)
+            .map_err(|_| PyValueError::new_err(format!("range {i} is too large")))?;
+        elements.push((true, Source::Range(offset), len));
+    }
+    run(
+        py,
+        elements,
+        Some(handle),
+        ordinal,
+        pinned,
+        false,
+        Vec::new(),
+    )
+}
+
+fn run(
+    py: Python<'_>,
+    sources: Vec<(bool, Source, usize)>,
+    shared: Option<FileHandle>,
+    ordinal: i64,
+    pinned: bool,
+    skip: bool,
+    mut failures: Vec<(usize, PyErr)>,
+) -> PyResult<BatchResult> {
+    let lengths: Vec<usize> = sources.iter().map(|(_, _, len)| *len).collect();
+    let (starts, total) = layout(&lengths).map_err(to_py)?;
+    let buffer = Buffer::allocate(py, total, ordinal, pinned)?;
+    let (span, _owner) = buffer.span();
+    // Elements that already failed (their size could not be read) are not read again.
+    let (indices, elements): (Vec<usize>, Vec<Element>) = sources
+        .into_iter()
+        .zip(&starts)
+        .enumerate()
+        .filter(|(_, ((ok, _, _), _))| *ok)
+        .map(|(i, ((_, source, len), &dst))| (i, Element { source, len, dst }))
+        .unzip();
+    let settings = kvikpy_core::settings::current().map_err(to_py)?;
+    let errors = without_gil(py, move || {
+        read_elements(&settings, shared.as_ref(), &elements, span)
+    })?;
+    for (i, e) in indices.into_iter().zip(errors) {
+        if let Some(e) = e {
+            if !skip {
+                return Err(to_py(e)); // `buffer` is dropped: nothing half-allocated stays
+            }
+            failures.push((i, to_py(e)));
+        }
+    }
+    failures.sort_by_key(|(i, _)| *i);
+    let mut offsets: Vec<i64> = starts.iter().map(|&s| s as i64).collect();
+    offsets.push(total as i64);
+    Ok((buffer, offsets, failures))
+}
