@@ -111,6 +111,7 @@ gpu-bench:
 		python3 -m benchmarks checkpoint --out $(BENCH_OUT)/checkpoint.json; \
 		python3 -m benchmarks host | tee $(BENCH_OUT)/host.txt; \
 		python3 -m benchmarks ranges --out $(BENCH_OUT)/ranges.json; \
+		python3 -m benchmarks batch --out $(BENCH_OUT)/batch.json; \
 		python3 -m benchmarks startup | tee $(BENCH_OUT)/startup.txt; \
 	fi
 

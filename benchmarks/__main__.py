@@ -3,7 +3,8 @@
 NAME is one of: demo, ceilings, large (against kvikio), small (many small files),
 checkpoint (safetensors), host (into numpy), smoke (per-call cost of small reads),
 startup (import to the first 1 MiB on the GPU), ranges (random byte ranges), sizes
-(throughput against file size into device, pinned and host memory).
+(throughput against file size into device, pinned and host memory), batch (read_many
+and read_ranges against per-file loops).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -23,6 +24,7 @@ SCRIPTS = {
     "startup": "benchmarks.startup",
     "ranges": "benchmarks.ranges",
     "sizes": "benchmarks.sizes",
+    "batch": "benchmarks.batch",
 }
 
 
