@@ -25,6 +25,7 @@ from kvikpy._api import cuda_available, device_count, read, write
 from kvikpy._lib import Buffer, __version__
 from kvikpy._lib import bounce_buffer_free as _bounce_buffer_free
 from kvikpy.batch import Batch, read_many, read_ranges
+from kvikpy.chunks import ChunkIterator, iter_chunks
 from kvikpy.cufile import CuFile, IOFuture, IOFutureStream, wait_all
 from kvikpy.defaults import CompatMode
 from kvikpy.errors import (
@@ -38,6 +39,7 @@ from kvikpy.errors import (
 __all__ = [
     "Batch",
     "Buffer",
+    "ChunkIterator",
     "CompatMode",
     "ConfigError",
     "CuFile",
@@ -52,6 +54,7 @@ __all__ = [
     "cuda_available",
     "defaults",
     "device_count",
+    "iter_chunks",
     "numpy",
     "read",
     "read_many",

@@ -406,6 +406,13 @@ impl Buffer {
         dlpack::to_capsule(py, export, versioned)
     }
 
+    /// How many holders share this buffer's memory (views, exports, running reads, and
+    /// the buffer itself): 1 means nothing else can see it.
+    #[getter]
+    fn _holders(&self) -> usize {
+        Arc::strong_count(&self.storage)
+    }
+
     /// The Arrow schema of the buffer's bytes (``uint8``), as an ``arrow_schema`` capsule.
     fn __arrow_c_schema__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         arrow::schema_capsule(py, &DataType::UInt8)
