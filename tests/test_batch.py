@@ -191,3 +191,16 @@ def test_element_views_keep_the_batch_alive(tmp_path):
     del view, arr
     gc.collect()
     assert _lib.live_buffers() == base
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 0, 2), (1, 2, 0)])
+def test_batch_arrow_releases_run_once_in_any_order(tmp_path, order):
+    paths, _ = make_files(tmp_path, [10, 20])
+    base = _lib.live_buffers()
+    batch = kvikpy.read_many([paths[0], tmp_path / "gone", paths[1]], device="cpu", errors="skip")
+    held = [batch, batch.__arrow_c_array__()[1], batch.__arrow_c_device_array__()[1]]
+    del batch
+    for i in order:
+        held[i] = None
+        gc.collect()
+    assert _lib.live_buffers() == base

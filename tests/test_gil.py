@@ -122,3 +122,31 @@ def test_stamper_detects_a_held_gil():
     else:
         pytest.skip("sum() was too fast to show anything")
     assert not middle, "the method sees another thread run although the GIL was held"
+
+
+@pytest.mark.parametrize("kind", ["read_many", "read_ranges"])
+def test_gil_is_released_during_batch_reads(tmp_path, kind):
+    kvikpy.defaults.set({"num_threads": 1, "auto_direct_io_read": True})
+    path = tmp_path / "f.bin"
+    path.write_bytes(random_bytes(16 * MiB, seed=52))
+    # One small file many times over, for read_many: an open, a read and a close each.
+    small = tmp_path / "small.bin"
+    small.write_bytes(random_bytes(64 << 10, seed=53))
+    count = 2000
+    for _attempt in range(5):
+        if kind == "read_many":
+            duration, c0, c1, middle = measure(
+                lambda n=count: kvikpy.read_many([small] * n, device="cpu")
+            )
+        else:
+            ranges = [((i * 4096) % (16 * MiB - 4096), 4096) for i in range(count)][::-1]
+            duration, c0, c1, middle = measure(
+                lambda ranges=ranges: kvikpy.read_ranges(path, ranges, device="cpu")
+            )
+        if duration >= MIN_CALL_SECONDS:
+            break
+        count *= 4
+    else:
+        pytest.skip(f"could not make the call last {MIN_CALL_SECONDS} s (last: {duration:.3f} s)")
+    assert c1 > c0, "the background thread never ran during the call"
+    assert middle, f"no bytecode ran in another thread during a {duration:.3f} s batch read"
