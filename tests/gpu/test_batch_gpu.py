@@ -21,7 +21,9 @@ def device_bytes(buf) -> bytes:
     return cupy.asnumpy(cupy.from_dlpack(buf)).tobytes()
 
 
-@pytest.mark.parametrize("sizes", [[], [1], [4096] * 2000, [0, 5 << 20, 3, 0, (1 << 20) + 1]])
+@pytest.mark.parametrize(
+    "sizes", [[], [1], [1024] * 10_000, [4096] * 2000, [0, 5 << 20, 3, 0, (1 << 20) + 1]]
+)
 def test_read_many_into_gpu_memory(tmp_path, sizes):
     paths, blobs = make_files(tmp_path, sizes)
     with kvikpy.defaults.set({"bounce_buffer_size": 1 << 20}):
