@@ -17,6 +17,7 @@ __all__ = [
     "current_device",
     "default_num_threads",
     "device_count",
+    "device_stream_capsule",
     "get_setting",
     "is_compat_mode_preferred",
     "live_buffers",
@@ -151,6 +152,7 @@ def read_files_batch(
 def read_ranges_batch(
     path: str, ranges: list[tuple[int, int]], ordinal: int, pinned: bool
 ) -> tuple[Buffer, list[int], list[tuple[int, BaseException]]]: ...
+def device_stream_capsule(iterator: Any, on_gpu: bool) -> Any: ...
 def batch_arrow(
     buffer: Buffer, offsets: list[int], failed: list[int], device: bool
 ) -> tuple[Any, Any]: ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Iterator
+from typing import Any
 
 from kvikpy import _lib
 from kvikpy.batch import _placement
@@ -77,6 +78,18 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         view = buf.view("|u1", 1, 8, [n], 0, n)
         self._fill()  # start the next reads before the caller works on this chunk
         return view
+
+    def __arrow_c_device_stream__(self, requested_schema: Any = None, **kwargs: Any) -> Any:
+        """The remaining chunks as an Arrow C device stream (``arrow_device_array_stream``
+        capsule) of ``uint8`` arrays, one per chunk, on this iterator's device. The
+        consumer's ``get_next`` advances this same iterator."""
+        for key, value in kwargs.items():
+            if value is not None:
+                raise NotImplementedError(
+                    f"__arrow_c_device_stream__ got the keyword {key}={value!r}, which "
+                    "kvikpy does not support; pass it as None or leave it out"
+                )
+        return _lib.device_stream_capsule(self, self._ordinal >= 0)
 
     def close(self) -> None:
         """Wait for reads still running, then close the file."""

@@ -4,12 +4,15 @@ overwritten."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 
 import numpy as np
 import pytest
+from test_arrow import ArrowDeviceArray, struct_of
 
 import kvikpy
+from kvikpy import _lib
 
 
 def data_file(tmp_path, n: int):
@@ -79,3 +82,70 @@ def test_bad_arguments_and_closing(tmp_path):
         assert next(it).nbytes == 10
     assert list(it) == []  # closed: nothing more
     assert "10-byte chunks" in repr(it)
+
+
+class _Stream(ctypes.Structure):
+    pass
+
+
+_GET_SCHEMA = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_Stream), ctypes.c_void_p)
+_GET_NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_Stream), ctypes.c_void_p)
+_LAST_ERROR = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.POINTER(_Stream))
+_RELEASE = ctypes.CFUNCTYPE(None, ctypes.POINTER(_Stream))
+_Stream._fields_ = [
+    ("device_type", ctypes.c_int32),
+    ("get_schema", _GET_SCHEMA),
+    ("get_next", _GET_NEXT),
+    ("get_last_error", _LAST_ERROR),
+    ("release", _RELEASE),
+    ("private_data", ctypes.c_void_p),
+]
+_RELEASE_ARRAY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def consume_device_stream(capsule, read=ctypes.string_at) -> tuple[int, list[bytes], str, list]:
+    """Drive an arrow_device_array_stream the way a C consumer would; ``read(ptr, n)``
+    copies a chunk's bytes out (from host memory by default)."""
+    stream = struct_of(capsule, b"arrow_device_array_stream", _Stream)
+    schema = (ctypes.c_byte * 72)()  # struct ArrowSchema
+    assert stream.get_schema(ctypes.byref(stream), ctypes.addressof(schema)) == 0
+    fmt = ctypes.c_char_p.from_address(ctypes.addressof(schema)).value
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
+        ctypes.c_void_p.from_address(ctypes.addressof(schema) + 56).value
+    )(ctypes.addressof(schema))  # release the schema
+    chunks, devices = [], []
+    while True:
+        out = ArrowDeviceArray()
+        assert stream.get_next(ctypes.byref(stream), ctypes.addressof(out)) == 0
+        if not out.array.release:
+            break  # end of stream
+        devices.append((out.device_type, out.device_id, out.array.n_buffers))
+        chunks.append(read(out.array.buffers[1], out.array.length))
+        _RELEASE_ARRAY(out.array.release)(ctypes.addressof(out.array))
+    return stream.device_type, chunks, fmt.decode(), devices
+
+
+def test_arrow_device_stream_yields_the_chunks(tmp_path):
+    p, data = data_file(tmp_path, 10 * 1000 + 3)
+    base = _lib.live_buffers()
+    it = kvikpy.iter_chunks(p, 1000, device="cpu")
+    first = next(it)  # the stream continues where the iterator is
+    device_type, chunks, fmt, devices = consume_device_stream(it.__arrow_c_device_stream__())
+    assert device_type == 1 and fmt == "C"  # ARROW_DEVICE_CPU, uint8
+    assert host_bytes(first) + b"".join(chunks) == data
+    assert devices == [(1, -1, 2)] * len(chunks)
+    del first, it
+    gc.collect()
+    assert _lib.live_buffers() == base
+    with pytest.raises(NotImplementedError, match="future_option"):
+        kvikpy.iter_chunks(p, 1000, device="cpu").__arrow_c_device_stream__(future_option=1)
+
+
+def test_an_unconsumed_device_stream_releases_its_iterator(tmp_path):
+    p, _ = data_file(tmp_path, 5000)
+    base = _lib.live_buffers()
+    it = kvikpy.iter_chunks(p, 1000, device="cpu")
+    capsule = it.__arrow_c_device_stream__()
+    del it, capsule
+    gc.collect()
+    assert _lib.live_buffers() == base

@@ -23,3 +23,20 @@ def test_gpu_chunks_tile_the_file_and_kept_ones_stay(tmp_path):
     assert out == data
     for i, a in kept:
         assert cupy.asnumpy(a).tobytes() == data[i << 20 : (i + 1) << 20]
+
+
+def test_gpu_chunks_as_an_arrow_device_stream(tmp_path):
+    from test_chunks import consume_device_stream
+
+    p, data = data_file(tmp_path, (3 << 20) + 11)
+
+    def read(ptr: int, n: int) -> bytes:
+        memory = cupy.cuda.UnownedMemory(ptr, n, None)
+        view = cupy.ndarray(n, dtype=cupy.uint8, memptr=cupy.cuda.MemoryPointer(memory, 0))
+        return cupy.asnumpy(view).tobytes()
+
+    it = kvikpy.iter_chunks(p, 1 << 20)
+    device_type, chunks, fmt, devices = consume_device_stream(it.__arrow_c_device_stream__(), read)
+    assert device_type == 2 and fmt == "C"  # ARROW_DEVICE_CUDA
+    assert b"".join(chunks) == data
+    assert devices == [(2, 0, 2)] * 4

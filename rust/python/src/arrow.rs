@@ -7,7 +7,7 @@
 //! Release callbacks may run on any thread, without the GIL, in any order relative to the
 //! capsules: each owns only Rust values (the storage `Arc`, an event).
 
-use std::ffi::{c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use arrow_schema::ffi::FFI_ArrowSchema;
@@ -375,4 +375,213 @@ fn device_array_capsules_with_nulls(
         }
     })?;
     Ok((schema, array))
+}
+
+const DEVICE_STREAM: &CStr = c"arrow_device_array_stream";
+
+/// `struct ArrowDeviceArrayStream` of the Arrow C device stream interface.
+#[repr(C)]
+pub struct ArrowDeviceArrayStream {
+    device_type: i32,
+    get_schema:
+        Option<unsafe extern "C" fn(*mut ArrowDeviceArrayStream, *mut FFI_ArrowSchema) -> c_int>,
+    get_next:
+        Option<unsafe extern "C" fn(*mut ArrowDeviceArrayStream, *mut ArrowDeviceArray) -> c_int>,
+    get_last_error: Option<unsafe extern "C" fn(*mut ArrowDeviceArrayStream) -> *const c_char>,
+    release: Option<unsafe extern "C" fn(*mut ArrowDeviceArrayStream)>,
+    private_data: *mut c_void,
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<ArrowDeviceArrayStream>() == 48);
+    assert!(std::mem::offset_of!(ArrowDeviceArrayStream, get_schema) == 8);
+    assert!(std::mem::offset_of!(ArrowDeviceArrayStream, private_data) == 40);
+};
+
+/// What a stream owns: the Python iterator of buffers, and the last error's text.
+struct StreamPrivate {
+    iterator: Py<PyAny>,
+    last_error: Option<CString>,
+}
+
+/// errno values the stream interface returns.
+const EIO: c_int = 5;
+const EINVAL: c_int = 22;
+
+unsafe fn stream_private<'a>(stream: *mut ArrowDeviceArrayStream) -> Option<&'a mut StreamPrivate> {
+    // SAFETY: (caller) `stream` is null or a stream made by `device_stream_capsule`,
+    // whose private data is a live `StreamPrivate` until release.
+    unsafe {
+        stream
+            .as_mut()?
+            .private_data
+            .cast::<StreamPrivate>()
+            .as_mut()
+    }
+}
+
+unsafe extern "C" fn stream_get_schema(
+    stream: *mut ArrowDeviceArrayStream,
+    out: *mut FFI_ArrowSchema,
+) -> c_int {
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the consumer passes the stream it was given.
+        if out.is_null() || unsafe { stream_private(stream) }.is_none() {
+            return EINVAL;
+        }
+        match FFI_ArrowSchema::try_from(&DataType::UInt8) {
+            // SAFETY: `out` is the consumer's uninitialised schema, which it now owns.
+            Ok(schema) => unsafe {
+                std::ptr::write(out, schema);
+                0
+            },
+            Err(_) => EIO,
+        }
+    }))
+    .unwrap_or(EIO)
+}
+
+unsafe extern "C" fn stream_get_next(
+    stream: *mut ArrowDeviceArrayStream,
+    out: *mut ArrowDeviceArray,
+) -> c_int {
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the consumer passes the stream it was given.
+        let Some(private) = (unsafe { stream_private(stream) }) else {
+            return EINVAL;
+        };
+        if out.is_null() {
+            return EINVAL;
+        }
+        Python::attach(|py| {
+            let outcome = next_device_array(py, private.iterator.bind(py), out);
+            match outcome {
+                Ok(()) => 0,
+                Err(e) => {
+                    let text = e.to_string().replace('\0', " ");
+                    private.last_error = CString::new(text).ok();
+                    EIO
+                }
+            }
+        })
+    }))
+    .unwrap_or(EIO)
+}
+
+/// Advance the iterator and move the next chunk's device array into `out`; at the end,
+/// a released (zeroed) array, as the interface signals end of stream.
+fn next_device_array(
+    py: Python<'_>,
+    iterator: &Bound<'_, PyAny>,
+    out: *mut ArrowDeviceArray,
+) -> PyResult<()> {
+    let item = match iterator.call_method0("__next__") {
+        Ok(item) => item,
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyStopIteration>(py) => {
+            // SAFETY: `out` is the consumer's array to fill; all-zero is a released array.
+            unsafe { std::ptr::write_bytes(out, 0, 1) };
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let (_, capsule) = item
+        .call_method0("__arrow_c_device_array__")?
+        .extract::<(Py<PyAny>, Py<PyAny>)>()?;
+    let capsule = capsule.bind(py);
+    // SAFETY: the capsule was made by `device_array_capsules` (named as checked); its
+    // struct is moved to `out` and its release cleared, so the capsule's destructor
+    // only frees the emptied struct and the consumer owns the array.
+    unsafe {
+        let p = ffi::PyCapsule_GetPointer(capsule.as_ptr(), DEVICE_ARRAY.as_ptr())
+            .cast::<ArrowDeviceArray>();
+        if p.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        std::ptr::copy_nonoverlapping(p, out, 1);
+        (*p).array.release = None;
+        (*p).array.private_data = std::ptr::null_mut();
+    }
+    Ok(())
+}
+
+unsafe extern "C" fn stream_get_last_error(stream: *mut ArrowDeviceArrayStream) -> *const c_char {
+    // SAFETY: the consumer passes the stream it was given.
+    match unsafe { stream_private(stream) } {
+        Some(StreamPrivate {
+            last_error: Some(text),
+            ..
+        }) => text.as_ptr(),
+        _ => std::ptr::null(),
+    }
+}
+
+unsafe extern "C" fn stream_release(stream: *mut ArrowDeviceArrayStream) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the consumer passes the stream it was given; a released one is skipped.
+        let Some(stream) = (unsafe { stream.as_mut() }) else {
+            return;
+        };
+        if stream.release.is_none() {
+            return;
+        }
+        let private = stream.private_data.cast::<StreamPrivate>();
+        stream.private_data = std::ptr::null_mut();
+        stream.release = None;
+        if !private.is_null() {
+            // SAFETY: the Box leaked in `device_stream_capsule`, freed once (release
+            // was cleared above). Dropping the iterator needs the GIL.
+            let private = unsafe { Box::from_raw(private) };
+            Python::attach(|_| drop(private));
+        }
+    }));
+}
+
+unsafe extern "C" fn destroy_device_stream(capsule: *mut ffi::PyObject) {
+    // SAFETY: as in `destroy_array`, for the Box<ArrowDeviceArrayStream>.
+    unsafe {
+        let p = ffi::PyCapsule_GetPointer(capsule, DEVICE_STREAM.as_ptr())
+            .cast::<ArrowDeviceArrayStream>();
+        if p.is_null() {
+            ffi::PyErr_Clear();
+            return;
+        }
+        stream_release(p);
+        drop(Box::from_raw(p));
+    }
+}
+
+/// An `arrow_device_array_stream` capsule over `iterator`, a Python iterator of kvikpy
+/// buffers on device type `device_type` (`ARROW_DEVICE_CUDA` or `ARROW_DEVICE_CPU`):
+/// each `get_next` advances the iterator and hands over the next chunk's array.
+#[pyfunction]
+#[pyo3(signature = (iterator, on_gpu))]
+pub fn device_stream_capsule(
+    py: Python<'_>,
+    iterator: Bound<'_, PyAny>,
+    on_gpu: bool,
+) -> PyResult<Py<PyAny>> {
+    let private = Box::new(StreamPrivate {
+        iterator: iterator.unbind(),
+        last_error: None,
+    });
+    let stream = Box::new(ArrowDeviceArrayStream {
+        device_type: if on_gpu {
+            ARROW_DEVICE_CUDA
+        } else {
+            ARROW_DEVICE_CPU
+        },
+        get_schema: Some(stream_get_schema),
+        get_next: Some(stream_get_next),
+        get_last_error: Some(stream_get_last_error),
+        release: Some(stream_release),
+        private_data: Box::into_raw(private).cast(),
+    });
+    let ptr = Box::into_raw(stream);
+    capsule(py, ptr.cast(), DEVICE_STREAM, destroy_device_stream, || {
+        // SAFETY: the capsule was not made: release and free the stream ourselves.
+        unsafe {
+            stream_release(ptr);
+            drop(Box::from_raw(ptr));
+        }
+    })
 }
