@@ -32,6 +32,7 @@ from typing import Any
 import kvikpy
 from kvikpy import _lib, defaults
 from kvikpy._api import _device
+from kvikpy._display import human_bytes
 from kvikpy.errors import KvikpyError
 
 __all__ = ["main"]
@@ -241,7 +242,7 @@ def _allocate(size: int, ordinal: int) -> Any:
         buf = np.empty(size, dtype=np.uint8)
         buf.fill(0)  # fault the pages in now, so the first timed read does not pay for it
     except MemoryError:
-        raise CliError(f"not enough host memory for a {_human_bytes(size)} buffer") from None
+        raise CliError(f"not enough host memory for a {human_bytes(size)} buffer") from None
     return buf
 
 
@@ -397,15 +398,6 @@ def run_bench(
     return result
 
 
-def _human_bytes(n: float) -> str:
-    """``1536`` -> ``"1.5 KiB"``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
 def format_bench(r: dict[str, Any]) -> str:
     """The one-line summary of a :func:`run_bench` result."""
     if r["verified"] is None:
@@ -416,8 +408,8 @@ def format_bench(r: dict[str, Any]) -> str:
         check = f"BYTES DIFFER from the file (crc32 {r['crc32']} read, {r['file_crc32']} on disk)"
     reads = "read" if r["repeat"] == 1 else "reads"
     return (
-        f"{r['path']}: {_human_bytes(r['size'])} into {r['device']}, {r['threads']} threads, "
-        f"{_human_bytes(r['task_size'])} tasks: first read {r['first_gbps']:.2f} GB/s, "
+        f"{r['path']}: {human_bytes(r['size'])} into {r['device']}, {r['threads']} threads, "
+        f"{human_bytes(r['task_size'])} tasks: first read {r['first_gbps']:.2f} GB/s, "
         f"then median {r['median_gbps']:.2f} GB/s (min {r['min_gbps']:.2f}, "
         f"max {r['max_gbps']:.2f}) over {r['repeat']} {reads}; {check}"
     )

@@ -88,11 +88,14 @@ class Batch(Sequence[_lib.Buffer]):
             yield self[i]
 
     def __repr__(self) -> str:
-        failed = f", {len(self._failures)} failed" if self._failures else ""
-        return (
-            f"<kvikpy.Batch of {len(self)} elements, {self._offsets[-1]:,} bytes on "
-            f"{self._buffer.device}{failed}>"
-        )
+        from kvikpy._display import batch_repr
+
+        return batch_repr(self)
+
+    def _repr_html_(self) -> str:
+        from kvikpy._display import batch_rows, html_table
+
+        return html_table("kvikpy.Batch", batch_rows(self))
 
     def __arrow_c_schema__(self) -> Any:
         return _lib.batch_arrow(self._buffer, [0, 0], [], False)[0]

@@ -212,9 +212,25 @@ class CuFile:
     ) -> None:
         self.close()
 
+    @property
+    def path(self) -> str:
+        """The path the file was opened with."""
+        return os.fspath(self._handle.path)
+
+    @property
+    def mode(self) -> str:
+        """The mode the file was opened with (``"r"``, ``"w+"``...)."""
+        return self._flags
+
     def __repr__(self) -> str:
-        state = "closed" if self.closed else "open"
-        return f"<kvikpy.CuFile {os.fspath(self._handle.path)!r} mode={self._flags!r} {state}>"
+        from kvikpy._display import cufile_repr
+
+        return cufile_repr(self)
+
+    def _repr_html_(self) -> str:
+        from kvikpy._display import cufile_rows, html_table
+
+        return html_table("kvikpy.CuFile", cufile_rows(self))
 
     def pread(
         self,

@@ -110,7 +110,7 @@ def test_buffer_dlpack_export_rules(tmp_path: Path) -> None:
     assert view.nbytes == 64 and np.from_dlpack(view).dtype == np.uint32
     with pytest.raises(ValueError):
         buf.view("<u4", 1, 32, [17])
-    assert "64 bytes" in repr(buf)
+    assert "64 B on cpu" in repr(buf)
 
 
 def test_stream_handles() -> None:

@@ -605,15 +605,17 @@ impl Buffer {
         numpy.getattr("from_dlpack")?.call1((host,))
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "<kvikpy.Buffer {} bytes on {}{} dtype={} shape={:?}>",
-            self.nbytes,
-            self.device(),
-            if self.is_pinned() { " (pinned)" } else { "" },
-            self.typestr,
-            self.shape
-        )
+    /// One line with human units (formatted in `kvikpy._display`, the one place that
+    /// decides how kvikpy objects look).
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let display = slf.py().import("kvikpy._display")?;
+        display.call_method1("buffer_repr", (slf,))?.extract()
+    }
+
+    /// A table for notebooks: size, device and kind of memory, dtype, shape, address.
+    fn _repr_html_(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let display = slf.py().import("kvikpy._display")?;
+        display.call_method1("buffer_html", (slf,))?.extract()
     }
 }
 

@@ -1,0 +1,109 @@
+"""How kvikpy objects show themselves: one-line ``repr`` s with human units, and small
+HTML tables for notebooks (``_repr_html_``)."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+
+def human_bytes(n: float) -> str:
+    """``1536`` -> ``"1.5 KiB"``; whole bytes below 1 KiB."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def html_table(title: str, rows: list[tuple[str, Any]]) -> str:
+    """A compact two-column table headed by ``title``, every value escaped."""
+    body = "".join(
+        f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(k)}</th>"
+        f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>"
+        for k, v in rows
+    )
+    caption = f"<caption style='text-align:left'><b>{html.escape(title)}</b></caption>"
+    return f"<table>{caption}{body}</table>"
+
+
+def _dtype(buf: Any) -> str:
+    try:
+        return str(buf.dtype)
+    except Exception:  # a typestr numpy does not know (bfloat16)
+        return buf.typestr
+
+
+def buffer_rows(buf: Any) -> list[tuple[str, Any]]:
+    memory = "pinned host" if buf.is_pinned else ("GPU" if buf.device != "cpu" else "host")
+    return [
+        ("size", f"{human_bytes(buf.nbytes)} ({buf.nbytes:,} bytes)"),
+        ("device", f"{buf.device} ({memory} memory)"),
+        ("dtype", _dtype(buf)),
+        ("shape", tuple(buf.shape)),
+        ("address", f"{buf.ptr:#x}"),
+    ]
+
+
+def buffer_repr(buf: Any) -> str:
+    pinned = " pinned" if buf.is_pinned else ""
+    shape = tuple(buf.shape)
+    return (
+        f"<kvikpy.Buffer {human_bytes(buf.nbytes)} on {buf.device}{pinned}, "
+        f"dtype={_dtype(buf)}, shape={shape}>"
+    )
+
+
+def buffer_html(buf: Any) -> str:
+    return html_table("kvikpy.Buffer", buffer_rows(buf))
+
+
+def backend() -> str:
+    """How GPU reads move: POSIX with bounce buffers, or cuFile (GPUDirect Storage)."""
+    from kvikpy import defaults
+
+    if defaults.is_compat_mode_preferred():
+        return "POSIX, pinned bounce buffers"
+    return "cuFile (GPUDirect Storage)"
+
+
+def cufile_rows(f: Any) -> list[tuple[str, Any]]:
+    rows: list[tuple[str, Any]] = [("path", f.path), ("mode", f.mode)]
+    if f.closed:
+        rows.append(("state", "closed"))
+    else:
+        n = f.nbytes()
+        rows += [("size", f"{human_bytes(n)} ({n:,} bytes)"), ("state", "open")]
+    rows.append(("GPU I/O", backend()))
+    return rows
+
+
+def cufile_repr(f: Any) -> str:
+    if f.closed:
+        return f"<kvikpy.CuFile {f.path!r} mode={f.mode!r} closed>"
+    return f"<kvikpy.CuFile {f.path!r} mode={f.mode!r} {human_bytes(f.nbytes())} open>"
+
+
+def batch_rows(b: Any) -> list[tuple[str, Any]]:
+    total = int(b.offsets[-1]) if len(b) else 0
+    rows: list[tuple[str, Any]] = [
+        ("elements", f"{len(b):,}"),
+        ("size", f"{human_bytes(total)} ({total:,} bytes)"),
+        ("device", b.buffer.device),
+    ]
+    if len(b):
+        sizes = b.sizes
+        rows.append(("element sizes", f"{human_bytes(sizes.min())} to {human_bytes(sizes.max())}"))
+    failures = b.failures
+    if failures:
+        first = min(failures)
+        rows.append(("failed", f"{len(failures)} (first: element {first}: {failures[first]})"))
+    return rows
+
+
+def batch_repr(b: Any) -> str:
+    total = int(b.offsets[-1]) if len(b) else 0
+    failed = f", {len(b.failures)} failed" if b.failures else ""
+    return (
+        f"<kvikpy.Batch of {len(b):,} elements, {human_bytes(total)} on {b.buffer.device}{failed}>"
+    )
