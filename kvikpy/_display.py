@@ -31,7 +31,7 @@ def _dtype(buf: Any) -> str:
     try:
         return str(buf.dtype)
     except Exception:  # a typestr numpy does not know (bfloat16)
-        return buf.typestr
+        return str(buf.typestr)
 
 
 def buffer_rows(buf: Any) -> list[tuple[str, Any]]:
