@@ -351,3 +351,46 @@ def test_the_cli_keeps_import_kvikpy_light():
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"
+
+
+def test_read_json_reports_what_arrived(data_file, capsys):
+    path, data = data_file
+    assert (
+        main(["read", str(path), "--device", "cpu", "--offset", "3", "--size", "1KiB", "--json"])
+        == 0
+    )
+    r = json.loads(capsys.readouterr().out)
+    assert r["size"] == 1024 and r["offset"] == 3 and r["device"] == "cpu"
+    assert r["crc32"] == f"{zlib.crc32(data[3:1027]):08x}"
+    assert r["head"] == data[3:19].hex(" ")
+    assert r["seconds"] > 0
+
+
+def test_read_line_in_a_subprocess(data_file):
+    path, data = data_file
+    out = run_cli("read", str(path), "--device", "cpu", "--head", "4")
+    assert out.returncode == 0, out.stderr
+    assert f"({len(data):,} bytes)" in out.stdout
+    assert f"crc32 {zlib.crc32(data):08x}" in out.stdout
+    assert out.stdout.strip().endswith(data[:4].hex(" "))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--offset", "99999999"], "past the end"),
+        (["--size", "99999999"], "past the end"),
+    ],
+)
+def test_read_bad_ranges_exit_1(data_file, capsys, args, message):
+    path, _ = data_file
+    assert main(["read", str(path), "--device", "cpu", *args]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kvikpy read: error:") and message in err
+
+
+def test_read_bad_paths_exit_1(tmp_path, capsys):
+    assert main(["read", str(tmp_path / "missing")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["read", str(tmp_path)]) == 1
+    assert "is a directory" in capsys.readouterr().err
