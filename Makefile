@@ -86,6 +86,7 @@ gpu-test:
 
 notebooks: develop
 	$(BIN)/python notebooks/make_quickstart.py
+	$(BIN)/python notebooks/make_arrow_batches.py
 	$(BIN)/ruff format notebooks
 	$(BIN)/python notebooks/execute.py
 
