@@ -47,7 +47,7 @@ CELLS = [
         "print(batch)\n"
         "print('offsets:', batch.offsets[:5], '...')\n"
         "third = batch[2].to_numpy()  # a view of one file (copied back from a GPU)\n"
-        "assert third.tobytes() == open(paths[2], 'rb').read()\n"
+        "assert third.tobytes() == np.fromfile(paths[2], dtype=np.uint8).tobytes()\n"
         "batch"
     ),
     new_markdown_cell("The same files one `kvikpy.read` at a time, for comparison:"),
