@@ -2,7 +2,8 @@
 #
 #   make demo   install everything, build kvikpy, and time a read against numpy.fromfile
 #   make test   install everything, then every lint, the Rust tests, the stub check,
-#               the type check and the whole pytest suite (notebooks included)
+#               the type check, the whole pytest suite (notebooks included) and the
+#               documentation site in strict mode
 #   make bench-engine   criterion benchmarks of the engine's host path (no GPU; not in `test`)
 #
 # GPU machine (no Rust there): `make gpu-wheel` here builds the wheel into .gpu/, which is
@@ -17,13 +18,13 @@ CARGO  ?= cargo
 export JUPYTER_PLATFORM_DIRS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: demo test lint fmt develop rust-test stubtest typecheck py-test wheel gpu-wheel \
+.PHONY: demo test docs lint fmt develop rust-test stubtest typecheck py-test wheel gpu-wheel \
         gpu-test gpu-bench clean check-rust notebooks bench-engine
 
 demo: develop
 	$(BIN)/python benchmarks/demo.py
 
-test: lint rust-test develop stubtest typecheck py-test
+test: lint rust-test develop stubtest typecheck py-test docs
 	@echo "make test: all checks passed"
 
 check-rust:
@@ -64,6 +65,11 @@ typecheck: develop
 
 py-test: develop
 	$(BIN)/python -m pytest
+
+# The documentation site (mkdocs.yml) in strict mode: a broken link, a missing page or an
+# unresolved API reference fails the build. Output in site/ (git-ignored).
+docs: develop
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 wheel: $(STAMP) check-rust
 	$(BIN)/maturin build --release --out dist
