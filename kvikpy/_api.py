@@ -66,6 +66,7 @@ def read(
     stream: Any = None,
     dtype: npt.DTypeLike = "uint8",
     shape: tuple[int, ...] | int | None = None,
+    progress: bool = False,
 ) -> _lib.Buffer:
     """Read a file, or ``size`` bytes of it at ``offset``, into new GPU or host memory.
 
@@ -86,6 +87,8 @@ def read(
     dtype, shape
         How consumers see the bytes; the default is a 1-D ``uint8`` array. ``shape``
         defaults to as many items as fit; the byte size must match exactly.
+    progress
+        Show a tqdm progress bar (tqdm must be installed); not with ``stream``.
 
     Returns
     -------
@@ -107,9 +110,15 @@ def read(
     >>> import torch, kvikpy                                    # doctest: +SKIP
     >>> t = torch.from_dlpack(kvikpy.read("weights.bin", dtype="float16"))  # doctest: +SKIP
     """
+    if stream is not None and progress:
+        raise ValueError(
+            "progress=True follows a blocking read, and with stream= the call returns at "
+            "once; leave one of them out"
+        )
     ordinal = _device(device)
     if stream is not None and ordinal < 0:
         raise ValueError("stream= orders GPU reads; it cannot be used with device='cpu'")
+
     if offset < 0:
         raise ValueError(f"offset must be non-negative, got {offset}")
     import numpy as np  # deferred: `import kvikpy` stays fast for torch/CuPy-only users
@@ -149,6 +158,11 @@ def read(
         buf = _lib.Buffer.allocate(size, ordinal, ordinal < 0 and _lib.cuda_available())
         if stream is not None and ordinal >= 0:
             f.raw_read_async(buf, stream_handle(stream), size, offset)
+        elif progress:
+            from kvikpy._progress import follow_future
+
+            name = os.path.basename(os.fspath(path))
+            got = follow_future(f.pread(buf, size, offset)._handle, size, f"read {name}")
         else:
             got = f.read(buf, size, offset)
             if got != size:
@@ -159,12 +173,33 @@ def read(
     return buf.view(typestr, _DLPACK_CODES[dt.kind], dt.itemsize * 8, list(dims))
 
 
-def write(path: str | os.PathLike[str], buf: Any, *, offset: int = 0) -> int:
+def write(
+    path: str | os.PathLike[str], buf: Any, *, offset: int = 0, progress: bool = False
+) -> int:
     """Write all of ``buf`` (host or GPU memory) to ``path`` at ``offset``.
 
     The file is created if missing and otherwise not truncated, so bytes outside
-    ``[offset, offset + nbytes)`` are kept. Returns the bytes written.
+    ``[offset, offset + nbytes)`` are kept. Returns the bytes written. ``progress=True``
+    shows a tqdm progress bar (tqdm must be installed).
     """
     mode = "r+" if os.path.exists(path) else "w"
     with CuFile(path, mode) as f:
-        return f.write(buf, file_offset=offset)
+        if not progress:
+            return f.write(buf, file_offset=offset)
+        from kvikpy._progress import follow_future
+
+        future = f.pwrite(buf, file_offset=offset)
+        total = _nbytes(buf)
+        name = os.path.basename(os.fspath(path))
+        return follow_future(future._handle, total, f"write {name}")
+
+
+def _nbytes(buf: Any) -> int | None:
+    """The size of a buffer for a progress bar's total (None when it cannot tell)."""
+    n = getattr(buf, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    try:
+        return memoryview(buf).nbytes
+    except TypeError:
+        return None

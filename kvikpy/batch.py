@@ -128,6 +128,7 @@ def read_many(
     device: str | int = "cuda",
     stream: Any = None,
     errors: Literal["raise", "skip"] = "raise",
+    progress: bool = False,
 ) -> Batch:
     """Read whole files into one allocation, in parallel, in one pass.
 
@@ -152,6 +153,8 @@ def read_many(
         (missing, a directory) is an empty element, one that failed while reading keeps
         its place with unspecified bytes; either way ``batch[i]`` raises its error and the
         Arrow export marks it null.
+    progress
+        Show a tqdm progress bar of the bytes read (tqdm must be installed).
 
     Returns
     -------
@@ -162,7 +165,17 @@ def read_many(
     del stream  # the read is complete on return (see above)
     names = [os.fspath(p) for p in paths]
     ordinal, pinned = _placement(device)
-    buffer, offsets, failed = _lib.read_files_batch(names, ordinal, pinned, errors == "skip")
+    skip = errors == "skip"
+    if progress:
+        from kvikpy._progress import follow_call
+
+        buffer, offsets, failed = follow_call(
+            lambda p: _lib.read_files_batch(names, ordinal, pinned, skip, p),
+            None,
+            f"read_many ({len(names):,} files)",
+        )
+    else:
+        buffer, offsets, failed = _lib.read_files_batch(names, ordinal, pinned, skip)
     return Batch(buffer, offsets, dict(failed), names)
 
 
@@ -171,18 +184,29 @@ def read_ranges(
     ranges: Iterable[tuple[int, int]] | tuple[Any, Any],
     *,
     device: str | int = "cuda",
+    progress: bool = False,
 ) -> Batch:
     """Read many ``(offset, size)`` byte ranges of one file into one allocation.
 
     Ranges may overlap and come in any order; each becomes one element, in the order
     given. ``ranges`` is a sequence of pairs or two integer arrays ``(offsets, sizes)``.
     A range reaching past the end of the file raises ``ValueError`` naming it, before
-    anything is read.
+    anything is read. ``progress=True`` shows a tqdm progress bar (tqdm must be
+    installed).
     """
     pairs = _pairs(ranges)
     ordinal, pinned = _placement(device)
     name = os.fspath(path)
-    buffer, offsets, _ = _lib.read_ranges_batch(name, pairs, ordinal, pinned)
+    if progress:
+        from kvikpy._progress import follow_call
+
+        buffer, offsets, _ = follow_call(
+            lambda p: _lib.read_ranges_batch(name, pairs, ordinal, pinned, p),
+            sum(size for _, size in pairs),
+            f"read_ranges ({len(pairs):,} ranges)",
+        )
+    else:
+        buffer, offsets, _ = _lib.read_ranges_batch(name, pairs, ordinal, pinned)
     return Batch(buffer, offsets, {}, [name] * len(pairs))
 
 

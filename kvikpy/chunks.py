@@ -18,9 +18,26 @@ class ChunkIterator(Iterator[_lib.Buffer]):
     Returned by :func:`iter_chunks`; also a context manager that closes the file.
     """
 
-    def __init__(self, path: str, chunk_size: int, ordinal: int, pinned: bool, depth: int):
+    def __init__(
+        self,
+        path: str,
+        chunk_size: int,
+        ordinal: int,
+        pinned: bool,
+        depth: int,
+        progress: bool = False,
+    ):
         self._file = CuFile(path, "r")
         self._size = self._file.nbytes()
+        self._bar: Any = None
+        if progress:
+            from kvikpy._progress import bar
+
+            try:
+                self._bar = bar(self._size, f"iter_chunks {os.path.basename(path)}")
+            except BaseException:
+                self._file.close()
+                raise
         self._chunk = chunk_size
         self._ordinal, self._pinned, self._depth = ordinal, pinned, depth
         self._next_offset = 0  # of the next chunk to start reading
@@ -76,6 +93,8 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         if got != n:
             raise OSError(f"{self._file!r} shrank while being read: got {got} of {n} bytes")
         view = buf.view("|u1", 1, 8, [n], 0, n)
+        if self._bar is not None:
+            self._bar.update(n)
         self._fill()  # start the next reads before the caller works on this chunk
         return view
 
@@ -97,6 +116,9 @@ class ChunkIterator(Iterator[_lib.Buffer]):
             future.get()
         self._pending.clear()
         self._file.close()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
     def __enter__(self) -> ChunkIterator:
         return self
@@ -117,6 +139,7 @@ def iter_chunks(
     *,
     device: str | int = "cuda",
     depth: int = 2,
+    progress: bool = False,
 ) -> ChunkIterator:
     """Iterate over a file in consecutive chunks of ``chunk_size`` bytes (the last may be
     shorter), reading the next ``depth`` chunks while the caller works on the current
@@ -138,6 +161,8 @@ def iter_chunks(
         ``"cuda"``, ``"cuda:N"``, an int, or ``"cpu"``.
     depth
         Chunks read ahead (at least 1).
+    progress
+        Show a tqdm progress bar of the bytes delivered (tqdm must be installed).
 
     Examples
     --------
@@ -149,7 +174,7 @@ def iter_chunks(
     if depth < 1:
         raise ValueError(f"depth must be at least 1, got {depth}")
     ordinal, pinned = _placement(device)
-    return ChunkIterator(os.fspath(path), chunk_size, ordinal, pinned, depth)
+    return ChunkIterator(os.fspath(path), chunk_size, ordinal, pinned, depth, progress)
 
 
 __all__ = ["ChunkIterator", "iter_chunks"]

@@ -11,6 +11,7 @@
 
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
@@ -148,6 +149,7 @@ pub fn read_elements(
     shared: Option<&FileHandle>,
     elements: &[Element],
     dest: Span,
+    progress: Option<&AtomicU64>,
 ) -> Result<Vec<Option<Error>>> {
     let shared = shared.map(FileHandle::get).transpose()?;
     if let Some(file) = &shared {
@@ -166,6 +168,7 @@ pub fn read_elements(
         elements,
         dest,
         errors: &errors,
+        progress,
     };
     pool.install(|| {
         segments.par_iter().for_each(|range| {
@@ -193,6 +196,8 @@ struct Job<'a> {
     elements: &'a [Element],
     dest: Span,
     errors: &'a [Mutex<Option<Error>>],
+    /// Bytes of pieces finished so far, for a caller's progress bar.
+    progress: Option<&'a AtomicU64>,
 }
 
 impl Job<'_> {
@@ -229,6 +234,15 @@ impl Job<'_> {
     }
 
     fn segment(&self, part: &[Piece]) -> Result<()> {
+        let result = self.segment_inner(part);
+        if let Some(progress) = self.progress {
+            let bytes: usize = part.iter().map(|p| p.len).sum();
+            progress.fetch_add(bytes as u64, Ordering::Relaxed);
+        }
+        result
+    }
+
+    fn segment_inner(&self, part: &[Piece]) -> Result<()> {
         let (Some(first), Some(last)) = (part.first(), part.last()) else {
             return Ok(());
         };

@@ -128,6 +128,11 @@ impl IoFuture {
         guard.done.then(|| self.result_locked(&guard))
     }
 
+    /// Bytes moved by the tasks finished so far (progress; final once done).
+    pub fn bytes_so_far(&self) -> u64 {
+        self.state.bytes.load(Ordering::Acquire)
+    }
+
     fn result_locked(&self, c: &Completion) -> Result<usize> {
         match &c.error {
             Some(e) => Err(e.clone()),

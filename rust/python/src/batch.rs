@@ -2,6 +2,8 @@
 //! the element boundaries and each element's error.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use kvikpy_core::batch::{file_sizes, layout, read_elements, Element, Source};
 use kvikpy_core::{Error, FileHandle};
@@ -23,13 +25,38 @@ fn to_py(e: Error) -> PyErr {
 /// Read `paths` into one allocation (on GPU `ordinal`, or the host when it is -1). With
 /// `skip`, failed files become empty elements listed in the result; otherwise the first
 /// failure (in `paths` order) raises and nothing is returned.
+/// A byte counter a batch read advances as its pieces finish, which another Python thread
+/// reads to draw a progress bar.
+#[pyclass(module = "kvikpy._lib", frozen)]
+pub struct Progress {
+    bytes: Arc<AtomicU64>,
+}
+
+#[pymethods]
+impl Progress {
+    #[new]
+    fn new() -> Self {
+        Self {
+            bytes: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Bytes done so far.
+    #[getter]
+    fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
 #[pyfunction]
+#[pyo3(signature = (paths, ordinal, pinned, skip, progress=None))]
 pub fn read_files_batch(
     py: Python<'_>,
     paths: Vec<PathBuf>,
     ordinal: i64,
     pinned: bool,
     skip: bool,
+    progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
     let settings = kvikpy_core::settings::current().map_err(to_py)?;
     let lookup = paths.clone();
@@ -50,18 +77,22 @@ pub fn read_files_batch(
             Err(e) => return Err(to_py(e)),
         }
     }
-    run(py, elements, None, ordinal, pinned, skip, failures)
+    run(
+        py, elements, None, ordinal, pinned, skip, failures, progress,
+    )
 }
 
 /// Read `ranges` (`(offset, size)` pairs) of the file at `path` into one allocation. Every
 /// range must lie inside the file; a range that does not raises `ValueError` naming it.
 #[pyfunction]
+#[pyo3(signature = (path, ranges, ordinal, pinned, progress=None))]
 pub fn read_ranges_batch(
     py: Python<'_>,
     path: PathBuf,
     ranges: Vec<(u64, u64)>,
     ordinal: i64,
     pinned: bool,
+    progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
     let handle = without_gil(py, {
         let path = path.clone();
@@ -90,9 +121,11 @@ pub fn read_ranges_batch(
         pinned,
         false,
         Vec::new(),
+        progress,
     )
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
     py: Python<'_>,
     sources: Vec<(bool, Source, usize)>,
@@ -101,6 +134,7 @@ fn run(
     pinned: bool,
     skip: bool,
     mut failures: Vec<(usize, PyErr)>,
+    progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
     let lengths: Vec<usize> = sources.iter().map(|(_, _, len)| *len).collect();
     let (starts, total) = layout(&lengths).map_err(to_py)?;
@@ -115,8 +149,15 @@ fn run(
         .map(|(i, ((_, source, len), &dst))| (i, Element { source, len, dst }))
         .unzip();
     let settings = kvikpy_core::settings::current().map_err(to_py)?;
+    let counter = progress.map(|p| Arc::clone(&p.bytes));
     let errors = without_gil(py, move || {
-        read_elements(&settings, shared.as_ref(), &elements, span)
+        read_elements(
+            &settings,
+            shared.as_ref(),
+            &elements,
+            span,
+            counter.as_deref(),
+        )
     })?;
     for (i, e) in indices.into_iter().zip(errors) {
         if let Some(e) = e {

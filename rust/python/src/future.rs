@@ -42,6 +42,19 @@ impl Future {
         self.inner.is_done()
     }
 
+    /// Wait up to `timeout` seconds (GIL released); whether the operation is done.
+    fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
+        let timeout = Duration::from_secs_f64(timeout.max(0.0));
+        let inner = &self.inner;
+        Ok(without_gil(py, move || Ok(inner.wait_timeout(timeout)))?.is_some())
+    }
+
+    /// Bytes moved by the tasks finished so far (for progress bars).
+    #[getter]
+    fn bytes_so_far(&self) -> u64 {
+        self.inner.bytes_so_far()
+    }
+
     /// Call `callback()` (no arguments) once done, from whichever thread completes the
     /// operation, or at once if it is already done. Exceptions it raises go to
     /// `sys.unraisablehook`, as nothing could catch them there.

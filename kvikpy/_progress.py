@@ -1,0 +1,66 @@
+"""Progress bars for long operations (``progress=True``), drawn with tqdm when it is
+installed: a widget in Jupyter, text in a terminal. The bars follow the engine's byte
+counters from the calling thread while the I/O threads work, so they cost the read
+nothing but a counter load every tenth of a second."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+INTERVAL = 0.1  # seconds between bar updates
+
+
+def bar(total: int | None, desc: str) -> Any:
+    """A tqdm bar counting bytes, or a clear error when tqdm is missing."""
+    try:
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]
+    except ImportError:
+        raise ModuleNotFoundError(
+            "progress=True draws a tqdm progress bar, and tqdm is not installed; "
+            "install it (pip install tqdm) or leave progress off"
+        ) from None
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024)
+
+
+def follow_future(handle: Any, total: int | None, desc: str) -> int:
+    """Wait for an engine future (``_lib.Future``), drawing its bytes; its result."""
+    with bar(total, desc) as b:
+        shown = 0
+        while not handle.wait(INTERVAL):
+            now = handle.bytes_so_far
+            b.update(now - shown)
+            shown = now
+        result = handle.get()
+        b.update(handle.bytes_so_far - shown)
+        return int(result)
+
+
+def follow_call(call: Callable[[Any], T], total: int | None, desc: str) -> T:
+    """Run ``call(progress)`` in a worker thread (it releases the GIL), drawing the bytes
+    of its ``_lib.Progress`` counter; its result, or its exception."""
+    from kvikpy import _lib
+
+    progress = _lib.Progress()
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["value"] = call(progress)
+        except BaseException as e:  # handed to the caller below
+            outcome["error"] = e
+
+    worker = threading.Thread(target=work, name="kvikpy-progress", daemon=True)
+    with bar(total, desc) as b:
+        worker.start()
+        shown = 0
+        while worker.is_alive():
+            worker.join(INTERVAL)
+            now = progress.bytes
+            b.update(now - shown)
+            shown = now
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]  # type: ignore[no-any-return]
