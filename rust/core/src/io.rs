@@ -12,7 +12,7 @@ use crate::future::{run_caught, IoFuture};
 use crate::memory::{HostSpan, Span};
 use crate::posix::{pread_direct, pread_full, pwrite_full};
 use crate::settings::{self, Settings};
-use crate::tasks::{align_up, aligned_split, split_tasks, DIRECT_IO_ALIGNMENT};
+use crate::tasks::{align_down, align_up, aligned_split, split_tasks, DIRECT_IO_ALIGNMENT};
 
 /// Which way bytes move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -293,13 +293,29 @@ pub(crate) fn transfer(
         Direction::Read => settings.auto_direct_io_read,
         Direction::Write => settings.auto_direct_io_write,
     };
-    let split = aligned_split(offset, span.len(), DIRECT_IO_ALIGNMENT);
+    let mut split = aligned_split(offset, span.len(), DIRECT_IO_ALIGNMENT);
     let direct_fd = file
         .direct_fd()
         .filter(|_| wants_direct && split.middle > 0);
     let Some(direct_fd) = direct_fd else {
         return buffered(file, direction, span, offset);
     };
+    if direction == Direction::Read {
+        // An O_DIRECT read moves whole blocks: at the end of the file it may write the
+        // block's zeros past the bytes it reports into the destination, which must stay
+        // untouched past EOF. So only blocks wholly inside the file go through O_DIRECT;
+        // the rest is read through the page cache, which stops exactly at EOF.
+        let whole_blocks_end = align_down(file.size()?, DIRECT_IO_ALIGNMENT);
+        let middle_start = offset + split.head as u64;
+        let inside = whole_blocks_end.saturating_sub(middle_start) as usize;
+        if inside < split.middle {
+            split.tail += split.middle - inside;
+            split.middle = inside;
+        }
+        if split.middle == 0 {
+            return buffered(file, direction, span, offset);
+        }
+    }
     let parts = [
         (0, split.head, false),
         (split.head, split.middle, true),

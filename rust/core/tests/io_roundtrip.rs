@@ -199,3 +199,27 @@ fn wrong_direction_and_closed_file_are_errors() {
     assert!(matches!(err, Err(kvikpy_core::Error::Closed)));
     assert_eq!(fs::read(&path).unwrap(), b"hello");
 }
+
+#[test]
+fn direct_reads_leave_bytes_past_eof_untouched() {
+    // O_DIRECT moves whole blocks; the block holding EOF must not spill its zeros into
+    // the destination past the bytes the read reports (found by hypothesis in Python).
+    let dir = tempfile::tempdir().unwrap();
+    for file_len in [1usize, 100, 4095, 4096, 4097, 5000, 12288 + 7] {
+        let path = dir.path().join(format!("eof-{file_len}"));
+        let data = pattern(file_len, 99);
+        fs::write(&path, &data).unwrap();
+        let handle = FileHandle::open(&path, "r").unwrap();
+        let s = settings(1, true, 4096);
+        let mut buf = Placed::new(16384, 0); // 4 KiB-aligned: the direct-to-user path
+        let n = run_if_single_task_with(&s, &handle, Direction::Read, buf.span(), 0, Some(16384))
+            .unwrap()
+            .unwrap();
+        assert_eq!(n, file_len);
+        assert_eq!(&buf.bytes()[..n], &data[..]);
+        assert!(
+            buf.bytes()[n..].iter().all(|&b| b == 0xEE),
+            "bytes past EOF changed for a {file_len}-byte file"
+        );
+    }
+}
