@@ -92,6 +92,7 @@ gpu-test:
 
 notebooks: develop
 	$(BIN)/python notebooks/make_quickstart.py
+	$(BIN)/python notebooks/make_frameworks_formats.py
 	$(BIN)/python notebooks/make_arrow_batches.py
 	$(BIN)/python notebooks/make_measure.py
 	$(BIN)/ruff format notebooks

@@ -1,0 +1,209 @@
+"""Writes notebooks/02-frameworks-dlpack.ipynb and notebooks/03-file-formats.ipynb from the
+cells below (kept as code for review). Run `python notebooks/make_frameworks_formats.py`
+after editing, then `make notebooks` to refresh the outputs (the test suite executes
+every notebook on every run)."""
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+SETUP = (
+    "import importlib.util\n"
+    "import os\n"
+    "import tempfile\n"
+    "{time}\n"
+    "import numpy as np\n\n"
+    "import kvikpy\n\n"
+    "DEVICE = 'cuda' if kvikpy.cuda_available() else 'cpu'\n"
+    "HAVE = {m: importlib.util.find_spec(m) is not None for m in ('torch', 'cupy', 'jax')}\n"
+    "print('kvikpy', kvikpy.__version__, '| reading into', DEVICE,\n"
+    "      '' if DEVICE == 'cuda' else '(no GPU here: host memory)', '| installed:',\n"
+    "      ', '.join(m for m, ok in HAVE.items() if ok) or 'numpy only')\n"
+    "workdir = tempfile.mkdtemp(prefix='kvikpy-nb-')"
+)
+
+FRAMEWORKS = [
+    new_markdown_cell(
+        "# PyTorch, CuPy, JAX and numpy through DLPack\n\n"
+        "`kvikpy.read` returns a `kvikpy.Buffer`; every array library takes it without a "
+        "copy through DLPack. Cells for libraries that are not installed say so and move on."
+    ),
+    new_code_cell(SETUP.replace("{time}", "")),
+    new_code_cell(
+        "path = os.path.join(workdir, 'weights.bin')\n"
+        "w = np.random.default_rng(0).standard_normal((512, 1024)).astype(np.float32)\n"
+        "w.tofile(path)\n"
+        "buf = kvikpy.read(path, device=DEVICE, dtype='float32', shape=(512, 1024))\n"
+        "buf"
+    ),
+    new_markdown_cell("## One buffer, every framework"),
+    new_code_cell(
+        "if HAVE['torch']:\n"
+        "    import torch\n\n"
+        "    t = torch.from_dlpack(buf)\n"
+        "    same = bool((t.cpu().numpy() == w).all())\n"
+        "    print('torch', t.shape, t.dtype, t.device, 'equal:', same)\n"
+        "else:\n"
+        "    print('torch is not installed here')\n"
+        "if HAVE['cupy'] and DEVICE == 'cuda':\n"
+        "    import cupy\n\n"
+        "    c = cupy.from_dlpack(buf)\n"
+        "    print('cupy', c.shape, c.dtype, 'equal:', bool((cupy.asnumpy(c) == w).all()))\n"
+        "if HAVE['jax'] and DEVICE == 'cuda':\n"
+        "    import jax.dlpack\n\n"
+        "    j = jax.dlpack.from_dlpack(buf)\n"
+        "    print('jax', j.shape, j.dtype, 'equal:', bool((np.asarray(j) == w).all()))\n"
+        "host = buf.to_numpy()  # host memory: a view; GPU memory: a copy to the host\n"
+        "print('numpy', host.shape, host.dtype, 'equal:', bool((host == w).all()))"
+    ),
+    new_markdown_cell(
+        "## Byte ranges\n\n"
+        "`offset` and `size` read part of a file: here rows 100 to 199 of the matrix."
+    ),
+    new_code_cell(
+        "row = 1024 * 4\n"
+        "rows = kvikpy.read(path, offset=100 * row, size=100 * row, device=DEVICE,\n"
+        "                   dtype='float32', shape=(100, 1024))\n"
+        "assert (rows.to_numpy() == w[100:200]).all()\n"
+        "rows"
+    ),
+    new_markdown_cell(
+        "## Reads into arrays you already have\n\n"
+        "`CuFile.read` fills an existing array, host or GPU: numpy arrays, torch tensors, "
+        "CuPy arrays. `pread` returns a future instead of waiting."
+    ),
+    new_code_cell(
+        "if DEVICE == 'cuda' and HAVE['torch']:\n"
+        "    dst = torch.empty((512, 1024), dtype=torch.float32, device='cuda')\n"
+        "else:\n"
+        "    dst = np.empty((512, 1024), dtype=np.float32)\n"
+        "with kvikpy.CuFile(path) as f:\n"
+        "    future = f.pread(dst)\n"
+        "    print('bytes read:', future.get(), 'into', type(dst).__module__)"
+    ),
+    new_markdown_cell(
+        "## Stream-ordered reads (GPU)\n\n"
+        "With `stream=`, the call returns at once and work queued on that stream later "
+        "sees the bytes, as a CUDA copy would."
+    ),
+    new_code_cell(
+        "if DEVICE == 'cuda' and HAVE['torch']:\n"
+        "    s = torch.cuda.Stream()\n"
+        "    ordered = kvikpy.read(\n"
+        "        path, device='cuda', dtype='float32', shape=(512, 1024), stream=s\n"
+        "    )\n"
+        "    with torch.cuda.stream(s):\n"
+        "        total = torch.from_dlpack(ordered).sum()\n"
+        "    s.synchronize()\n"
+        "    print('sum on the stream:', float(total), 'expected', float(w.sum()))\n"
+        "else:\n"
+        "    print('stream-ordered reads need a GPU and torch; skipped here')"
+    ),
+]
+
+FORMATS = [
+    new_markdown_cell(
+        "# Real file formats to the GPU\n\n"
+        "A safetensors checkpoint into tensors, and a `.npy` array whose header is parsed "
+        "on the host and whose data goes straight to the device, each timed against the "
+        "usual way."
+    ),
+    new_code_cell(SETUP.replace("{time}", "import time\n")),
+    new_markdown_cell(
+        "## safetensors\n\n"
+        "The format is an 8-byte header length, a JSON header, then the tensors' bytes. "
+        "This cell writes one by hand (so it needs no extra package): 64 float32 tensors."
+    ),
+    new_code_cell(
+        "import json\n"
+        "import struct\n\n"
+        "TENSORS, ROWS = 64, 256  # scale up for a real measurement\n"
+        "rng = np.random.default_rng(1)\n"
+        "state = {f'layer.{i}.weight': rng.standard_normal((ROWS, 1024)).astype(np.float32)\n"
+        "         for i in range(TENSORS)}\n"
+        "header, offset = {}, 0\n"
+        "for name, a in state.items():\n"
+        "    header[name] = {'dtype': 'F32', 'shape': list(a.shape),\n"
+        "                    'data_offsets': [offset, offset + a.nbytes]}\n"
+        "    offset += a.nbytes\n"
+        "blob = json.dumps(header).encode()\n"
+        "ckpt = os.path.join(workdir, 'model.safetensors')\n"
+        "with open(ckpt, 'wb') as fh:\n"
+        "    fh.write(struct.pack('<Q', len(blob)) + blob)\n"
+        "    for a in state.values():\n"
+        "        fh.write(a.tobytes())\n"
+        "print(f'{os.path.getsize(ckpt) / 2**20:.1f} MiB checkpoint, {TENSORS} tensors')"
+    ),
+    new_code_cell(
+        "from kvikpy.safetensors import load_file\n\n"
+        "framework = 'torch' if HAVE['torch'] else 'numpy'\n"
+        "t0 = time.perf_counter()\n"
+        "loaded = load_file(ckpt, device=DEVICE, framework=framework)\n"
+        "t_kvikpy = time.perf_counter() - t0\n"
+        "first = loaded['layer.0.weight']\n"
+        "first_host = first.cpu().numpy() if framework == 'torch' else first\n"
+        "assert (first_host == state['layer.0.weight']).all()\n"
+        "ms = t_kvikpy * 1e3\n"
+        "print(f'kvikpy: {len(loaded)} {framework} tensors on {DEVICE} in {ms:.1f} ms')\n"
+        "if importlib.util.find_spec('safetensors') and HAVE['torch']:\n"
+        "    from safetensors.torch import load_file as reference\n\n"
+        "    t0 = time.perf_counter()\n"
+        "    reference(ckpt, device=DEVICE)\n"
+        "    t_ref = time.perf_counter() - t0\n"
+        "    print(f'safetensors: {t_ref * 1e3:.1f} ms ({t_ref / t_kvikpy:.1f}x kvikpy)')\n"
+        "else:\n"
+        "    print('safetensors with torch is not installed here: no comparison')"
+    ),
+    new_markdown_cell(
+        "## A `.npy` array\n\n"
+        "numpy's own functions parse the header; kvikpy then reads the data section "
+        "straight into device memory with the right dtype and shape."
+    ),
+    new_code_cell(
+        "arr = rng.standard_normal((2048, 1024)).astype(np.float32)\n"
+        "npy = os.path.join(workdir, 'array.npy')\n"
+        "np.save(npy, arr)\n"
+        "with open(npy, 'rb') as fh:\n"
+        "    version = np.lib.format.read_magic(fh)\n"
+        "    fmt = np.lib.format\n"
+        "    v1 = version == (1, 0)\n"
+        "    parse = fmt.read_array_header_1_0 if v1 else fmt.read_array_header_2_0\n"
+        "    shape, fortran, dtype = parse(fh)\n"
+        "    data_offset = fh.tell()\n"
+        "assert not fortran\n"
+        "t0 = time.perf_counter()\n"
+        "on_device = kvikpy.read(\n"
+        "    npy, offset=data_offset, device=DEVICE, dtype=dtype, shape=shape\n"
+        ")\n"
+        "t_kvikpy = time.perf_counter() - t0\n"
+        "t0 = time.perf_counter()\n"
+        "reference = np.load(npy)\n"
+        "if DEVICE == 'cuda' and HAVE['cupy']:\n"
+        "    import cupy\n\n"
+        "    reference = cupy.asarray(reference)\n"
+        "    cupy.cuda.runtime.deviceSynchronize()\n"
+        "t_numpy = time.perf_counter() - t0\n"
+        "assert (on_device.to_numpy() == arr).all()\n"
+        "how = 'numpy.load + copy' if DEVICE == 'cuda' else 'numpy.load'\n"
+        "print(f'kvikpy {t_kvikpy * 1e3:.1f} ms, {how} {t_numpy * 1e3:.1f} ms')\n"
+        "on_device"
+    ),
+]
+
+
+def write(cells: list, name: str) -> None:
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    out = Path(__file__).with_name(name)
+    nbformat.write(nb, out)
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    write(FRAMEWORKS, "02-frameworks-dlpack.ipynb")
+    write(FORMATS, "03-file-formats.ipynb")
