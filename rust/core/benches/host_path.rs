@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kvikpy_core::io::{run_if_single_task_with, submit_with, Direction};
+use kvikpy_core::io::{run_if_single_task_with, submit_with, Caller, Direction};
 use kvikpy_core::tasks::split_tasks;
 use kvikpy_core::{FileHandle, HostSpan, Settings, Span};
 
@@ -63,10 +63,19 @@ fn settings(threads: usize) -> Settings {
 
 fn read_all(s: &Settings, handle: &FileHandle, buf: &mut [u8]) -> usize {
     let span = Span::Host(HostSpan::from_slice(buf));
-    submit_with(s, handle, Direction::Read, span, 0, None, None)
-        .expect("submit read")
-        .wait()
-        .expect("read")
+    submit_with(
+        s,
+        handle,
+        Direction::Read,
+        span,
+        0,
+        None,
+        None,
+        Caller::Helps,
+    )
+    .expect("submit read")
+    .wait()
+    .expect("read")
 }
 
 fn warm_read_64mib(c: &mut Criterion) {

@@ -72,7 +72,7 @@ fn check_end(file_offset: u64, size: usize) -> Result<()> {
 /// starts at or past the end. `keepalive` is held until the last task has finished.
 /// Requests of at most `gds_threshold` bytes run in the calling thread (the hop to the
 /// pool would cost more than the I/O); everything else runs on the pool. Blocking
-/// callers use [`run_if_single_task`] first.
+/// callers use [`run_if_single_task`] first, then [`submit_with`] with [`Caller::Helps`].
 pub fn submit(
     handle: &FileHandle,
     direction: Direction,
@@ -90,10 +90,24 @@ pub fn submit(
         file_offset,
         task_size,
         keepalive,
+        Caller::Returns,
     )
 }
 
-/// [`submit`] with an explicit settings snapshot instead of the process-wide settings.
+/// Who runs a pooled request's first task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// The caller gets a future at once (`pread`/`pwrite`): every task goes to the pool.
+    Returns,
+    /// The caller waits for the result at once (blocking `read`/`write`): it queues all
+    /// tasks but the first, then runs the first itself, so it works instead of sleeping,
+    /// and a request cut finer only to spread it over the pool (see
+    /// [`spread_task_size`]) pays for one thread wake-up less.
+    Helps,
+}
+
+/// [`submit`] with an explicit settings snapshot instead of the process-wide settings,
+/// and a choice of who runs the first task.
 #[allow(clippy::too_many_arguments)]
 pub fn submit_with(
     settings: &Settings,
@@ -103,56 +117,7 @@ pub fn submit_with(
     file_offset: u64,
     task_size: Option<usize>,
     keepalive: Option<Box<dyn Any + Send>>,
-) -> Result<IoFuture> {
-    let request = (handle, direction, span, file_offset, task_size);
-    submit_inner(settings, request, keepalive, false)
-}
-
-/// [`submit`] for a caller that waits for the result at once (blocking `read`/`write`):
-/// the calling thread queues all tasks but the first, then runs the first itself, so it
-/// works instead of sleeping, and a request cut finer only to spread it over the pool
-/// (see [`spread_task_size`]) pays for one thread wake-up less.
-pub fn submit_and_help(
-    handle: &FileHandle,
-    direction: Direction,
-    span: Span,
-    file_offset: u64,
-    task_size: Option<usize>,
-    keepalive: Option<Box<dyn Any + Send>>,
-) -> Result<IoFuture> {
-    let settings = settings::current()?;
-    submit_and_help_with(
-        &settings,
-        handle,
-        direction,
-        span,
-        file_offset,
-        task_size,
-        keepalive,
-    )
-}
-
-/// [`submit_and_help`] with an explicit settings snapshot.
-pub fn submit_and_help_with(
-    settings: &Settings,
-    handle: &FileHandle,
-    direction: Direction,
-    span: Span,
-    file_offset: u64,
-    task_size: Option<usize>,
-    keepalive: Option<Box<dyn Any + Send>>,
-) -> Result<IoFuture> {
-    let request = (handle, direction, span, file_offset, task_size);
-    submit_inner(settings, request, keepalive, true)
-}
-
-type Request<'a> = (&'a FileHandle, Direction, Span, u64, Option<usize>);
-
-fn submit_inner(
-    settings: &Settings,
-    (handle, direction, span, file_offset, task_size): Request<'_>,
-    keepalive: Option<Box<dyn Any + Send>>,
-    caller_helps: bool,
+    caller: Caller,
 ) -> Result<IoFuture> {
     let settings = *settings;
     let task_size = resolve_task_size(task_size, &settings)?;
@@ -183,7 +148,11 @@ fn submit_inner(
     let pool = crate::pool::pool(settings.num_threads)?;
     let (future, reporters) = IoFuture::new(tasks.len(), keepalive);
     let mut jobs = tasks.into_iter().zip(reporters);
-    let first = if caller_helps { jobs.next() } else { None };
+    let first = if caller == Caller::Helps {
+        jobs.next()
+    } else {
+        None
+    };
     for (task, reporter) in jobs {
         let file = Arc::clone(&file);
         let part = span.sub(task.buf_offset, task.len);

@@ -4,7 +4,7 @@
 use std::fs;
 use std::os::unix::fs::FileExt;
 
-use kvikpy_core::io::{run_if_single_task_with, submit_and_help_with, submit_with, Direction};
+use kvikpy_core::io::{run_if_single_task_with, submit_with, Caller, Direction};
 use kvikpy_core::{FileHandle, HostSpan, Settings, Span};
 use proptest::prelude::*;
 
@@ -92,16 +92,13 @@ proptest! {
         // ... and, when that does not apply, run the first task themselves.
         let n = match inline {
             Some(n) => n,
-            None if blocking => {
-                submit_and_help_with(&s, &handle, Direction::Read, span, offset, Some(task_size), None)
+            None => {
+                let caller = if blocking { Caller::Helps } else { Caller::Returns };
+                submit_with(&s, &handle, Direction::Read, span, offset, Some(task_size), None, caller)
                     .unwrap()
                     .wait()
                     .unwrap()
             }
-            None => submit_with(&s, &handle, Direction::Read, span, offset, Some(task_size), None)
-                .unwrap()
-                .wait()
-                .unwrap(),
         };
         let start = (offset as usize).min(file_len);
         let expected = &data[start..(start + size).min(file_len)];
@@ -130,7 +127,7 @@ proptest! {
         let start = buf.start;
         buf.storage[start..start + size].copy_from_slice(&payload);
         let s = settings(threads, direct, 8192);
-        let n = submit_with(&s, &handle, Direction::Write, buf.span(), offset, Some(task_size), None)
+        let n = submit_with(&s, &handle, Direction::Write, buf.span(), offset, Some(task_size), None, Caller::Returns)
             .unwrap()
             .wait()
             .unwrap();
@@ -171,6 +168,7 @@ fn reads_beyond_4_gib_offsets() {
             offset,
             Some(1 << 20),
             None,
+            Caller::Helps,
         )
         .unwrap()
         .wait()
@@ -189,13 +187,31 @@ fn wrong_direction_and_closed_file_are_errors() {
     let mut buf = vec![1u8; 5];
     let s = Settings::default();
     let span = Span::Host(HostSpan::from_slice(&mut buf));
-    let err = submit_with(&s, &handle, Direction::Write, span, 0, None, None);
+    let err = submit_with(
+        &s,
+        &handle,
+        Direction::Write,
+        span,
+        0,
+        None,
+        None,
+        Caller::Returns,
+    );
     assert!(matches!(
         err,
         Err(kvikpy_core::Error::UnsupportedOperation(_))
     ));
     handle.close();
-    let err = submit_with(&s, &handle, Direction::Read, span, 0, None, None);
+    let err = submit_with(
+        &s,
+        &handle,
+        Direction::Read,
+        span,
+        0,
+        None,
+        None,
+        Caller::Returns,
+    );
     assert!(matches!(err, Err(kvikpy_core::Error::Closed)));
     assert_eq!(fs::read(&path).unwrap(), b"hello");
 }

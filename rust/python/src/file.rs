@@ -1,7 +1,7 @@
 //! `_lib.FileHandle`: an open file and its read/write entry points.
 
 use kvikpy_core::device_io::submit_stream_ordered;
-use kvikpy_core::io::{run_if_single_task, run_whole, submit, submit_and_help, Direction};
+use kvikpy_core::io::{run_if_single_task, run_whole, submit_with, Caller, Direction};
 use kvikpy_core::Span;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -42,18 +42,17 @@ impl FileHandle {
         offset: i64,
         task_size: Option<usize>,
         direction: Direction,
-        caller_waits: bool,
+        caller: Caller,
     ) -> PyResult<kvikpy_core::IoFuture> {
         let offset = file_offset(offset)?;
         let Intake { span, keepalive } = taken;
         let inner = &self.inner;
         let keepalive = Some(keepalive);
         Ok(without_gil(py, move || {
-            if caller_waits {
-                submit_and_help(inner, direction, span, offset, task_size, keepalive)
-            } else {
-                submit(inner, direction, span, offset, task_size, keepalive)
-            }
+            let settings = kvikpy_core::settings::current()?;
+            submit_with(
+                &settings, inner, direction, span, offset, task_size, keepalive, caller,
+            )
         })?)
     }
 
@@ -79,7 +78,7 @@ impl FileHandle {
         match inline {
             Some(n) => Ok(n),
             None => {
-                let future = self.run(py, taken, offset, task_size, direction, true)?;
+                let future = self.run(py, taken, offset, task_size, direction, Caller::Helps)?;
                 Future::from(future).get(py)
             }
         }
@@ -97,9 +96,14 @@ impl FileHandle {
     ) -> PyResult<Future> {
         let task_size = task_size_arg(task_size)?;
         let taken = intake(buf, access(direction))?.select(0, size, "offset")?;
-        Ok(Future::from(
-            self.run(py, taken, offset, task_size, direction, false)?,
-        ))
+        Ok(Future::from(self.run(
+            py,
+            taken,
+            offset,
+            task_size,
+            direction,
+            Caller::Returns,
+        )?))
     }
 
     /// One pool-free call on device memory (`raw_read`/`raw_write`).
