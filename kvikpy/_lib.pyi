@@ -12,6 +12,7 @@ __all__ = [
     "__version__",
     "_panic_for_tests",
     "batch_arrow",
+    "batch_schema",
     "bounce_buffer_free",
     "cuda_available",
     "cuda_unavailable_reason",
@@ -168,6 +169,7 @@ def read_ranges_batch(
     progress: Progress | None = None,
 ) -> tuple[Buffer, list[int], list[tuple[int, BaseException]]]: ...
 def device_stream_capsule(iterator: Any, on_gpu: bool) -> Any: ...
+def batch_schema() -> Any: ...
 def batch_arrow(
     buffer: Buffer, offsets: list[int], failed: list[int], device: bool
 ) -> tuple[Any, Any]: ...

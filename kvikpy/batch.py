@@ -31,12 +31,10 @@ class Batch(Sequence[_lib.Buffer]):
         buffer: _lib.Buffer,
         offsets: list[int],
         failures: dict[int, BaseException],
-        names: Sequence[str],
     ) -> None:
         self._buffer = buffer
         self._offsets = offsets
         self._failures = failures
-        self._names = names
 
     @property
     def buffer(self) -> _lib.Buffer:
@@ -98,7 +96,7 @@ class Batch(Sequence[_lib.Buffer]):
         return html_table("kvikpy.Batch", batch_rows(self))
 
     def __arrow_c_schema__(self) -> Any:
-        return _lib.batch_arrow(self._buffer, [0, 0], [], False)[0]
+        return _lib.batch_schema()
 
     def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
         """The batch as an Arrow ``large_binary`` array (host batches)."""
@@ -108,13 +106,18 @@ class Batch(Sequence[_lib.Buffer]):
         self, requested_schema: Any = None, **kwargs: Any
     ) -> tuple[Any, Any]:
         """The batch as an Arrow ``large_binary`` device array (offsets on its device)."""
-        for key, value in kwargs.items():
-            if value is not None:
-                raise NotImplementedError(
-                    f"__arrow_c_device_array__ got the keyword {key}={value!r}, which kvikpy "
-                    "does not support; pass it as None or leave it out"
-                )
+        refuse_unknown_keywords("__arrow_c_device_array__", kwargs)
         return _lib.batch_arrow(self._buffer, self._offsets, sorted(self._failures), True)
+
+
+def refuse_unknown_keywords(method: str, kwargs: dict[str, Any]) -> None:
+    """The Arrow PyCapsule protocol's rule: keywords a producer does not know must be None."""
+    for key, value in kwargs.items():
+        if value is not None:
+            raise NotImplementedError(
+                f"{method} got the keyword {key}={value!r}, which kvikpy does not support; "
+                "pass it as None or leave it out"
+            )
 
 
 def _placement(device: str | int) -> tuple[int, bool]:
@@ -176,7 +179,7 @@ def read_many(
         )
     else:
         buffer, offsets, failed = _lib.read_files_batch(names, ordinal, pinned, skip)
-    return Batch(buffer, offsets, dict(failed), names)
+    return Batch(buffer, offsets, dict(failed))
 
 
 def read_ranges(
@@ -207,7 +210,7 @@ def read_ranges(
         )
     else:
         buffer, offsets, _ = _lib.read_ranges_batch(name, pairs, ordinal, pinned)
-    return Batch(buffer, offsets, {}, [name] * len(pairs))
+    return Batch(buffer, offsets, {})
 
 
 def _pairs(ranges: Any) -> list[tuple[int, int]]:

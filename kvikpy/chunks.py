@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kvikpy import _lib
-from kvikpy.batch import _placement
+from kvikpy.batch import _placement, refuse_unknown_keywords
 from kvikpy.cufile import CuFile, IOFuture
 
 
@@ -102,12 +102,7 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         """The remaining chunks as an Arrow C device stream (``arrow_device_array_stream``
         capsule) of ``uint8`` arrays, one per chunk, on this iterator's device. The
         consumer's ``get_next`` advances this same iterator."""
-        for key, value in kwargs.items():
-            if value is not None:
-                raise NotImplementedError(
-                    f"__arrow_c_device_stream__ got the keyword {key}={value!r}, which "
-                    "kvikpy does not support; pass it as None or leave it out"
-                )
+        refuse_unknown_keywords("__arrow_c_device_stream__", kwargs)
         return _lib.device_stream_capsule(self, self._ordinal >= 0)
 
     def close(self) -> None:

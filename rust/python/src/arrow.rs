@@ -79,6 +79,8 @@ struct ArrayPrivate {
 pub struct ArrayExport {
     pub format: DataType,
     pub length: i64,
+    /// Elements marked null in the validity buffer (0 when there is none).
+    pub null_count: i64,
     /// Buffer addresses in Arrow's order (validity first, may be null).
     pub buffers: Vec<u64>,
     pub owner: Box<dyn std::any::Any + Send>,
@@ -117,7 +119,7 @@ fn build_array(export: ArrayExport, event: Option<StreamEvent>) -> (ArrowArray, 
     };
     let array = ArrowArray {
         length: export.length,
-        null_count: 0,
+        null_count: export.null_count,
         offset: 0,
         n_buffers: private.buffers.len() as i64,
         n_children: 0,
@@ -216,18 +218,6 @@ pub fn array_capsules(py: Python<'_>, export: ArrayExport) -> PyResult<(Py<PyAny
     Ok((schema, array))
 }
 
-/// `(arrow_schema, arrow_device_array)` capsules. `event`, when given, is what consumers
-/// must wait on before reading (its handle becomes `sync_event`).
-pub fn device_array_capsules(
-    py: Python<'_>,
-    export: ArrayExport,
-    device_type: i32,
-    device_id: i64,
-    event: Option<StreamEvent>,
-) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
-    device_array_capsules_with_nulls(py, export, 0, device_type, device_id, event)
-}
-
 /// Refuse keyword arguments of `__arrow_c_device_array__` this version does not know,
 /// as the protocol asks (None values are allowed).
 pub fn check_device_kwargs(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
@@ -242,6 +232,12 @@ pub fn check_device_kwargs(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
         }
     }
     Ok(())
+}
+
+/// The schema of a batch's Arrow export (`large_binary`).
+#[pyfunction]
+pub fn batch_schema(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    schema_capsule(py, &DataType::LargeBinary)
 }
 
 /// Arrow `large_binary` export of a batch: one element per file or range (`offsets` has
@@ -282,83 +278,68 @@ pub fn batch_arrow(
             let export = ArrayExport {
                 format: DataType::LargeBinary,
                 length: count as i64,
+                null_count,
                 buffers,
                 owner: Box::new((owner, offsets, validity)),
             };
             if device {
-                device_array_capsules_with_nulls(py, export, null_count, ARROW_DEVICE_CPU, -1, None)
+                device_array_capsules(py, export, ARROW_DEVICE_CPU, -1, None)
             } else {
-                let schema = schema_capsule(py, &export.format)?;
-                let (mut array, _) = build_array(export, None);
-                array.null_count = null_count;
-                let ptr = Box::into_raw(Box::new(array));
-                let array = capsule(py, ptr.cast(), ARRAY, destroy_array, || {
-                    // SAFETY: the capsule was not made: release and free the array here.
-                    unsafe {
-                        release_array(ptr);
-                        drop(Box::from_raw(ptr));
-                    }
-                })?;
-                Ok((schema, array))
+                array_capsules(py, export)
             }
         }
         (Some(ordinal), true) => {
-            // The offsets and bitmap go to the GPU beside the data.
-            let (offsets_dev, validity_dev, event) = crate::blocking::without_gil(py, move || {
-                let upload = |bytes: &[u8]| -> kvikpy_core::Result<DeviceAllocation> {
-                    let dst = DeviceAllocation::new(ordinal, bytes.len())?;
-                    // SAFETY: `bytes` is live host memory and `dst` a fresh allocation of
-                    // the same size.
-                    unsafe {
-                        kvikpy_core::cuda::copy_host_to_device(
-                            ordinal,
-                            dst.ptr(),
-                            bytes.as_ptr(),
-                            bytes.len(),
-                        )?
-                    };
-                    Ok(dst)
+            // The offsets, then the bitmap, go to the GPU beside the data, in one
+            // allocation (the offsets are 8-byte items, so the bitmap stays aligned).
+            let mut bytes: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
+            let bitmap_at = bytes.len();
+            bytes.extend(validity.iter().flatten());
+            let (meta, event) = crate::blocking::without_gil(py, move || {
+                let meta = DeviceAllocation::new(ordinal, bytes.len())?;
+                // SAFETY: `bytes` is live host memory and `meta` a fresh allocation of the
+                // same size.
+                unsafe {
+                    kvikpy_core::cuda::copy_host_to_device(
+                        ordinal,
+                        meta.ptr(),
+                        bytes.as_ptr(),
+                        bytes.len(),
+                    )?
                 };
-                let offsets_bytes: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
-                let offsets_dev = upload(&offsets_bytes)?;
-                let validity_dev = validity.as_deref().map(upload).transpose()?;
-                let event = StreamEvent::record(ordinal, 0)?;
-                Ok((offsets_dev, validity_dev, event))
+                Ok((meta, StreamEvent::record(ordinal, 0)?))
             })?;
             let buffers = vec![
-                validity_dev.as_ref().map_or(0, DeviceAllocation::ptr),
-                offsets_dev.ptr(),
+                if null_count > 0 {
+                    meta.ptr() + bitmap_at as u64
+                } else {
+                    0
+                },
+                meta.ptr(),
                 data,
             ];
             let export = ArrayExport {
                 format: DataType::LargeBinary,
                 length: count as i64,
-                buffers,
-                owner: Box::new((owner, offsets_dev, validity_dev)),
-            };
-            device_array_capsules_with_nulls(
-                py,
-                export,
                 null_count,
-                ARROW_DEVICE_CUDA,
-                ordinal as i64,
-                Some(event),
-            )
+                buffers,
+                owner: Box::new((owner, meta)),
+            };
+            device_array_capsules(py, export, ARROW_DEVICE_CUDA, ordinal as i64, Some(event))
         }
     }
 }
 
-fn device_array_capsules_with_nulls(
+/// `(arrow_schema, arrow_device_array)` capsules. `event`, when given, is what consumers
+/// must wait on before reading (its handle becomes `sync_event`).
+pub fn device_array_capsules(
     py: Python<'_>,
     export: ArrayExport,
-    null_count: i64,
     device_type: i32,
     device_id: i64,
     event: Option<StreamEvent>,
 ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
     let schema = schema_capsule(py, &export.format)?;
-    let (mut array, sync_event) = build_array(export, event);
-    array.null_count = null_count;
+    let (array, sync_event) = build_array(export, event);
     let device = Box::new(ArrowDeviceArray {
         array,
         device_id,

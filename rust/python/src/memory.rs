@@ -200,6 +200,7 @@ impl Buffer {
         arrow::ArrayExport {
             format: DataType::UInt8,
             length: self.nbytes as i64,
+            null_count: 0,
             buffers: vec![0, self.ptr()],
             owner: Box::new(Arc::clone(&self.storage)),
         }
