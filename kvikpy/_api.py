@@ -79,7 +79,8 @@ def read(
         raises ``ValueError``.
     device
         ``"cuda"`` (the current device), ``"cuda:N"`` or ``N``, or ``"cpu"`` for host
-        memory (pinned when CUDA is present).
+        memory (ordinary pages, huge pages for large reads: pinning each
+        result would cost far more than the read).
     stream
         Read in this CUDA stream's order (a handle or a torch/CuPy stream): the call
         returns at once, and work queued on ``stream`` afterwards sees the bytes. Without
@@ -155,7 +156,7 @@ def read(
                     f"shape {dims} of {dt} needs {math.prod(dims) * dt.itemsize} bytes, "
                     f"but the range has {size}"
                 )
-        buf = _lib.Buffer.allocate(size, ordinal, ordinal < 0 and _lib.cuda_available())
+        buf = _lib.Buffer.allocate(size, ordinal, False)
         if stream is not None and ordinal >= 0:
             f.raw_read_async(buf, stream_handle(stream), size, offset)
         elif progress:

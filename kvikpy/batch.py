@@ -120,11 +120,6 @@ def refuse_unknown_keywords(method: str, kwargs: dict[str, Any]) -> None:
             )
 
 
-def _placement(device: str | int) -> tuple[int, bool]:
-    ordinal = _device(device)
-    return ordinal, ordinal < 0 and _lib.cuda_available()
-
-
 def read_many(
     paths: Iterable[str | os.PathLike[str]],
     *,
@@ -167,18 +162,18 @@ def read_many(
         raise ValueError(f"errors must be 'raise' or 'skip', got {errors!r}")
     del stream  # the read is complete on return (see above)
     names = [os.fspath(p) for p in paths]
-    ordinal, pinned = _placement(device)
+    ordinal = _device(device)
     skip = errors == "skip"
     if progress:
         from kvikpy._progress import follow_call
 
         buffer, offsets, failed = follow_call(
-            lambda p: _lib.read_files_batch(names, ordinal, pinned, skip, p),
+            lambda p: _lib.read_files_batch(names, ordinal, skip, p),
             None,
             f"read_many ({len(names):,} files)",
         )
     else:
-        buffer, offsets, failed = _lib.read_files_batch(names, ordinal, pinned, skip)
+        buffer, offsets, failed = _lib.read_files_batch(names, ordinal, skip)
     return Batch(buffer, offsets, dict(failed))
 
 
@@ -198,18 +193,18 @@ def read_ranges(
     installed).
     """
     pairs = _pairs(ranges)
-    ordinal, pinned = _placement(device)
+    ordinal = _device(device)
     name = os.fspath(path)
     if progress:
         from kvikpy._progress import follow_call
 
         buffer, offsets, _ = follow_call(
-            lambda p: _lib.read_ranges_batch(name, pairs, ordinal, pinned, p),
+            lambda p: _lib.read_ranges_batch(name, pairs, ordinal, p),
             sum(size for _, size in pairs),
             f"read_ranges ({len(pairs):,} ranges)",
         )
     else:
-        buffer, offsets, _ = _lib.read_ranges_batch(name, pairs, ordinal, pinned)
+        buffer, offsets, _ = _lib.read_ranges_batch(name, pairs, ordinal)
     return Batch(buffer, offsets, {})
 
 

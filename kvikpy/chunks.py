@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from kvikpy import _lib
-from kvikpy.batch import _placement, refuse_unknown_keywords
+from kvikpy._api import _device
+from kvikpy.batch import refuse_unknown_keywords
 from kvikpy.cufile import CuFile, IOFuture
 
 
@@ -23,7 +24,6 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         path: str,
         chunk_size: int,
         ordinal: int,
-        pinned: bool,
         depth: int,
         progress: bool = False,
     ):
@@ -39,7 +39,7 @@ class ChunkIterator(Iterator[_lib.Buffer]):
                 self._file.close()
                 raise
         self._chunk = chunk_size
-        self._ordinal, self._pinned, self._depth = ordinal, pinned, depth
+        self._ordinal, self._depth = ordinal, depth
         self._next_offset = 0  # of the next chunk to start reading
         self._pending: deque[tuple[_lib.Buffer, int, IOFuture]] = deque()
         self._owned: list[_lib.Buffer] = []  # every allocation the iterator made
@@ -56,7 +56,7 @@ class ChunkIterator(Iterator[_lib.Buffer]):
             # Only the iterator's own reference: no chunk view, export or read holds it.
             if id(buf) not in busy and buf._holders == 1:
                 return buf
-        buf = _lib.Buffer.allocate(self._chunk, self._ordinal, self._pinned)
+        buf = _lib.Buffer.allocate(self._chunk, self._ordinal, False)
         self._allocations += 1
         self._owned.append(buf)
         return buf
@@ -168,8 +168,7 @@ def iter_chunks(
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     if depth < 1:
         raise ValueError(f"depth must be at least 1, got {depth}")
-    ordinal, pinned = _placement(device)
-    return ChunkIterator(os.fspath(path), chunk_size, ordinal, pinned, depth, progress)
+    return ChunkIterator(os.fspath(path), chunk_size, _device(device), depth, progress)
 
 
 __all__ = ["ChunkIterator", "iter_chunks"]

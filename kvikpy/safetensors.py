@@ -109,8 +109,8 @@ def load_file(
     path
         The ``.safetensors`` file.
     device
-        ``"cuda"``, ``"cuda:N"``, ``N`` or ``"cpu"`` (pinned host memory when CUDA is
-        present), as for :func:`kvikpy.read`.
+        ``"cuda"``, ``"cuda:N"``, ``N`` or ``"cpu"`` (host memory), as for
+        :func:`kvikpy.read`.
     framework
         ``"torch"`` (default) returns torch tensors; ``"numpy"`` returns numpy arrays
         (host memory only; no bfloat16 or float8).

@@ -153,10 +153,11 @@ def test_file_over_4_gib(tmp_path: Path) -> None:
     assert gpu_sum == int(host.sum(dtype=np.int64))
 
 
-def test_cpu_reads_are_pinned_and_zero_copy(tmp_path: Path) -> None:
+def test_cpu_reads_are_unpinned_and_zero_copy(tmp_path: Path) -> None:
     p, data = data_file(tmp_path, 1 << 20)
     buf = kvikpy.read(p, device="cpu")
-    assert buf.is_pinned and buf.device == "cpu"
+    # Not pinned: a per-call cuMemHostAlloc would cost more than the read itself.
+    assert not buf.is_pinned and buf.device == "cpu"
     arr = np.from_dlpack(buf)
     assert arr.tobytes() == data
     arr2 = np.asarray(memoryview(buf))

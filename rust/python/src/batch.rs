@@ -49,12 +49,11 @@ impl Progress {
 }
 
 #[pyfunction]
-#[pyo3(signature = (paths, ordinal, pinned, skip, progress=None))]
+#[pyo3(signature = (paths, ordinal, skip, progress=None))]
 pub fn read_files_batch(
     py: Python<'_>,
     paths: Vec<PathBuf>,
     ordinal: i64,
-    pinned: bool,
     skip: bool,
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
@@ -77,21 +76,18 @@ pub fn read_files_batch(
             Err(e) => return Err(to_py(e)),
         }
     }
-    run(
-        py, elements, None, ordinal, pinned, skip, failures, progress,
-    )
+    run(py, elements, None, ordinal, skip, failures, progress)
 }
 
 /// Read `ranges` (`(offset, size)` pairs) of the file at `path` into one allocation. Every
 /// range must lie inside the file; a range that does not raises `ValueError` naming it.
 #[pyfunction]
-#[pyo3(signature = (path, ranges, ordinal, pinned, progress=None))]
+#[pyo3(signature = (path, ranges, ordinal, progress=None))]
 pub fn read_ranges_batch(
     py: Python<'_>,
     path: PathBuf,
     ranges: Vec<(u64, u64)>,
     ordinal: i64,
-    pinned: bool,
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
     let handle = without_gil(py, {
@@ -118,7 +114,6 @@ pub fn read_ranges_batch(
         elements,
         Some(handle),
         ordinal,
-        pinned,
         false,
         Vec::new(),
         progress,
@@ -131,14 +126,13 @@ fn run(
     sources: Vec<(bool, Source, usize)>,
     shared: Option<FileHandle>,
     ordinal: i64,
-    pinned: bool,
     skip: bool,
     mut failures: Vec<(usize, PyErr)>,
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
     let lengths: Vec<usize> = sources.iter().map(|(_, _, len)| *len).collect();
     let (starts, total) = layout(&lengths).map_err(to_py)?;
-    let buffer = Buffer::allocate(py, total, ordinal, pinned)?;
+    let buffer = Buffer::allocate(py, total, ordinal, false)?;
     let (span, _owner) = buffer.span();
     // Elements that already failed (their size could not be read) are not read again.
     let (indices, elements): (Vec<usize>, Vec<Element>) = sources
