@@ -91,10 +91,7 @@ gpu-test:
 		-p no:cacheprovider -q $(PYTEST_ARGS)
 
 notebooks: develop
-	$(BIN)/python notebooks/make_quickstart.py
-	$(BIN)/python notebooks/make_frameworks_formats.py
-	$(BIN)/python notebooks/make_arrow_batches.py
-	$(BIN)/python notebooks/make_measure.py
+	$(BIN)/python notebooks/build.py
 	$(BIN)/ruff format notebooks
 	$(BIN)/python notebooks/execute.py
 

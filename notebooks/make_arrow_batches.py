@@ -1,11 +1,10 @@
-"""Writes notebooks/04-arrow-and-batches.ipynb from the cells below (kept as code for
-review). Run `python notebooks/make_arrow_batches.py` after editing, then `make notebooks`
-to refresh the outputs (the test suite executes every notebook on every run)."""
+"""The cells of 04-arrow-and-batches.ipynb, kept as code for review.
 
-from pathlib import Path
+`python notebooks/build.py` writes every notebook from these cells; `make notebooks` also
+executes them to refresh their outputs (the test suite executes them on every run).
+"""
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_markdown_cell
 
 CELLS = [
     new_markdown_cell(
@@ -118,19 +117,3 @@ CELLS = [
         "print(f'8 chunks summed to {total:,}, using {chunks.allocations} buffers')"
     ),
 ]
-
-
-def main() -> None:
-    nb = new_notebook(cells=CELLS)
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    out = Path(__file__).with_name("04-arrow-and-batches.ipynb")
-    nbformat.write(nb, out)
-    print("wrote", out)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,12 +1,11 @@
-"""Writes notebooks/02-frameworks-dlpack.ipynb and notebooks/03-file-formats.ipynb from the
-cells below (kept as code for review). Run `python notebooks/make_frameworks_formats.py`
-after editing, then `make notebooks` to refresh the outputs (the test suite executes
-every notebook on every run)."""
+"""The cells of 02-frameworks-dlpack.ipynb and 03-file-formats.ipynb, kept as code for
+review.
 
-from pathlib import Path
+`python notebooks/build.py` writes every notebook from these cells; `make notebooks` also
+executes them to refresh their outputs (the test suite executes them on every run).
+"""
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_markdown_cell
 
 SETUP = (
     "import importlib.util\n"
@@ -190,20 +189,3 @@ FORMATS = [
         "on_device"
     ),
 ]
-
-
-def write(cells: list, name: str) -> None:
-    nb = new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    out = Path(__file__).with_name(name)
-    nbformat.write(nb, out)
-    print("wrote", out)
-
-
-if __name__ == "__main__":
-    write(FRAMEWORKS, "02-frameworks-dlpack.ipynb")
-    write(FORMATS, "03-file-formats.ipynb")

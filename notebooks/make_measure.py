@@ -1,11 +1,10 @@
-"""Writes notebooks/05-measure-your-machine.ipynb from the cells below (kept as code for
-review). Run `python notebooks/make_measure.py` after editing, then `make notebooks` to
-refresh the outputs (the test suite executes every notebook on every run)."""
+"""The cells of 05-measure-your-machine.ipynb, kept as code for review.
 
-from pathlib import Path
+`python notebooks/build.py` writes every notebook from these cells; `make notebooks` also
+executes them to refresh their outputs (the test suite executes them on every run).
+"""
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_markdown_cell
 
 CELLS = [
     new_markdown_cell(
@@ -128,19 +127,3 @@ CELLS = [
         "from the command line."
     ),
 ]
-
-
-def main() -> None:
-    nb = new_notebook(cells=CELLS)
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    out = Path(__file__).with_name("05-measure-your-machine.ipynb")
-    nbformat.write(nb, out)
-    print("wrote", out)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,13 +1,10 @@
-"""Writes notebooks/01-quickstart.ipynb from the cells below (kept as code for review).
+"""The cells of 01-quickstart.ipynb, kept as code for review.
 
-Run `python notebooks/make_quickstart.py` after editing, then execute the notebook to
-refresh its outputs (the test suite executes it on every run).
+`python notebooks/build.py` writes every notebook from these cells; `make notebooks` also
+executes them to refresh their outputs (the test suite executes them on every run).
 """
 
-from pathlib import Path
-
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_markdown_cell
 
 CELLS = [
     new_markdown_cell(
@@ -85,19 +82,3 @@ CELLS = [
     ),
     new_code_cell("import shutil\n\nshutil.rmtree(workdir)"),
 ]
-
-
-def main() -> None:
-    nb = new_notebook(cells=CELLS)
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    out = Path(__file__).with_name("01-quickstart.ipynb")
-    nbformat.write(nb, out)
-    print("wrote", out)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,48 @@
+"""Write every notebook in this folder from the cells kept as code beside it
+(`make notebooks` runs this, then executes the notebooks to refresh their outputs)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_notebook
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+import make_arrow_batches  # noqa: E402
+import make_frameworks_formats  # noqa: E402
+import make_measure  # noqa: E402
+import make_quickstart  # noqa: E402
+
+NOTEBOOKS = {
+    "01-quickstart.ipynb": make_quickstart.CELLS,
+    "02-frameworks-dlpack.ipynb": make_frameworks_formats.FRAMEWORKS,
+    "03-file-formats.ipynb": make_frameworks_formats.FORMATS,
+    "04-arrow-and-batches.ipynb": make_arrow_batches.CELLS,
+    "05-measure-your-machine.ipynb": make_measure.CELLS,
+}
+
+
+def write_notebook(cells: list, name: str) -> Path:
+    """Write ``cells`` as the notebook ``name`` here, for a plain Python 3 kernel."""
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    out = HERE / name
+    nbformat.write(nb, out)
+    return out
+
+
+def main() -> None:
+    for name, cells in NOTEBOOKS.items():
+        print("wrote", write_notebook(cells, name))
+
+
+if __name__ == "__main__":
+    main()
