@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from kvikpy import _lib
 from kvikpy._api import _device
+from kvikpy._streams import stream_handle
 
 if TYPE_CHECKING:
     import numpy as np
@@ -160,9 +161,12 @@ def read_many(
     """
     if errors not in ("raise", "skip"):
         raise ValueError(f"errors must be 'raise' or 'skip', got {errors!r}")
-    del stream  # the read is complete on return (see above)
     names = [os.fspath(p) for p in paths]
     ordinal = _device(device)
+    if stream is not None:
+        if ordinal < 0:
+            raise ValueError("stream= orders GPU reads; it cannot be used with device='cpu'")
+        stream_handle(stream)  # a bad stream is an error even though the read completes first
     skip = errors == "skip"
     if progress:
         from kvikpy._progress import follow_call

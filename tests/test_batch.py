@@ -204,3 +204,9 @@ def test_batch_arrow_releases_run_once_in_any_order(tmp_path, order):
         held[i] = None
         gc.collect()
     assert _lib.live_buffers() == base
+
+
+def test_stream_is_checked_even_though_the_read_completes_first(tmp_path):
+    paths, _ = make_files(tmp_path, [10])
+    with pytest.raises(ValueError, match="stream="):
+        kvikpy.read_many(paths, device="cpu", stream=0)
