@@ -13,11 +13,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 
-from benchmarks.common import versions, warm_page_cache, write_random_file
+from benchmarks.common import run_child, versions, warm_page_cache, write_random_file
 
 CHILD = r"""
 import json, os, sys, time
@@ -83,17 +81,8 @@ def run(mode: str, spec: dict, runs: int, rounds: int) -> dict:
     samples: dict[str, list[float]] = {lib: [] for lib in LIBS}
     for _ in range(rounds):
         for lib in LIBS:
-            out = subprocess.run(
-                [sys.executable, "-c", CHILD, mode, lib, str(runs), json.dumps(spec)],
-                capture_output=True,
-                text=True,
-                env=dict(os.environ, KVIKIO_COMPAT_MODE="ON"),
-                check=False,
-                timeout=600,
-            )
-            if out.returncode:
-                raise RuntimeError(f"{lib}: {out.stderr[-1500:]}")
-            samples[lib] += json.loads(out.stdout.strip().splitlines()[-1])["rates"]
+            r = run_child(CHILD, mode, lib, runs, json.dumps(spec), what=lib)
+            samples[lib] += r["rates"]
     row = {lib: statistics.median(v) for lib, v in samples.items()}
     row["batch_vs_kvikio"] = row["kvikpy-batch"] / row["kvikio"]
     return row

@@ -12,9 +12,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
+
+from benchmarks.common import run_child
 
 CHILD = r"""
 import json, sys, time, torch
@@ -81,19 +81,13 @@ def main() -> None:
     sums: dict[str, dict[str, float]] = {}
     for _ in range(args.rounds):
         for lib in samples:
-            out = subprocess.run(
-                [sys.executable, "-c", CHILD, lib, path, str(args.runs)],
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=600,
-            )
-            if out.returncode and lib == "fastsafetensors":
-                failed[lib] = out.stderr[-1500:]  # an optional peer: report, go on
+            try:
+                r = run_child(CHILD, lib, path, args.runs, what=lib)
+            except RuntimeError as e:
+                if lib != "fastsafetensors":
+                    raise
+                failed[lib] = str(e)  # an optional peer: report, go on
                 continue
-            if out.returncode:
-                raise RuntimeError(f"{lib}: {out.stderr[-1500:]}")
-            r = json.loads(out.stdout.strip().splitlines()[-1])
             samples[lib] += r["times"]
             sums[lib] = r["sums"]
     for lib in sums:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
 import platform
+import subprocess
+import sys
 from importlib import metadata
+from typing import Any
 
 import numpy as np
 
@@ -50,3 +55,21 @@ def warm_page_cache(path: str) -> None:
     with open(path, "rb") as fh:
         while fh.read(256 << 20):
             pass
+
+
+def run_child(code: str, *args: object, what: str, timeout: int = 900) -> Any:
+    """Run ``python -c code args`` in a fresh process (its own pools, no shared state) with
+    ``KVIKIO_COMPAT_MODE=ON`` (the GPU machine has no GPUDirect Storage); return the JSON
+    value of its last line of output. A failing child raises ``RuntimeError`` naming
+    ``what`` with the end of its stderr."""
+    out = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, KVIKIO_COMPAT_MODE="ON"),
+        check=False,
+        timeout=timeout,
+    )
+    if out.returncode:
+        raise RuntimeError(f"{what}: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])

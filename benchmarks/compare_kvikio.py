@@ -16,12 +16,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
-from benchmarks.common import versions, warm_page_cache, write_random_file
+from benchmarks.common import run_child, versions, warm_page_cache, write_random_file
 
 CHILD = r"""
 import json, os, sys, time
@@ -96,24 +94,6 @@ print(json.dumps({"times": times, "ok": ok, "threads": mod.defaults.get("num_thr
 """
 
 
-def run_child(
-    lib: str, path: str, threads: int, task: int, runs: int, expected: int, mode: str
-) -> dict:
-    env = dict(os.environ, KVIKIO_COMPAT_MODE="ON")
-    args = [lib, path, str(threads), str(task), str(runs), str(expected), mode]
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=600,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{lib} child failed: {out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size-mib", type=int, default=4096)
@@ -144,7 +124,9 @@ def main() -> None:
         seen: dict[str, dict] = {}
         for _ in range(args.rounds):
             for lib in ("kvikpy", "kvikio"):
-                r = run_child(lib, path, threads, task, args.runs, expected, args.mode)
+                r = run_child(
+                    CHILD, lib, path, threads, task, args.runs, expected, args.mode, what=lib
+                )
                 if not r["ok"]:
                     raise RuntimeError(f"{lib} read wrong bytes ({threads} threads, {task})")
                 samples[lib] += r["times"]

@@ -12,11 +12,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 
-from benchmarks.common import warm_page_cache, write_random_file
+from benchmarks.common import run_child, warm_page_cache, write_random_file
 
 CHILD = r"""
 import json, os, sys, time
@@ -58,21 +56,14 @@ def main() -> None:
     path = os.path.join(folder, "data.bin")
     write_random_file(path, args.size_mib << 20)
     warm_page_cache(path)
-    env = dict(os.environ, KVIKIO_COMPAT_MODE="ON")
     rows = []
     for size in (4 << 10, 64 << 10, 1 << 20, 16 << 20):
         for shift in (0, 1):
             rates: dict[str, list[float]] = {"kvikpy": [], "kvikio": []}
             for _ in range(args.rounds):
                 for lib in rates:
-                    cmd = [sys.executable, "-c", CHILD, lib, path]
-                    cmd += [str(size), str(args.count), str(shift), str(args.runs)]
-                    out = subprocess.run(
-                        cmd, capture_output=True, text=True, env=env, check=False, timeout=900
-                    )
-                    if out.returncode:
-                        raise RuntimeError(f"{lib}: {out.stderr[-1500:]}")
-                    r = json.loads(out.stdout.strip().splitlines()[-1])
+                    child_args = (lib, path, size, args.count, shift, args.runs)
+                    r = run_child(CHILD, *child_args, what=lib)
                     if not r["ok"]:
                         raise RuntimeError(f"{lib} read wrong bytes ({size}, +{shift})")
                     rates[lib] += r["rates"]

@@ -15,12 +15,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
-from benchmarks.common import versions, warm_page_cache, write_random_file
+from benchmarks.common import run_child, versions, warm_page_cache, write_random_file
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30, 8 << 30]
 LIBS = ["kvikpy", "kvikio", "kvikio-tuned", "numpy"]
@@ -108,17 +106,8 @@ def main() -> None:
                 if lib == "numpy" and dest == "pinned":
                     continue
                 mine = [f for f in files if lib != "numpy" or f[1] <= 1 << 30]
-                out = subprocess.run(
-                    [sys.executable, "-c", CHILD, lib, dest, str(args.runs), json.dumps(mine)],
-                    capture_output=True,
-                    text=True,
-                    env=dict(os.environ, KVIKIO_COMPAT_MODE="ON"),
-                    check=False,
-                    timeout=900,
-                )
-                if out.returncode:
-                    raise RuntimeError(f"{lib} {dest}: {out.stderr[-1500:]}")
-                for r in json.loads(out.stdout.strip().splitlines()[-1]):
+                result = run_child(CHILD, lib, dest, args.runs, json.dumps(mine), what=lib)
+                for r in result:
                     key = (lib, dest, r["size"])
                     samples.setdefault(key, []).extend(r["times"])
                     usage.setdefault(key, []).append((r["cpu_s_per_GB"], r["peak_rss_MiB"]))

@@ -11,9 +11,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
+
+from benchmarks.common import run_child
 
 CHILD = r"""
 import json, os, sys, time
@@ -78,17 +78,7 @@ def main() -> None:
         p99: dict[str, list[float]] = {lib: [] for lib in rates}
         for _ in range(args.rounds):
             for lib in rates:
-                out = subprocess.run(
-                    [sys.executable, "-c", CHILD, lib, folder, str(size), str(args.runs)],
-                    capture_output=True,
-                    text=True,
-                    env=dict(os.environ, KVIKIO_COMPAT_MODE="ON"),
-                    check=False,
-                    timeout=600,
-                )
-                if out.returncode:
-                    raise RuntimeError(f"{lib}: {out.stderr[-1500:]}")
-                r = json.loads(out.stdout.strip().splitlines()[-1])
+                r = run_child(CHILD, lib, folder, size, args.runs, what=lib)
                 if not r["ok"]:
                     raise RuntimeError(f"{lib} read wrong bytes")
                 rates[lib] += r["rates"]

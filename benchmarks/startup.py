@@ -9,11 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 
-from benchmarks.common import write_random_file
+from benchmarks.common import run_child, write_random_file
 
 CHILD = r"""
 import sys, time
@@ -40,18 +38,8 @@ def main() -> None:
     folder = tempfile.mkdtemp(prefix="kvikpy-start-", dir="/tmp")
     path = os.path.join(folder, "data.bin")
     write_random_file(path, 4 << 20)
-    env = dict(os.environ, KVIKIO_COMPAT_MODE="ON")
     for lib in ("kvikpy", "kvikio"):
-        times = []
-        for _ in range(args.runs):
-            out = subprocess.run(
-                [sys.executable, "-c", CHILD, lib, path],
-                capture_output=True,
-                text=True,
-                env=env,
-                check=True,
-            )
-            times.append(float(out.stdout.strip().splitlines()[-1]))
+        times = [float(run_child(CHILD, lib, path, what=lib)) for _ in range(args.runs)]
         print(
             f"{lib}: import to first 1 MiB on the GPU {statistics.median(times) * 1e3:.0f} ms "
             f"(min {min(times) * 1e3:.0f}, max {max(times) * 1e3:.0f})"
