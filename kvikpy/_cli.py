@@ -102,6 +102,19 @@ def _device_choice(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N, got {text!r}")
 
 
+def _add_path_and_device(parser: argparse.ArgumentParser) -> None:
+    """The ``PATH`` and ``--device`` arguments ``bench`` and ``read`` share."""
+    parser.add_argument("path", metavar="PATH", help="the file to read")
+    parser.add_argument(
+        "--device",
+        type=_device_choice,
+        default="auto",
+        metavar="{auto,cpu,cuda,cuda:N}",
+        help="where the bytes go: host memory (cpu), a GPU, or auto (a GPU if CUDA is "
+        "available, else cpu); default auto",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``kvikpy`` and its ``bench`` and ``info`` subcommands."""
     parser = argparse.ArgumentParser(
@@ -124,15 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
             "read."
         ),
     )
-    bench.add_argument("path", metavar="PATH", help="the file to read")
-    bench.add_argument(
-        "--device",
-        type=_device_choice,
-        default="auto",
-        metavar="{auto,cpu,cuda,cuda:N}",
-        help="where the bytes go: host memory (cpu), a GPU, or auto (a GPU if CUDA is "
-        "available, else cpu); default auto",
-    )
+    _add_path_and_device(bench)
     bench.add_argument(
         "--threads",
         type=_positive_int,
@@ -166,14 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
             "bytes/s), a CRC-32 of the bytes and the first --head of them in hex."
         ),
     )
-    read.add_argument("path", metavar="PATH", help="the file to read")
-    read.add_argument(
-        "--device",
-        type=_device_choice,
-        default="auto",
-        metavar="{auto,cpu,cuda,cuda:N}",
-        help="where the bytes go; default auto (a GPU if CUDA is available, else cpu)",
-    )
+    _add_path_and_device(read)
     read.add_argument(
         "--offset", type=parse_size, default=0, metavar="BYTES", help="where to start"
     )
