@@ -57,6 +57,15 @@ def test_ten_thousand_small_files_and_empty_ones(tmp_path):
     flat = np.from_dlpack(batch.buffer).tobytes()
     assert flat == b"".join(blobs)
     assert element_bytes(batch, 0) == b"" and element_bytes(batch, 9_999) == blobs[-1]
+    # One bad path among the 10,000 raises with that path and leaves nothing allocated.
+    missing = tmp_path / "not-there.bin"
+    gc.collect()  # a failure's traceback keeps frames (and their buffers) until collected
+    base = _lib.live_buffers()
+    with pytest.raises(FileNotFoundError) as info:
+        kvikpy.read_many([*paths[:7321], missing, *paths[7321:]], device="cpu")
+    assert info.value.filename == str(missing)
+    gc.collect()
+    assert _lib.live_buffers() == base
 
 
 def test_large_files_are_split_over_threads(tmp_path):
@@ -70,6 +79,7 @@ def test_large_files_are_split_over_threads(tmp_path):
 def test_a_missing_file_raises_naming_it_and_frees_everything(tmp_path):
     paths, _ = make_files(tmp_path, [100] * 5)
     missing = tmp_path / "missing.bin"
+    gc.collect()  # a failure's traceback keeps frames (and their buffers) until collected
     base = _lib.live_buffers()
     with pytest.raises(FileNotFoundError) as info:
         kvikpy.read_many([*paths[:2], missing, *paths[2:]], device="cpu")
