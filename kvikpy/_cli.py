@@ -17,6 +17,7 @@ malformed arguments exit with status 2, as with any argparse program.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -160,6 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="skip the check of the bytes read against the file",
     )
+    bench.add_argument(
+        "--progress",
+        action="store_true",
+        help="draw a progress bar of the bytes read (on stderr; needs tqdm)",
+    )
     bench.add_argument("--json", action="store_true", help="print one JSON object")
 
     read = sub.add_parser(
@@ -296,18 +302,27 @@ def _setup_read(buf: Any, size: int) -> bool:
     return True
 
 
-def _timed_reads(path: str, buf: Any, size: int, runs: int) -> list[float]:
+def _timed_reads(path: str, buf: Any, size: int, runs: int, progress: bool = False) -> list[float]:
     """Read ``size`` bytes of ``path`` into ``buf`` ``runs`` times; the seconds of each.
 
     ``CuFile.read`` blocks until the bytes have landed, in GPU memory too (the copies
     from its pinned staging buffers are synchronized before it returns), so the clock
-    is read after the data is in place.
+    is read after the data is in place. With ``progress``, each read is a ``pread``
+    whose engine byte counter feeds one tqdm bar over all the reads; its wait returns
+    the moment the read completes, so the clock still times the read.
     """
     seconds = []
-    with kvikpy.CuFile(path, "r") as f:
+    with contextlib.ExitStack() as stack:
+        f = stack.enter_context(kvikpy.CuFile(path, "r"))
+        meter = None
+        if progress:
+            from kvikpy._progress import bar, track
+
+            meter = stack.enter_context(bar(size * runs, f"bench {os.path.basename(path)}"))
         for _ in range(runs):
             start = time.perf_counter()
-            got = f.read(buf, size)
+            # With a bar, a future, so that the bar can follow its byte counter.
+            got = f.read(buf, size) if meter is None else track(f.pread(buf, size)._handle, meter)
             seconds.append(time.perf_counter() - start)
             if got != size:
                 raise CliError(f"{path} changed while being read: got {got} of {size} bytes")
@@ -352,6 +367,7 @@ def run_bench(
     task_size: int | None = None,
     repeat: int = 5,
     verify: bool = True,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Time whole-file reads of ``path`` and check the bytes; the results as a dict.
 
@@ -367,6 +383,8 @@ def run_bench(
         Timed reads after the warm-up read.
     verify
         Compare a CRC-32 of the bytes read with one of a plain-Python read of the file.
+    progress
+        Draw a tqdm bar of the bytes read over all the reads (tqdm must be installed).
 
     Returns
     -------
@@ -395,7 +413,7 @@ def run_bench(
         used_threads = int(defaults.get("num_threads"))
         used_task_size = int(defaults.get("task_size"))
         setup = _setup_read(buf, size)
-        first, *timed = _timed_reads(path, buf, size, 1 + repeat)
+        first, *timed = _timed_reads(path, buf, size, 1 + repeat, progress)
     rates = [_gbps(size, s) for s in timed]
     result: dict[str, Any] = {
         "path": path,
@@ -449,6 +467,7 @@ def _bench_command(args: argparse.Namespace) -> int:
         task_size=args.task_size,
         repeat=args.repeat,
         verify=args.verify,
+        progress=args.progress,
     )
     print(json.dumps(result) if args.json else format_bench(result))
     if result["verified"] is False:

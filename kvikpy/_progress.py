@@ -14,7 +14,12 @@ INTERVAL = 0.1  # seconds between bar updates
 
 
 def bar(total: int | None, desc: str) -> Any:
-    """A tqdm bar counting bytes, or a clear error when tqdm is missing."""
+    """A tqdm bar counting bytes, or a clear error when tqdm is missing.
+
+    In Jupyter, tqdm draws a widget, which needs ipywidgets; without it tqdm raises
+    ImportError when the bar is made, so the text bar is drawn instead (it renders in the
+    cell's output) rather than failing the read over a missing display package.
+    """
     try:
         from tqdm.auto import tqdm  # type: ignore[import-untyped]
     except ImportError:
@@ -22,20 +27,36 @@ def bar(total: int | None, desc: str) -> Any:
             "progress=True draws a tqdm progress bar, and tqdm is not installed; "
             "install it (pip install tqdm) or leave progress off"
         ) from None
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024)
+    options = {"total": total, "desc": desc, "unit": "B", "unit_scale": True, "unit_divisor": 1024}
+    try:
+        return tqdm(**options)
+    except ImportError:  # a notebook without ipywidgets: tqdm's widget cannot be drawn
+        from tqdm.std import tqdm as text_tqdm  # type: ignore[import-untyped]
+
+        return text_tqdm(**options)
+
+
+def track(handle: Any, b: Any) -> int:
+    """Wait for an engine future (``_lib.Future``), adding its bytes to the bar ``b`` as
+    they land; the future's result (its exception if it failed).
+
+    ``handle.wait`` returns as soon as the operation finishes, so a caller timing the
+    operation around this call measures it, not the refresh interval.
+    """
+    shown = 0
+    while not handle.wait(INTERVAL):
+        now = handle.bytes_so_far
+        b.update(now - shown)
+        shown = now
+    result = handle.get()
+    b.update(handle.bytes_so_far - shown)
+    return int(result)
 
 
 def follow_future(handle: Any, total: int | None, desc: str) -> int:
     """Wait for an engine future (``_lib.Future``), drawing its bytes; its result."""
     with bar(total, desc) as b:
-        shown = 0
-        while not handle.wait(INTERVAL):
-            now = handle.bytes_so_far
-            b.update(now - shown)
-            shown = now
-        result = handle.get()
-        b.update(handle.bytes_so_far - shown)
-        return int(result)
+        return track(handle, b)
 
 
 def follow_call(call: Callable[[Any], T], total: int | None, desc: str) -> T:

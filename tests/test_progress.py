@@ -113,3 +113,30 @@ def test_the_real_bar_draws_to_stderr(data, capsys):
     p, _ = data
     kvikpy.read(p, device="cpu", progress=True)
     assert "read p.bin" in capsys.readouterr().err
+
+
+def test_a_notebook_without_ipywidgets_gets_the_text_bar(data, monkeypatch, capsys):
+    # tqdm.auto picks its widget bar in Jupyter, and that bar raises ImportError when it is
+    # made if ipywidgets is missing: the read must still run, with tqdm's text bar.
+    tqdm_auto = pytest.importorskip("tqdm.auto")
+
+    def widget_bar(*args, **kwargs):
+        raise ImportError("IProgress not found. Please update jupyter and ipywidgets.")
+
+    monkeypatch.setattr(tqdm_auto, "tqdm", widget_bar)
+    p, blob = data
+    buf = kvikpy.read(p, device="cpu", progress=True)
+    assert np.from_dlpack(buf).tobytes() == blob
+    err = capsys.readouterr().err
+    assert "read p.bin" in err and "100%" in err
+
+
+def test_bench_progress_covers_every_timed_read(data, bars, capsys):
+    from kvikpy import _cli
+
+    p, blob = data
+    assert _cli.main(["bench", str(p), "--device", "cpu", "--repeat", "3", "--progress"]) == 0
+    (b,) = bars
+    assert (b.total, b.n, b.closed) == (4 * len(blob), 4 * len(blob), True)
+    assert b.desc == "bench p.bin"
+    assert "bytes verified" in capsys.readouterr().out
