@@ -19,7 +19,7 @@ export JUPYTER_PLATFORM_DIRS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: demo test docs lint fmt develop rust-test stubtest typecheck py-test wheel gpu-wheel \
-        gpu-test gpu-bench clean check-rust notebooks bench-engine
+        gpu-test gpu-bench gpu-notebooks nb-wheels clean check-rust notebooks bench-engine
 
 demo: develop
 	$(BIN)/python benchmarks/demo.py
@@ -86,9 +86,25 @@ gpu-wheel: $(STAMP) check-rust
 REPORT ?= docs/gpu-test-report.md
 gpu-test:
 	python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/kvikpy-site \
-		.gpu/*.whl $(wildcard .whl/nanoarrow-*.whl)
-	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 python3 tests/gpu_report.py --out $(REPORT) -- \
+		.gpu/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .nbwhl/*.whl)
+	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 JUPYTER_PLATFORM_DIRS=1 python3 tests/gpu_report.py --out $(REPORT) -- \
 		-p no:cacheprovider -q $(PYTEST_ARGS)
+
+# Notebook outputs from the GPU machine: `make nb-wheels` here fetches Jupyter's wheels
+# (and tqdm) for its Python 3.12 into .nbwhl/, carried with .gpu/; `make gpu-notebooks`
+# there executes every notebook in place and packs them into $(NB_OUT), to unpack here.
+NB_WHEELS = nbclient==0.11.0 nbformat==5.11.1 ipykernel==7.4.0 tqdm==4.70.1
+NB_OUT ?= /tmp/kvikpy-notebooks.tar
+nb-wheels:
+	rm -rf .nbwhl && $(BIN)/python -m pip download -q --only-binary=:all: --python-version 3.12 \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 --platform any -d .nbwhl $(NB_WHEELS)
+
+gpu-notebooks:
+	python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/kvikpy-site \
+		.gpu/*.whl .nbwhl/*.whl
+	PYTHONPATH=/tmp/kvikpy-site JUPYTER_PLATFORM_DIRS=1 python3 notebooks/execute.py
+	tar cf $(NB_OUT) notebooks/*.ipynb
 
 notebooks: develop
 	$(BIN)/python notebooks/build.py

@@ -180,8 +180,29 @@ def write(
     """Write all of ``buf`` (host or GPU memory) to ``path`` at ``offset``.
 
     The file is created if missing and otherwise not truncated, so bytes outside
-    ``[offset, offset + nbytes)`` are kept. Returns the bytes written. ``progress=True``
-    shows a tqdm progress bar (tqdm must be installed).
+    ``[offset, offset + nbytes)`` are kept.
+
+    Parameters
+    ----------
+    path
+        The file.
+    buf
+        Any contiguous buffer: a numpy array, ``bytes``, a CUDA array (torch, CuPy,
+        JAX) or a :class:`kvikpy.Buffer`.
+    offset
+        Where in the file the first byte goes.
+    progress
+        Show a tqdm progress bar of the bytes written (tqdm must be installed).
+
+    Returns
+    -------
+    int
+        The bytes written.
+
+    Examples
+    --------
+    >>> kvikpy.write("weights.bin", torch.randn(1024, 1024, device="cuda"))
+    4194304
     """
     mode = "r+" if os.path.exists(path) else "w"
     with CuFile(path, mode) as f:

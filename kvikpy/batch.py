@@ -25,6 +25,16 @@ class Batch(Sequence[_lib.Buffer]):
     is the whole allocation. The batch exports itself as an Arrow ``large_binary`` array
     with one element per file or range (``pyarrow.array(batch)`` for host batches,
     ``__arrow_c_device_array__`` for GPU ones), failed elements null.
+
+    Made by :func:`read_many` and :func:`read_ranges`, not directly.
+
+    Examples
+    --------
+    >>> batch = kvikpy.read_many(["a.bin", "b.bin"])
+    >>> len(batch), batch.sizes.tolist()
+    (2, [4096, 100])
+    >>> t = torch.from_dlpack(batch[1])  # element 1, on the GPU, no copy
+    >>> whole = cupy.from_dlpack(batch.buffer)  # every byte, end to end
     """
 
     def __init__(
@@ -142,8 +152,10 @@ def read_many(
     device
         ``"cuda"`` (the current GPU), ``"cuda:N"``, an int, or ``"cpu"``.
     stream
-        Accepted for symmetry with :func:`kvikpy.read`: the call returns once every byte
-        has landed, so work queued on any stream afterwards sees them.
+        Accepted for symmetry with :func:`kvikpy.read` (a CUDA stream, its handle, or
+        anything with ``__cuda_stream__``; checked, and refused with ``device="cpu"``):
+        the call returns once every byte has landed, so work queued on any stream
+        afterwards sees them.
     errors
         ``"raise"`` (default): the first failing file (in ``paths`` order) raises its
         error (``FileNotFoundError``, ``PermissionError``, ``IsADirectoryError`` ...,
@@ -158,6 +170,25 @@ def read_many(
     Returns
     -------
     Batch
+        One element per path, in order.
+
+    Raises
+    ------
+    OSError
+        With ``errors="raise"``, the first failing file's error (a subclass such as
+        ``FileNotFoundError``), its ``filename`` the path; nothing stays allocated.
+    ValueError
+        For a malformed ``device``, ``errors`` or ``stream``.
+    CudaUnavailableError
+        For a GPU device on a machine without CUDA (pass ``device="cpu"``).
+
+    Examples
+    --------
+    >>> paths = sorted(glob.glob("shards/*.bin"))
+    >>> batch = kvikpy.read_many(paths)  # one GPU allocation, one parallel pass
+    >>> batch = kvikpy.read_many(paths, errors="skip")
+    >>> batch.failures  # index -> exception, for the files that could not be read
+    {3: FileNotFoundError(2, 'No such file or directory')}
     """
     if errors not in ("raise", "skip"):
         raise ValueError(f"errors must be 'raise' or 'skip', got {errors!r}")
@@ -191,10 +222,39 @@ def read_ranges(
     """Read many ``(offset, size)`` byte ranges of one file into one allocation.
 
     Ranges may overlap and come in any order; each becomes one element, in the order
-    given. ``ranges`` is a sequence of pairs or two integer arrays ``(offsets, sizes)``.
-    A range reaching past the end of the file raises ``ValueError`` naming it, before
-    anything is read. ``progress=True`` shows a tqdm progress bar (tqdm must be
-    installed).
+    given. The file is opened once; the ranges are read on kvikpy's thread pool and, for
+    GPU memory, gathered in pinned bounce buffers and moved in a few large DMAs.
+
+    Parameters
+    ----------
+    path
+        The file.
+    ranges
+        A sequence of ``(offset, size)`` pairs, or two integer arrays
+        ``(offsets, sizes)`` of the same length.
+    device
+        ``"cuda"`` (the current GPU), ``"cuda:N"``, an int, or ``"cpu"``.
+    progress
+        Show a tqdm progress bar of the bytes read (tqdm must be installed).
+
+    Returns
+    -------
+    Batch
+        One element per range, in order.
+
+    Raises
+    ------
+    ValueError
+        For a negative offset or size, or a range reaching past the end of the file
+        (the message names the range), before anything is read.
+    OSError
+        If the file cannot be opened or read (``FileNotFoundError`` ...).
+
+    Examples
+    --------
+    >>> batch = kvikpy.read_ranges("big.bin", [(0, 4096), (1 << 30, 1 << 20)])
+    >>> offsets = np.arange(0, 1 << 30, 1 << 24)
+    >>> batch = kvikpy.read_ranges("big.bin", (offsets, np.full(len(offsets), 4096)))
     """
     pairs = _pairs(ranges)
     ordinal = _device(device)

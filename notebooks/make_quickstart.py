@@ -10,8 +10,9 @@ CELLS = [
     new_markdown_cell(
         "# kvikpy quickstart\n\n"
         "kvikpy reads files into GPU or host memory with kvikio's API and a Rust engine. "
-        "This notebook runs anywhere: it makes its own data and uses host memory "
-        "(numpy arrays), which needs no GPU."
+        "This notebook runs anywhere: it makes its own data, reads into the GPU when there "
+        "is one (`DEVICE = 'cuda'`) and into host memory otherwise (`device='cpu'`), and "
+        "says which below."
     ),
     new_code_cell(
         "import os\n"
@@ -23,7 +24,9 @@ CELLS = [
         "workdir = tempfile.mkdtemp(prefix='kvikpy-quickstart-')\n"
         "path = os.path.join(workdir, 'data.bin')\n"
         "threads = kvikpy.defaults.get('num_threads')\n"
-        "print('kvikpy', kvikpy.__version__, '|', threads, 'I/O threads | host memory')"
+        "DEVICE = 'cuda' if kvikpy.cuda_available() else 'cpu'\n"
+        "where = 'GPU memory' if DEVICE == 'cuda' else 'host memory (no GPU here)'\n"
+        "print('kvikpy', kvikpy.__version__, '|', threads, 'I/O threads | reading into', where)"
     ),
     new_markdown_cell("## Write and read with `CuFile`"),
     new_code_cell(
@@ -37,6 +40,21 @@ CELLS = [
         "    dt = time.perf_counter() - t0\n"
         "assert np.array_equal(a, b)\n"
         "print(f'wrote {written:,} B, read {nread:,} B at {nread / dt / 1e9:.2f} GB/s')"
+    ),
+    new_markdown_cell(
+        "## One call: `kvikpy.read`\n\n"
+        "`kvikpy.read` allocates the destination on `device` and returns a `kvikpy.Buffer` "
+        "once the bytes have landed; any DLPack consumer takes it without a copy "
+        "(`torch.from_dlpack(buf)`, `cupy.from_dlpack(buf)`, `np.from_dlpack(buf)` for "
+        "host memory). `progress=True` draws a tqdm bar of the bytes as they arrive "
+        "(tqdm is optional)."
+    ),
+    new_code_cell(
+        "import importlib.util\n\n"
+        "bar = importlib.util.find_spec('tqdm') is not None\n"
+        "buf = kvikpy.read(path, device=DEVICE, dtype='float64', progress=bar)\n"
+        "assert np.array_equal(buf.to_numpy(), a)  # from GPU memory: a copy back to check\n"
+        "buf"
     ),
     new_markdown_cell(
         "## Non-blocking reads: futures and `await`\n\n"

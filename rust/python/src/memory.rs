@@ -149,13 +149,22 @@ impl Storage {
     }
 }
 
-/// A block of memory filled by kvikpy: GPU memory, or host memory (pinned when CUDA is
-/// present).
+/// A block of memory filled by kvikpy: GPU memory, or ordinary host memory.
 ///
 /// Hand it to PyTorch, CuPy, JAX or numpy without a copy: ``torch.from_dlpack(buf)``,
 /// ``cupy.from_dlpack(buf)``, ``numpy.from_dlpack(buf)`` (host buffers), or through
-/// ``__cuda_array_interface__``. Exports keep the memory alive. A ``Buffer`` is also a
-/// valid destination for ``CuFile.read``.
+/// ``__cuda_array_interface__``; to Arrow through the PyCapsule interface
+/// (``pyarrow.array(buf)`` for host buffers, ``__arrow_c_device_array__`` for GPU ones).
+/// Exports keep the memory alive. A ``Buffer`` is also a valid destination for
+/// ``CuFile.read``. Made by ``kvikpy.read``, batches and ``iter_chunks``.
+///
+/// Examples
+/// --------
+/// >>> buf = kvikpy.read("weights.bin", dtype="float16", shape=(4096, 4096))
+/// >>> buf
+/// <kvikpy.Buffer 32.0 MiB on cuda:0, dtype=float16, shape=(4096, 4096)>
+/// >>> t = torch.from_dlpack(buf)  # same memory, now a torch tensor
+/// >>> host = buf.to_numpy()  # a copy back to host memory
 #[pyclass(module = "kvikpy._lib", frozen)]
 pub struct Buffer {
     storage: Arc<Storage>,
