@@ -103,7 +103,7 @@ nb-wheels:
 gpu-notebooks:
 	python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/kvikpy-site \
 		.gpu/*.whl .nbwhl/*.whl $(wildcard .whl/nanoarrow-*.whl)
-	PYTHONPATH=/tmp/kvikpy-site JUPYTER_PLATFORM_DIRS=1 python3 notebooks/execute.py
+	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 JUPYTER_PLATFORM_DIRS=1 python3 notebooks/execute.py
 	tar cf $(NB_OUT) notebooks/*.ipynb
 
 notebooks: develop

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 import nbclient
@@ -13,7 +14,13 @@ def main() -> int:
     here = Path(__file__).parent
     for path in sorted(here.glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        nbclient.NotebookClient(nb, timeout=600, kernel_name="python3").execute()
+        # Each kernel starts in an empty folder, so that the repository's source `kvikpy/`
+        # (no compiled module in it) cannot shadow the installed package.
+        with tempfile.TemporaryDirectory(prefix="kvikpy-nb-") as cwd:
+            resources = {"metadata": {"path": cwd}}
+            nbclient.NotebookClient(
+                nb, timeout=600, kernel_name="python3", resources=resources
+            ).execute()
         nbformat.write(nb, path)
         print("executed", path.name)
     return 0
