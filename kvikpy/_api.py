@@ -157,19 +157,18 @@ def read(
                     f"but the range has {size}"
                 )
         buf = _lib.Buffer.allocate(size, ordinal, False)
+        got: int | None = None  # stream-ordered reads complete later, unchecked here
         if stream is not None and ordinal >= 0:
             f.raw_read_async(buf, stream_handle(stream), size, offset)
         elif progress:
             from kvikpy._progress import follow_future
 
             name = os.path.basename(os.fspath(path))
-            got = follow_future(f.pread(buf, size, offset)._handle, size, f"read {name}")
+            got = follow_future(lambda: f.pread(buf, size, offset)._handle, size, f"read {name}")
         else:
             got = f.read(buf, size, offset)
-            if got != size:
-                raise OSError(
-                    f"{os.fspath(path)!r} shrank while being read: got {got} of {size} bytes"
-                )
+        if got is not None and got != size:
+            raise OSError(f"{os.fspath(path)!r} shrank while being read: got {got} of {size} bytes")
     typestr = dt.str if dt.itemsize > 1 else "|" + dt.str[1:]
     return buf.view(typestr, _DLPACK_CODES[dt.kind], dt.itemsize * 8, list(dims))
 
@@ -210,10 +209,10 @@ def write(
             return f.write(buf, file_offset=offset)
         from kvikpy._progress import follow_future
 
-        future = f.pwrite(buf, file_offset=offset)
-        total = _nbytes(buf)
         name = os.path.basename(os.fspath(path))
-        return follow_future(future._handle, total, f"write {name}")
+        return follow_future(
+            lambda: f.pwrite(buf, file_offset=offset)._handle, _nbytes(buf), f"write {name}"
+        )
 
 
 def _nbytes(buf: Any) -> int | None:

@@ -6,6 +6,7 @@ nothing but a counter load every tenth of a second."""
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -21,7 +22,11 @@ def bar(total: int | None, desc: str) -> Any:
     cell's output) rather than failing the read over a missing display package.
     """
     try:
-        from tqdm.auto import tqdm  # type: ignore[import-untyped]
+        with warnings.catch_warnings():
+            # In Jupyter without ipywidgets tqdm warns on import; the fallback below
+            # handles that case, so the warning would only be noise in the cell.
+            warnings.simplefilter("ignore")
+            from tqdm.auto import tqdm  # type: ignore[import-untyped]
     except ImportError:
         raise ModuleNotFoundError(
             "progress=True draws a tqdm progress bar, and tqdm is not installed; "
@@ -53,10 +58,11 @@ def track(handle: Any, b: Any) -> int:
     return int(result)
 
 
-def follow_future(handle: Any, total: int | None, desc: str) -> int:
-    """Wait for an engine future (``_lib.Future``), drawing its bytes; its result."""
+def follow_future(start: Callable[[], Any], total: int | None, desc: str) -> int:
+    """Draw the bytes of the engine future (``_lib.Future``) that ``start()`` submits;
+    its result. The bar is made first, so its clock covers the whole operation."""
     with bar(total, desc) as b:
-        return track(handle, b)
+        return track(start(), b)
 
 
 def follow_call(call: Callable[[Any], T], total: int | None, desc: str) -> T:

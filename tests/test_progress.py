@@ -140,3 +140,24 @@ def test_bench_progress_covers_every_timed_read(data, bars, capsys):
     assert (b.total, b.n, b.closed) == (4 * len(blob), 4 * len(blob), True)
     assert b.desc == "bench p.bin"
     assert "bytes verified" in capsys.readouterr().out
+
+
+def test_the_bar_is_made_before_the_operation_starts(bars):
+    # A read that finished before its bar existed would show an absurd rate.
+    events = []
+
+    class Done:
+        bytes_so_far = 10
+
+        def wait(self, timeout):
+            return True
+
+        def get(self):
+            return 10
+
+    def start():
+        events.append(len(bars))
+        return Done()
+
+    assert _progress.follow_future(start, 10, "x") == 10
+    assert events == [1] and bars[0].n == 10
