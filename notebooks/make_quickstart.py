@@ -49,7 +49,8 @@ CELLS = [
         "once the bytes have landed; any DLPack consumer takes it without a copy "
         "(`torch.from_dlpack(buf)`, `cupy.from_dlpack(buf)`, `np.from_dlpack(buf)` for "
         "host memory). `progress=True` draws a tqdm bar of the bytes as they arrive "
-        "(tqdm is optional)."
+        "(tqdm is optional). The first GPU read of a process also creates the CUDA context "
+        "and kvikpy's pinned staging buffers, so its rate is lower than later reads'."
     ),
     new_code_cell(
         "import importlib.util\n\n"

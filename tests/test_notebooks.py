@@ -40,3 +40,35 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
 
 def test_there_are_notebooks() -> None:
     assert NOTEBOOKS, "notebooks/ holds no notebook"
+
+
+def test_notebooks_match_their_cell_modules(tmp_path: Path) -> None:
+    # The cells live as code in notebooks/make_*.py (reviewable diffs); the committed
+    # notebooks (with outputs from the GPU machine) must hold exactly those cells, as
+    # `notebooks/build.py` writes them and `ruff format` formats them.
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("ruff") is None:
+        pytest.skip("ruff is not installed here")
+    import nbformat
+
+    folder = Path(__file__).parent.parent / "notebooks"
+    spec = importlib.util.spec_from_file_location("nb_build", folder / "build.py")
+    assert spec and spec.loader
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    for name, cells in build.NOTEBOOKS.items():
+        nbformat.write(nbformat.v4.new_notebook(cells=cells), tmp_path / name)
+    config = folder.parent / "pyproject.toml"
+    subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--config", str(config), str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
+    assert sorted(build.NOTEBOOKS) == [p.name for p in NOTEBOOKS]
+    for path in NOTEBOOKS:
+        built = [c.source for c in nbformat.read(tmp_path / path.name, as_version=4).cells]
+        committed = [c.source for c in nbformat.read(path, as_version=4).cells]
+        assert committed == built, f"{path.name} differs from its cells: run make notebooks"
