@@ -113,12 +113,14 @@ notebooks: develop
 
 # The benchmark matrix on the GPU machine (peers' wheels carried in .whl/): ceilings,
 # large reads against kvikio (warm, cold, writes), throughput against file size, small
-# files, a checkpoint, host reads, random ranges, import time; JSON and markdown
+# files, a checkpoint, host reads, random ranges, batches, what progress bars cost, import
+# time (tqdm from .nbwhl/); JSON and markdown
 # into $(BENCH_OUT). One piece: make gpu-bench BENCH=large BENCH_ARGS="--size-mib 1024".
 BENCH_OUT ?= /tmp/kvikpy-bench
 BENCH ?=
 gpu-bench:
-	python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/kvikpy-site .gpu/*.whl .whl/*.whl
+	python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/kvikpy-site \
+		.gpu/*.whl .whl/*.whl $(wildcard .nbwhl/tqdm-*.whl)
 	mkdir -p $(BENCH_OUT)
 	if [ -n "$(BENCH)" ]; then \
 		PYTHONPATH=/tmp/kvikpy-site:. PYTHONSAFEPATH=1 python3 -m benchmarks $(BENCH) $(BENCH_ARGS); \
@@ -134,6 +136,7 @@ gpu-bench:
 		python3 -m benchmarks host | tee $(BENCH_OUT)/host.txt; \
 		python3 -m benchmarks ranges --out $(BENCH_OUT)/ranges.json; \
 		python3 -m benchmarks batch --out $(BENCH_OUT)/batch.json; \
+		python3 -m benchmarks progress --out $(BENCH_OUT)/progress.json; \
 		python3 -m benchmarks startup | tee $(BENCH_OUT)/startup.txt; \
 	fi
 

@@ -4,7 +4,7 @@ NAME is one of: demo, ceilings, large (against kvikio), small (many small files)
 checkpoint (safetensors), host (into numpy), smoke (per-call cost of small reads),
 startup (import to the first 1 MiB on the GPU), ranges (random byte ranges), sizes
 (throughput against file size into device, pinned and host memory), batch (read_many
-and read_ranges against per-file loops).
+and read_ranges against per-file loops), progress (what progress=True costs).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -25,6 +25,7 @@ SCRIPTS = {
     "ranges": "benchmarks.ranges",
     "sizes": "benchmarks.sizes",
     "batch": "benchmarks.batch",
+    "progress": "benchmarks.progress",
 }
 
 
