@@ -1,5 +1,6 @@
-"""Write every notebook in this folder from the cells kept as code beside it
-(`make notebooks` runs this, then executes the notebooks to refresh their outputs)."""
+"""Write every notebook in this folder (or those named: `build.py 02-frameworks-dlpack.ipynb`)
+from the cells kept as code beside it (`make notebooks` runs this, then executes the
+notebooks to refresh their outputs)."""
 
 from __future__ import annotations
 
@@ -39,10 +40,15 @@ def write_notebook(cells: list, name: str) -> Path:
     return out
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
+    """Write the notebooks named (all of them when none are), dropping their outputs."""
+    unknown = set(names) - set(NOTEBOOKS)
+    if unknown:
+        raise SystemExit(f"unknown notebooks {sorted(unknown)}; known: {sorted(NOTEBOOKS)}")
     for name, cells in NOTEBOOKS.items():
-        print("wrote", write_notebook(cells, name))
+        if not names or name in names:
+            print("wrote", write_notebook(cells, name))
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

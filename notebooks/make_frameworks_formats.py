@@ -31,9 +31,10 @@ FRAMEWORKS = [
     new_code_cell(SETUP.replace("{time}", "")),
     new_code_cell(
         "path = os.path.join(workdir, 'weights.bin')\n"
-        "w = np.random.default_rng(0).standard_normal((512, 1024)).astype(np.float32)\n"
+        "ROWS, COLS = 512, 1024  # a float32 matrix of 2 MiB; scale ROWS up for more data\n"
+        "w = np.random.default_rng(0).standard_normal((ROWS, COLS)).astype(np.float32)\n"
         "w.tofile(path)\n"
-        "buf = kvikpy.read(path, device=DEVICE, dtype='float32', shape=(512, 1024))\n"
+        "buf = kvikpy.read(path, device=DEVICE, dtype='float32', shape=(ROWS, COLS))\n"
         "buf"
     ),
     new_markdown_cell("## One buffer, every framework"),
@@ -61,9 +62,9 @@ FRAMEWORKS = [
         "`offset` and `size` read part of a file: here rows 100 to 199 of the matrix."
     ),
     new_code_cell(
-        "row = 1024 * 4\n"
+        "row = COLS * 4  # bytes per row\n"
         "rows = kvikpy.read(path, offset=100 * row, size=100 * row, device=DEVICE,\n"
-        "                   dtype='float32', shape=(100, 1024))\n"
+        "                   dtype='float32', shape=(100, COLS))\n"
         "assert (rows.to_numpy() == w[100:200]).all()\n"
         "rows"
     ),
@@ -74,9 +75,9 @@ FRAMEWORKS = [
     ),
     new_code_cell(
         "if DEVICE == 'cuda' and HAVE['torch']:\n"
-        "    dst = torch.empty((512, 1024), dtype=torch.float32, device='cuda')\n"
+        "    dst = torch.empty((ROWS, COLS), dtype=torch.float32, device='cuda')\n"
         "else:\n"
-        "    dst = np.empty((512, 1024), dtype=np.float32)\n"
+        "    dst = np.empty((ROWS, COLS), dtype=np.float32)\n"
         "with kvikpy.CuFile(path) as f:\n"
         "    future = f.pread(dst)\n"
         "    print('bytes read:', future.get(), 'into', type(dst).__module__)"
@@ -90,7 +91,7 @@ FRAMEWORKS = [
         "if DEVICE == 'cuda' and HAVE['torch']:\n"
         "    s = torch.cuda.Stream()\n"
         "    ordered = kvikpy.read(\n"
-        "        path, device='cuda', dtype='float32', shape=(512, 1024), stream=s\n"
+        "        path, device='cuda', dtype='float32', shape=(ROWS, COLS), stream=s\n"
         "    )\n"
         "    with torch.cuda.stream(s):\n"
         "        total = torch.from_dlpack(ordered).sum()\n"
