@@ -58,14 +58,7 @@ def test_ten_thousand_small_files_and_empty_ones(tmp_path):
     assert flat == b"".join(blobs)
     assert element_bytes(batch, 0) == b"" and element_bytes(batch, 9_999) == blobs[-1]
     # One bad path among the 10,000 raises with that path and leaves nothing allocated.
-    missing = tmp_path / "not-there.bin"
-    gc.collect()  # a failure's traceback keeps frames (and their buffers) until collected
-    base = _lib.live_buffers()
-    with pytest.raises(FileNotFoundError) as info:
-        kvikpy.read_many([*paths[:7321], missing, *paths[7321:]], device="cpu")
-    assert info.value.filename == str(missing)
-    gc.collect()
-    assert _lib.live_buffers() == base
+    assert_missing_file_raises_and_frees(paths, 7321, tmp_path / "not-there.bin")
 
 
 def test_large_files_are_split_over_threads(tmp_path):
@@ -76,16 +69,21 @@ def test_large_files_are_split_over_threads(tmp_path):
     assert [element_bytes(batch, i) for i in range(3)] == blobs
 
 
-def test_a_missing_file_raises_naming_it_and_frees_everything(tmp_path):
-    paths, _ = make_files(tmp_path, [100] * 5)
-    missing = tmp_path / "missing.bin"
+def assert_missing_file_raises_and_frees(paths, at, missing):
+    """read_many of ``paths`` with ``missing`` inserted at index ``at`` raises
+    FileNotFoundError naming it, and leaves no buffer alive."""
     gc.collect()  # a failure's traceback keeps frames (and their buffers) until collected
     base = _lib.live_buffers()
     with pytest.raises(FileNotFoundError) as info:
-        kvikpy.read_many([*paths[:2], missing, *paths[2:]], device="cpu")
+        kvikpy.read_many([*paths[:at], missing, *paths[at:]], device="cpu")
     assert info.value.filename == str(missing)
     gc.collect()
     assert _lib.live_buffers() == base
+
+
+def test_a_missing_file_raises_naming_it_and_frees_everything(tmp_path):
+    paths, _ = make_files(tmp_path, [100] * 5)
+    assert_missing_file_raises_and_frees(paths, 2, tmp_path / "missing.bin")
 
 
 def test_a_directory_raises_is_a_directory(tmp_path):
