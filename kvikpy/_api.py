@@ -53,7 +53,10 @@ def _device(device: str | int) -> int:
         return int(_lib.current_device())
     count = _lib.device_count()
     if not 0 <= ordinal < count:
-        raise ValueError(f"CUDA device {ordinal} does not exist: this machine has {count} GPU(s)")
+        raise ValueError(
+            f"CUDA device {ordinal} does not exist: this machine has {count} GPU(s); "
+            f"pass 'cuda:0'{f' to cuda:{count - 1}' if count > 1 else ''} or device='cpu'"
+        )
     return ordinal
 
 
@@ -126,14 +129,17 @@ def read(
 
     dt = np.dtype(dtype)
     if dt.kind not in _DLPACK_CODES or dt.itemsize == 0:
-        raise ValueError(f"dtype {dt} cannot be exported through DLPack")
+        raise ValueError(
+            f"dtype {dt} cannot be exported through DLPack; read the bytes (dtype='uint8') "
+            "and view them as that type in your array library"
+        )
     with CuFile(path, "r") as f:
         file_size = f.nbytes()
         if size is None:
             if offset > file_size:
                 raise ValueError(
                     f"offset {offset} is past the end of {os.fspath(path)!r}, "
-                    f"which has {file_size} bytes"
+                    f"which has {file_size} bytes; pass an offset of at most {file_size}"
                 )
             size = file_size - offset
         elif size < 0:
@@ -141,12 +147,14 @@ def read(
         elif offset + size > file_size:
             raise ValueError(
                 f"bytes [{offset}, {offset + size}) reach past the end of "
-                f"{os.fspath(path)!r}, which has {file_size} bytes"
+                f"{os.fspath(path)!r}, which has {file_size} bytes; pass "
+                f"size={file_size - offset} or less (or leave size out to read to the end)"
             )
         if shape is None:
             if size % dt.itemsize:
                 raise ValueError(
-                    f"{size} bytes are not a whole number of {dt} items ({dt.itemsize} bytes)"
+                    f"{size} bytes are not a whole number of {dt} items ({dt.itemsize} bytes "
+                    f"each); pass a size that is a multiple of {dt.itemsize}"
                 )
             dims: tuple[int, ...] = (size // dt.itemsize,)
         else:
@@ -154,7 +162,8 @@ def read(
             if math.prod(dims) * dt.itemsize != size:
                 raise ValueError(
                     f"shape {dims} of {dt} needs {math.prod(dims) * dt.itemsize} bytes, "
-                    f"but the range has {size}"
+                    f"but the range has {size}; pass a shape of {size // dt.itemsize} items "
+                    f"in all, or size={math.prod(dims) * dt.itemsize}"
                 )
         buf = _lib.Buffer.allocate(size, ordinal, False)
         got: int | None = None  # stream-ordered reads complete later, unchecked here

@@ -85,7 +85,7 @@ class Batch(Sequence[_lib.Buffer]):
             return [self[j] for j in range(*i.indices(len(self)))]
         n = len(self)
         if not -n <= i < n:
-            raise IndexError(f"element {i} of a batch of {n}")
+            raise IndexError(f"index {i} is out of range for a batch of {n} elements")
         i %= n
         if i in self._failures:
             raise self._failures[i]
