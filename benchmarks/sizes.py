@@ -6,7 +6,7 @@ Each (library, destination) runs in its own process, alternating over rounds; ev
 opens and closes its file inside the timing; 2 warm-ups and --runs timed reads per size;
 the bytes of every run are checked (a sum of the buffer against the file's). numpy skips
 files over 1 GiB (it reads at about 2 GB/s, and allocates a fresh array each time).
-Usage: python -m benchmarks sizes [--max-mib 8192] [--runs 7] [--out sizes.json]
+Usage: python -m benchmarks sizes [--min-mib 0] [--max-mib 8192] [--runs 7] [--out sizes.json]
 """
 
 from __future__ import annotations
@@ -87,11 +87,12 @@ print(json.dumps(out))
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--max-mib", type=int, default=8192)
+    parser.add_argument("--min-mib", type=float, default=0, help="skip smaller sizes")
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    sizes = [s for s in SIZES if s <= args.max_mib << 20]
+    sizes = [s for s in SIZES if args.min_mib * (1 << 20) <= s <= args.max_mib << 20]
     folder = tempfile.mkdtemp(prefix="kvikpy-sizes-", dir="/tmp")
     files = []
     for i, n in enumerate(sizes):
