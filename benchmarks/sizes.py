@@ -107,6 +107,8 @@ def main() -> None:
                 if lib == "numpy" and dest == "pinned":
                     continue
                 mine = [f for f in files if lib != "numpy" or f[1] <= 1 << 30]
+                if not mine:
+                    continue
                 result = run_child(CHILD, lib, dest, args.runs, json.dumps(mine), what=lib)
                 for r in result:
                     key = (lib, dest, r["size"])
