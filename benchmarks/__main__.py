@@ -4,7 +4,8 @@ NAME is one of: demo, ceilings, large (against kvikio), small (many small files)
 checkpoint (safetensors), host (into numpy), smoke (per-call cost of small reads),
 startup (import to the first 1 MiB on the GPU), ranges (random byte ranges), sizes
 (throughput against file size into device, pinned and host memory), batch (read_many
-and read_ranges against per-file loops), progress (what progress=True costs).
+and read_ranges against per-file loops), progress (what progress=True costs), tasks
+(kvikpy's own throughput at several task sizes).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -26,6 +27,7 @@ SCRIPTS = {
     "sizes": "benchmarks.sizes",
     "batch": "benchmarks.batch",
     "progress": "benchmarks.progress",
+    "tasks": "benchmarks.tasks",
 }
 
 
