@@ -53,9 +53,10 @@ def _device(device: str | int) -> int:
         return int(_lib.current_device())
     count = _lib.device_count()
     if not 0 <= ordinal < count:
+        valid = "'cuda:0'" if count == 1 else f"'cuda:0' to 'cuda:{count - 1}',"
         raise ValueError(
             f"CUDA device {ordinal} does not exist: this machine has {count} GPU(s); "
-            f"pass 'cuda:0'{f' to cuda:{count - 1}' if count > 1 else ''} or device='cpu'"
+            f"pass device={valid} or device='cpu'"
         )
     return ordinal
 

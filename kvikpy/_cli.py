@@ -253,10 +253,14 @@ def resolve_device(choice: str) -> tuple[str, int]:
             f"--device {choice} needs a GPU, but CUDA is not available "
             f"({_lib.cuda_unavailable_reason()}); use --device cpu"
         )
-    try:
-        ordinal = _device(choice)
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
+    count = kvikpy.device_count()
+    if choice.startswith("cuda:") and int(choice[5:]) >= count:
+        valid = "cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"
+        raise CliError(
+            f"CUDA device {choice[5:]} does not exist: this machine has {count} GPU(s); "
+            f"use --device {valid}, or --device cpu"
+        )
+    ordinal = _device(choice)
     return f"cuda:{ordinal}", ordinal
 
 
