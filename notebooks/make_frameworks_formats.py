@@ -16,9 +16,9 @@ SETUP = (
     "import kvikpy\n\n"
     "DEVICE = 'cuda' if kvikpy.cuda_available() else 'cpu'\n"
     "HAVE = {m: importlib.util.find_spec(m) is not None for m in ('torch', 'cupy', 'jax')}\n"
-    "print('kvikpy', kvikpy.__version__, '| reading into', DEVICE,\n"
-    "      '' if DEVICE == 'cuda' else '(no GPU here: host memory)', '| installed:',\n"
-    "      ', '.join(m for m, ok in HAVE.items() if ok) or 'numpy only')\n"
+    "where = 'GPU memory' if DEVICE == 'cuda' else 'host memory (no GPU here)'\n"
+    "installed = ', '.join(m for m, ok in HAVE.items() if ok) or 'numpy only'\n"
+    "print('kvikpy', kvikpy.__version__, '| reading into', where, '| installed:', installed)\n"
     "workdir = tempfile.mkdtemp(prefix='kvikpy-nb-')"
 )
 
