@@ -41,6 +41,13 @@ def write_file(path: Path, data: bytes) -> Path:
     return path
 
 
+def random_file(folder: Path, n: int, seed: int = 0, name: str | None = None) -> tuple[Path, bytes]:
+    """A file of ``n`` reproducible random bytes in ``folder`` (``d{seed}.bin`` unless
+    ``name`` is given), and those bytes."""
+    data = random_bytes(n, seed)
+    return write_file(folder / (name or f"d{seed}.bin"), data), data
+
+
 def o_direct_supported(path: Path) -> bool:
     """Whether ``path`` (an existing file) can be opened with O_DIRECT, probed with os.open."""
     try:
@@ -94,6 +101,18 @@ def run_python(
         text=True,
         timeout=timeout,
         **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m kvikpy ARGS`` in a fresh interpreter with ``clean_env(**env)``."""
+    return subprocess.run(
+        [sys.executable, "-m", "kvikpy", *args],
+        check=False,
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

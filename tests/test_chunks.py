@@ -9,17 +9,11 @@ import gc
 
 import numpy as np
 import pytest
+from conftest import random_file
 from test_arrow import ArrowDeviceArray, struct_of
 
 import kvikpy
 from kvikpy import _lib
-
-
-def data_file(tmp_path, n: int):
-    data = np.random.default_rng(n).integers(1, 256, n, dtype=np.uint8).tobytes()
-    p = tmp_path / "c.bin"
-    p.write_bytes(data)
-    return p, data
 
 
 def host_bytes(chunk) -> bytes:
@@ -30,7 +24,7 @@ def host_bytes(chunk) -> bytes:
     ("n", "chunk"), [(0, 10), (5, 10), (10, 10), (1_000_003, 100_000), (300_000, 1 << 20)]
 )
 def test_chunks_tile_the_file(tmp_path, n, chunk):
-    p, data = data_file(tmp_path, n)
+    p, data = random_file(tmp_path, n)
     sizes, out = [], b""
     for c in kvikpy.iter_chunks(p, chunk, device="cpu"):
         sizes.append(c.nbytes)
@@ -41,7 +35,7 @@ def test_chunks_tile_the_file(tmp_path, n, chunk):
 
 @pytest.mark.parametrize("depth", [1, 2, 4])
 def test_a_plain_loop_cycles_through_depth_plus_two_buffers(tmp_path, depth):
-    p, data = data_file(tmp_path, 50 * 4096)
+    p, data = random_file(tmp_path, 50 * 4096)
     it = kvikpy.iter_chunks(p, 4096, device="cpu", depth=depth)
     total = 0
     for c in it:
@@ -51,7 +45,7 @@ def test_a_plain_loop_cycles_through_depth_plus_two_buffers(tmp_path, depth):
 
 
 def test_kept_chunks_are_never_overwritten(tmp_path):
-    p, data = data_file(tmp_path, 64 * 1000 + 7)
+    p, data = random_file(tmp_path, 64 * 1000 + 7)
     it = kvikpy.iter_chunks(p, 1000, device="cpu", depth=2)
     kept = list(it)  # every chunk held at once
     assert b"".join(host_bytes(c) for c in kept) == data
@@ -59,7 +53,7 @@ def test_kept_chunks_are_never_overwritten(tmp_path):
 
 
 def test_chunks_kept_through_dlpack_are_never_overwritten(tmp_path):
-    p, data = data_file(tmp_path, 40 * 512)
+    p, data = random_file(tmp_path, 40 * 512)
     arrays = []
     for i, c in enumerate(kvikpy.iter_chunks(p, 512, device="cpu")):
         if i % 3 == 0:
@@ -71,7 +65,7 @@ def test_chunks_kept_through_dlpack_are_never_overwritten(tmp_path):
 
 
 def test_bad_arguments_and_closing(tmp_path):
-    p, _ = data_file(tmp_path, 100)
+    p, _ = random_file(tmp_path, 100)
     with pytest.raises(ValueError, match="chunk_size"):
         kvikpy.iter_chunks(p, 0, device="cpu")
     with pytest.raises(ValueError, match="depth"):
@@ -126,7 +120,7 @@ def consume_device_stream(capsule, read=ctypes.string_at) -> tuple[int, list[byt
 
 
 def test_arrow_device_stream_yields_the_chunks(tmp_path):
-    p, data = data_file(tmp_path, 10 * 1000 + 3)
+    p, data = random_file(tmp_path, 10 * 1000 + 3)
     base = _lib.live_buffers()
     it = kvikpy.iter_chunks(p, 1000, device="cpu")
     first = next(it)  # the stream continues where the iterator is
@@ -142,7 +136,7 @@ def test_arrow_device_stream_yields_the_chunks(tmp_path):
 
 
 def test_an_unconsumed_device_stream_releases_its_iterator(tmp_path):
-    p, _ = data_file(tmp_path, 5000)
+    p, _ = random_file(tmp_path, 5000)
     base = _lib.live_buffers()
     it = kvikpy.iter_chunks(p, 1000, device="cpu")
     capsule = it.__arrow_c_device_stream__()

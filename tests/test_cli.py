@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tomllib
 import zlib
 from pathlib import Path
 
 import pytest
-from conftest import clean_env, random_bytes
+from conftest import random_bytes, run_cli, run_python
 
 import kvikpy
 from kvikpy import _lib
@@ -51,18 +50,6 @@ INFO_KEYS = {
     "settings",
     "library",
 }
-
-
-def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """``python -m kvikpy ARGS`` in a fresh interpreter, without KVIKIO_* variables."""
-    return subprocess.run(
-        [sys.executable, "-m", "kvikpy", *args],
-        check=False,
-        env=clean_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.fixture
@@ -341,14 +328,7 @@ def test_console_script_points_at_main():
 
 def test_the_cli_keeps_import_kvikpy_light():
     """``import kvikpy`` does not load the command line (argparse, json...)."""
-    r = subprocess.run(
-        [sys.executable, "-c", "import sys, kvikpy; print('kvikpy._cli' in sys.modules)"],
-        check=False,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = run_python("import sys, kvikpy; print('kvikpy._cli' in sys.modules)")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"
 

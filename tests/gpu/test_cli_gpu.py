@@ -3,37 +3,20 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import zlib
 from pathlib import Path
 
-import numpy as np
 import pytest
-from conftest import clean_env
+from conftest import random_file, run_cli
 
 import kvikpy
 import kvikpy._cli as cli
 
 
-def data_file(tmp_path: Path, n: int, seed: int = 0) -> tuple[Path, bytes]:
-    data = np.random.default_rng(seed).bytes(n)
-    p = tmp_path / "d.bin"
-    p.write_bytes(data)
-    return p, data
-
-
 def test_bench_cuda_json_in_a_subprocess(tmp_path: Path) -> None:
-    p, data = data_file(tmp_path, (6 << 20) + 7, seed=401)
+    p, data = random_file(tmp_path, (6 << 20) + 7, seed=401)
     args = ["bench", str(p), "--device", "cuda", "--json", "--threads", "4", "--repeat", "3"]
-    r = subprocess.run(
-        [sys.executable, "-m", "kvikpy", *args, "--task-size", "1MiB"],
-        check=False,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_cli(*args, "--task-size", "1MiB")
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
     assert result["device"] == "cuda:0"
@@ -52,7 +35,7 @@ def test_bench_auto_picks_the_gpu_and_checks_across_chunks(
 ) -> None:
     """The GPU bytes are copied back in chunks for the check; chunk edges lose nothing."""
     monkeypatch.setattr(cli, "VERIFY_CHUNK", 1 << 20)
-    p, data = data_file(tmp_path, (5 << 20) + 4097, seed=402)
+    p, data = random_file(tmp_path, (5 << 20) + 4097, seed=402)
     assert cli.main(["bench", str(p), "--repeat", "1", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["device"].startswith("cuda:")
@@ -63,7 +46,7 @@ def test_bench_auto_picks_the_gpu_and_checks_across_chunks(
 def test_bench_cuda_line_and_a_missing_device(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    p, _ = data_file(tmp_path, 1 << 20, seed=403)
+    p, _ = random_file(tmp_path, 1 << 20, seed=403)
     assert cli.main(["bench", str(p), "--device", "cuda:0", "--repeat", "1"]) == 0
     line = capsys.readouterr().out
     assert " into cuda:0, " in line and "bytes verified (crc32 " in line

@@ -10,18 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import random_file
 
 import kvikpy
 
 torch = pytest.importorskip("torch")
 cupy = pytest.importorskip("cupy")
-
-
-def data_file(tmp_path: Path, n: int, seed: int = 0, name: str = "d.bin") -> tuple[Path, bytes]:
-    data = np.random.default_rng(seed).bytes(n)
-    p = tmp_path / name
-    p.write_bytes(data)
-    return p, data
 
 
 SIZES = [1, 4095, 4096, 65_536 + 3, (4 << 20) + 17, (40 << 20) + 4097]
@@ -30,7 +24,7 @@ SIZES = [1, 4095, 4096, 65_536 + 3, (4 << 20) + 17, (40 << 20) + 4097]
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("direct", [False, True])
 def test_read_into_torch_and_cupy(tmp_path: Path, n: int, direct: bool) -> None:
-    p, data = data_file(tmp_path, n, seed=n)
+    p, data = random_file(tmp_path, n, seed=n)
     expected = np.frombuffer(data, dtype=np.uint8)
     with kvikpy.defaults.set({"auto_direct_io_read": direct, "task_size": 1 << 20}):
         t = torch.empty(n, dtype=torch.uint8, device="cuda")
@@ -47,7 +41,7 @@ def test_read_into_torch_and_cupy(tmp_path: Path, n: int, direct: bool) -> None:
 @pytest.mark.parametrize("offset", [0, 1, 4096, 12_345])
 def test_ranges_threads_and_short_reads(tmp_path: Path, threads: int, offset: int) -> None:
     n = (9 << 20) + 123
-    p, data = data_file(tmp_path, n, seed=threads + offset)
+    p, data = random_file(tmp_path, n, seed=threads + offset)
     with kvikpy.defaults.set({"num_threads": threads, "task_size": 1 << 20}):
         size = 5 << 20
         t = torch.full((size,), 0xAB, dtype=torch.uint8, device="cuda")
@@ -110,7 +104,7 @@ class CAI:
 
 @pytest.mark.parametrize("version", [2, 3])
 def test_cuda_array_interface(tmp_path: Path, version: int) -> None:
-    p, data = data_file(tmp_path, 1 << 20, seed=version)
+    p, data = random_file(tmp_path, 1 << 20, seed=version)
     c = cupy.zeros(1 << 20, dtype=cupy.uint8)
     s = cupy.cuda.Stream(non_blocking=True)
     obj = CAI(c, version, stream=s.ptr if version == 3 else None)
@@ -136,7 +130,7 @@ def test_cai_v3_stream_is_waited_for(tmp_path: Path) -> None:
 
 
 def test_read_only_and_non_contiguous_are_rejected(tmp_path: Path) -> None:
-    p, data = data_file(tmp_path, 8192)
+    p, data = random_file(tmp_path, 8192)
     c = cupy.zeros(8192, dtype=cupy.uint8)
     with kvikpy.CuFile(p) as f:
         with pytest.raises(ValueError, match="read-only"):
@@ -165,7 +159,7 @@ def test_jax_arrays_are_read_only_but_writable_from(tmp_path: Path) -> None:
 
 
 def test_pinned_and_managed_memory(tmp_path: Path) -> None:
-    p, data = data_file(tmp_path, (3 << 20) + 7)
+    p, data = random_file(tmp_path, (3 << 20) + 7)
     pinned = torch.empty(len(data), dtype=torch.uint8).pin_memory()
     with kvikpy.CuFile(p) as f:
         assert f.read(pinned) == len(data)
@@ -178,7 +172,7 @@ def test_pinned_and_managed_memory(tmp_path: Path) -> None:
 
 
 def test_raw_read_and_write_with_dev_offset(tmp_path: Path) -> None:
-    p, data = data_file(tmp_path, 1 << 20)
+    p, data = random_file(tmp_path, 1 << 20)
     c = cupy.zeros(2 << 20, dtype=cupy.uint8)
     with kvikpy.CuFile(p) as f:
         assert f.raw_read(c, size=4096, file_offset=100, dev_offset=5000) == 4096
@@ -206,7 +200,7 @@ def test_raw_read_async_is_stream_ordered(tmp_path: Path, bounce: int) -> None:
 
     kvikpy.defaults.set("bounce_buffer_size", bounce)
     n = 16 << 20
-    p, data = data_file(tmp_path, n, seed=7)
+    p, data = random_file(tmp_path, n, seed=7)
     # First use of a bounce size allocates pinned buffers (cuMemHostAlloc, and freeing
     # buffers of the old size) which can synchronise the device; warm the pool first.
     warm = torch.zeros(n, dtype=torch.uint8, device="cuda")
@@ -251,7 +245,7 @@ def test_closing_the_file_or_dropping_the_tensor_mid_read_is_safe(tmp_path: Path
     import gc
     import weakref
 
-    p, data = data_file(tmp_path, 64 << 20)
+    p, data = random_file(tmp_path, 64 << 20)
     with kvikpy.defaults.set({"num_threads": 1, "task_size": 1 << 20}):
         f = kvikpy.CuFile(p)
         t = torch.empty(len(data), dtype=torch.uint8, device="cuda")
@@ -273,7 +267,7 @@ def test_closing_the_file_or_dropping_the_tensor_mid_read_is_safe(tmp_path: Path
 
 
 def test_bounce_pool_is_bounded_and_freeable(tmp_path: Path) -> None:
-    p, data = data_file(tmp_path, 64 << 20)
+    p, data = random_file(tmp_path, 64 << 20)
     t = torch.empty(len(data), dtype=torch.uint8, device="cuda")
     threads = 4
     bounce = 1 << 20

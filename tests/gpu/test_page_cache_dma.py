@@ -8,8 +8,8 @@ import itertools
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
+from conftest import random_file
 
 import kvikpy
 from kvikpy import _lib
@@ -31,18 +31,11 @@ def task_lengths(offset: int, size: int, task: int) -> list[int]:
     return [b - a for a, b in itertools.pairwise(cuts)]
 
 
-def data_file(tmp_path: Path, n: int, seed: int) -> tuple[Path, bytes]:
-    data = np.random.default_rng(seed).bytes(n)
-    p = tmp_path / f"d{seed}.bin"
-    p.write_bytes(data)
-    return p, data
-
-
 @pytest.mark.parametrize("offset", [0, 1, 4095, 4096 + 7, (3 * MiB) + 1])
 @pytest.mark.parametrize("threads", [1, 4, 16])
 def test_resident_reads_dma_from_the_page_cache(tmp_path: Path, offset: int, threads: int):
     n = 12 * MiB + 123
-    p, data = data_file(tmp_path, n, seed=offset + threads)
+    p, data = random_file(tmp_path, n, seed=offset + threads)
     size = 8 * MiB + 5
     for enabled in (True, False):
         t = torch.full((size + 2,), 0xAB, dtype=torch.uint8, device="cuda")
@@ -68,7 +61,7 @@ def test_resident_reads_dma_from_the_page_cache(tmp_path: Path, offset: int, thr
 
 def test_read_across_the_end_of_the_file_is_short(tmp_path: Path):
     n = 6 * MiB + 777
-    p, data = data_file(tmp_path, n, seed=1)
+    p, data = random_file(tmp_path, n, seed=1)
     start = n - (2 * MiB + 5)
     t = torch.full((4 * MiB,), 0xAB, dtype=torch.uint8, device="cuda")
     before = _lib.page_cache_dma_bytes()
@@ -81,7 +74,7 @@ def test_read_across_the_end_of_the_file_is_short(tmp_path: Path):
 
 
 def test_small_reads_use_the_bounce_buffers(tmp_path: Path):
-    p, data = data_file(tmp_path, 3 * MiB, seed=2)
+    p, data = random_file(tmp_path, 3 * MiB, seed=2)
     t = torch.empty(MiB - 1, dtype=torch.uint8, device="cuda")
     before = _lib.page_cache_dma_bytes()
     with kvikpy.defaults.set(num_threads=1), kvikpy.CuFile(p) as f:
@@ -92,7 +85,7 @@ def test_small_reads_use_the_bounce_buffers(tmp_path: Path):
 
 def test_files_not_in_the_page_cache_fall_back(tmp_path: Path):
     n = 32 * MiB
-    p, data = data_file(tmp_path, n, seed=3)
+    p, data = random_file(tmp_path, n, seed=3)
     fd = os.open(p, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -113,7 +106,7 @@ def test_files_not_in_the_page_cache_fall_back(tmp_path: Path):
 
 def test_pool_reads_and_futures_take_the_path(tmp_path: Path):
     n = 40 * MiB + 4097
-    p, data = data_file(tmp_path, n, seed=4)
+    p, data = random_file(tmp_path, n, seed=4)
     t = torch.empty(n, dtype=torch.uint8, device="cuda")
     before = _lib.page_cache_dma_bytes()
     with kvikpy.defaults.set({"num_threads": 1, "task_size": 16 * MiB}), kvikpy.CuFile(p) as f:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import random_file
 
 import kvikpy
 
@@ -19,15 +20,8 @@ torch = pytest.importorskip("torch")
 cupy = pytest.importorskip("cupy")
 
 
-def data_file(tmp_path: Path, n: int, seed: int = 0) -> tuple[Path, bytes]:
-    data = np.random.default_rng(seed).bytes(n)
-    p = tmp_path / "d.bin"
-    p.write_bytes(data)
-    return p, data
-
-
 def test_read_to_torch_cupy_and_jax(tmp_path: Path) -> None:
-    p, data = data_file(tmp_path, (5 << 20) + 3)
+    p, data = random_file(tmp_path, (5 << 20) + 3)
     buf = kvikpy.read(p)
     assert buf.device == f"cuda:{torch.cuda.current_device()}"
     assert buf.__dlpack_device__() == (2, torch.cuda.current_device())
@@ -63,7 +57,7 @@ def test_typed_ranges_and_errors(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("n", [0, 1, 4097])
 def test_tiny_and_empty_files(tmp_path: Path, n: int) -> None:
-    p, data = data_file(tmp_path, n, seed=n)
+    p, data = random_file(tmp_path, n, seed=n)
     t = torch.from_dlpack(kvikpy.read(p))
     assert t.is_cuda and t.numel() == n
     assert t.cpu().numpy().tobytes() == data
@@ -93,7 +87,7 @@ def test_threads_reading_into_one_buffer(tmp_path: Path) -> None:
     import threading
 
     n = 48 << 20
-    p, data = data_file(tmp_path, n, seed=11)
+    p, data = random_file(tmp_path, n, seed=11)
     t = torch.zeros(n, dtype=torch.uint8, device="cuda")
     parts = 12
     step = n // parts
@@ -118,7 +112,7 @@ def test_threads_reading_into_one_buffer(tmp_path: Path) -> None:
 
 def test_file_larger_than_the_bounce_pool(tmp_path: Path) -> None:
     n = (96 << 20) + 4099
-    p, data = data_file(tmp_path, n, seed=12)
+    p, data = random_file(tmp_path, n, seed=12)
     settings = {"num_threads": 2, "bounce_buffer_size": 1 << 20, "task_size": 8 << 20}
     with kvikpy.defaults.set(settings):
         t = torch.from_dlpack(kvikpy.read(p, offset=3, size=n - 3))
@@ -154,7 +148,7 @@ def test_file_over_4_gib(tmp_path: Path) -> None:
 
 
 def test_cpu_reads_are_unpinned_and_zero_copy(tmp_path: Path) -> None:
-    p, data = data_file(tmp_path, 1 << 20)
+    p, data = random_file(tmp_path, 1 << 20)
     buf = kvikpy.read(p, device="cpu")
     # Not pinned: a per-call cuMemHostAlloc would cost more than the read itself.
     assert not buf.is_pinned and buf.device == "cpu"
@@ -168,7 +162,7 @@ def test_cpu_reads_are_unpinned_and_zero_copy(tmp_path: Path) -> None:
 
 def test_stream_ordered_read_is_visible_to_later_work(tmp_path: Path) -> None:
     n = 32 << 20
-    p, data = data_file(tmp_path, n, seed=3)
+    p, data = random_file(tmp_path, n, seed=3)
     expected = int(np.frombuffer(data, dtype=np.uint8).astype(np.int64).sum())
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
@@ -181,7 +175,7 @@ def test_stream_ordered_read_is_visible_to_later_work(tmp_path: Path) -> None:
 
 
 def test_write_whole_buffers(tmp_path: Path) -> None:
-    p, data = data_file(tmp_path, 3 << 20)
+    p, data = random_file(tmp_path, 3 << 20)
     buf = kvikpy.read(p)
     out = tmp_path / "o.bin"
     assert kvikpy.write(out, buf) == len(data)
@@ -203,7 +197,7 @@ def _gpu_free() -> int:
 
 
 def test_ten_thousand_reads_do_not_leak(tmp_path: Path) -> None:
-    p, data = data_file(tmp_path, 4096 + 17, seed=9)
+    p, data = random_file(tmp_path, 4096 + 17, seed=9)
     for _ in range(100):
         kvikpy.read(p)
     gc.collect()
@@ -223,7 +217,7 @@ def test_ten_thousand_reads_do_not_leak(tmp_path: Path) -> None:
 
 
 def test_no_device_or_host_memory_leak(tmp_path: Path) -> None:
-    p, _ = data_file(tmp_path, 64 << 20)
+    p, _ = random_file(tmp_path, 64 << 20)
     for _ in range(3):  # warm up pools, contexts and streams
         torch.from_dlpack(kvikpy.read(p)).sum()
     torch.cuda.synchronize()
@@ -244,7 +238,7 @@ def test_no_device_or_host_memory_leak(tmp_path: Path) -> None:
 
 
 def test_torch_cpu_tensors_work_through_dlpack(tmp_path: Path) -> None:
-    p, data = data_file(tmp_path, 65536)
+    p, data = random_file(tmp_path, 65536)
     t = torch.empty(65536, dtype=torch.uint8)
     with kvikpy.CuFile(p) as f:
         assert f.read(t) == 65536
@@ -253,7 +247,7 @@ def test_torch_cpu_tensors_work_through_dlpack(tmp_path: Path) -> None:
 
 @pytest.mark.skipif("kvikpy.device_count() < 2")
 def test_multi_gpu(tmp_path: Path) -> None:
-    p, data = data_file(tmp_path, (8 << 20) + 5)
+    p, data = random_file(tmp_path, (8 << 20) + 5)
     for ordinal in range(kvikpy.device_count()):
         t = torch.empty(len(data), dtype=torch.uint8, device=f"cuda:{ordinal}")
         with kvikpy.CuFile(p) as f:
