@@ -8,11 +8,11 @@ import kvikpy
 
 cupy = pytest.importorskip("cupy")
 
-from test_chunks import data_file  # noqa: E402
+from conftest import random_file  # noqa: E402
 
 
 def test_gpu_chunks_tile_the_file_and_kept_ones_stay(tmp_path):
-    p, data = data_file(tmp_path, (9 << 20) + 5)
+    p, data = random_file(tmp_path, (9 << 20) + 5)
     it = kvikpy.iter_chunks(p, 1 << 20, depth=2)
     kept = []
     out = b""
@@ -28,7 +28,7 @@ def test_gpu_chunks_tile_the_file_and_kept_ones_stay(tmp_path):
 def test_gpu_chunks_as_an_arrow_device_stream(tmp_path):
     from test_chunks import consume_device_stream
 
-    p, data = data_file(tmp_path, (3 << 20) + 11)
+    p, data = random_file(tmp_path, (3 << 20) + 11)
 
     def read(ptr: int, n: int) -> bytes:
         memory = cupy.cuda.UnownedMemory(ptr, n, None)
