@@ -95,12 +95,22 @@ impl OpenFile {
     }
 
     /// The O_DIRECT descriptor, if the filesystem supports O_DIRECT (opened on first use;
-    /// the file exists by then, so it neither creates nor truncates).
+    /// the file exists by then, so it neither creates nor truncates). It is reopened through
+    /// `/proc/self/fd`, so it is the same inode as the buffered descriptor even if the path
+    /// has since been renamed or replaced; the path is the fallback where /proc is absent.
     pub fn direct_fd(&self) -> Option<RawFd> {
         self.direct
             .get_or_init(|| {
-                let cpath = CString::new(self.path.as_os_str().as_bytes()).ok()?;
-                open_fd(&self.path, &cpath, self.flags.libc_flags() | libc::O_DIRECT).ok()
+                let flags = self.flags.libc_flags() | libc::O_DIRECT;
+                let by_fd = format!("/proc/self/fd/{}", self.buffered_fd());
+                let by_fd = CString::new(by_fd).ok()?;
+                open_fd(&self.path, &by_fd, flags)
+                    .or_else(|_| {
+                        let cpath = CString::new(self.path.as_os_str().as_bytes())
+                            .map_err(|_| Error::InvalidArgument("NUL in path".into()))?;
+                        open_fd(&self.path, &cpath, flags)
+                    })
+                    .ok()
             })
             .as_ref()
             .map(|fd| fd.as_raw_fd())

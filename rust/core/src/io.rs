@@ -263,9 +263,10 @@ pub(crate) fn transfer(
         Direction::Write => settings.auto_direct_io_write,
     };
     let mut split = aligned_split(offset, span.len(), DIRECT_IO_ALIGNMENT);
-    let direct_fd = file
-        .direct_fd()
-        .filter(|_| wants_direct && split.middle > 0);
+    // Only asked for when wanted: the O_DIRECT descriptor is opened on first use.
+    let direct_fd = (wants_direct && split.middle > 0)
+        .then(|| file.direct_fd())
+        .flatten();
     let Some(direct_fd) = direct_fd else {
         return buffered(file, direction, span, offset);
     };

@@ -226,6 +226,10 @@ fn direct_reads_leave_bytes_past_eof_untouched() {
         let data = pattern(file_len, 99);
         fs::write(&path, &data).unwrap();
         let handle = FileHandle::open(&path, "r").unwrap();
+        if handle.get().unwrap().direct_fd().is_none() {
+            eprintln!("skipped: this filesystem refuses O_DIRECT, so nothing here is direct");
+            return;
+        }
         let s = settings(1, true, 4096);
         let mut buf = Placed::new(16384, 0); // 4 KiB-aligned: the direct-to-user path
         let n = run_if_single_task_with(&s, &handle, Direction::Read, buf.span(), 0, Some(16384))
@@ -238,4 +242,63 @@ fn direct_reads_leave_bytes_past_eof_untouched() {
             "bytes past EOF changed for a {file_len}-byte file"
         );
     }
+}
+
+/// Descriptors of this process open on `path`.
+fn descriptors_on(path: &std::path::Path) -> usize {
+    let target = fs::canonicalize(path).unwrap();
+    fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|p| *p == target)
+        .count()
+}
+
+#[test]
+fn the_direct_descriptor_is_opened_only_when_a_read_wants_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lazy");
+    let data = pattern(1 << 20, 5);
+    fs::write(&path, &data).unwrap();
+    let handle = FileHandle::open(&path, "r").unwrap();
+    let mut buf = Placed::new(1 << 20, 0);
+    let read = |s: &Settings, buf: &mut Placed| {
+        run_if_single_task_with(s, &handle, Direction::Read, buf.span(), 0, Some(1 << 20))
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(read(&settings(1, false, 1 << 20), &mut buf), data.len());
+    assert_eq!(
+        descriptors_on(&path),
+        1,
+        "a buffered read opened a second descriptor"
+    );
+    assert_eq!(read(&settings(1, true, 1 << 20), &mut buf), data.len());
+    assert_eq!(buf.bytes(), &data[..]);
+    let direct = handle.get().unwrap().direct_fd().is_some();
+    assert_eq!(descriptors_on(&path), 1 + usize::from(direct));
+}
+
+#[test]
+fn direct_reads_follow_the_open_file_when_the_path_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kept");
+    let data = pattern(64 << 10, 11);
+    fs::write(&path, &data).unwrap();
+    let handle = FileHandle::open(&path, "r").unwrap();
+    // Another file takes the path before the first direct read opens its descriptor.
+    let other = dir.path().join("other");
+    fs::write(&other, pattern(64 << 10, 12)).unwrap();
+    fs::rename(&other, &path).unwrap();
+    let mut buf = Placed::new(64 << 10, 0);
+    let s = settings(1, true, 1 << 20);
+    let n = run_if_single_task_with(&s, &handle, Direction::Read, buf.span(), 0, Some(1 << 20))
+        .unwrap()
+        .unwrap();
+    assert_eq!(n, data.len());
+    assert_eq!(
+        buf.bytes(),
+        &data[..],
+        "read the file now at the path, not the one opened"
+    );
 }
