@@ -5,8 +5,9 @@
 //! grouped into segments; a pool task reads a segment's elements one after another
 //! (opening and closing each file itself) and, for GPU memory, gathers them in one pinned
 //! bounce buffer and moves the whole segment with one DMA, so thousands of small files
-//! cost tens of DMAs rather than one each. Elements larger than a segment take the
-//! ordinary pipelined device path. Each element's outcome is reported separately, so a
+//! cost tens of DMAs rather than one each. An element larger than a segment is cut into
+//! segment-sized pieces (each opening the file itself), so that one large file is still
+//! read by many threads. Each element's outcome is reported separately, so a
 //! caller can fail the batch on the first error or skip the failed elements.
 
 use std::ops::Range;
