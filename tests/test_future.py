@@ -15,6 +15,7 @@ import pytest
 from conftest import aligned_array, random_bytes, run_python, wait_until
 
 import kvikpy
+from kvikpy import _lib
 
 MiB = 1 << 20
 DATA = random_bytes(3 * MiB + 11, seed=41)
@@ -540,3 +541,16 @@ def test_a_running_read_holds_its_buffer_and_releases_it_after(file_with):
     kvikpy._lib.thread_pool_size()  # runs pyo3's deferred decrefs
     gc.collect()
     assert alive() is None, "the finished read still holds the buffer"
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), float("nan"), 1e300, -5.0])
+def test_engine_waits_take_any_float_timeout(file_with, timeout):
+    # Duration::from_secs_f64 panics on infinity, NaN and huge values: no such panic may
+    # reach Python from a wait.
+    path = file_with(DATA)
+    buf = bytearray(100)
+    with kvikpy.CuFile(path) as f:
+        fut = f.pread(buf)
+        fut.get()
+        assert fut._handle.wait(timeout) is True
+    assert _lib.wait_for_io(timeout) is True

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use kvikpy_core::batch::{file_sizes, layout, read_elements, Element, Source};
-use kvikpy_core::{Error, FileHandle};
+use kvikpy_core::{Error, FileHandle, Settings};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -22,9 +22,6 @@ fn to_py(e: Error) -> PyErr {
     EngineError(e).into()
 }
 
-/// Read `paths` into one allocation (on GPU `ordinal`, or the host when it is -1). With
-/// `skip`, failed files become empty elements listed in the result; otherwise the first
-/// failure (in `paths` order) raises and nothing is returned.
 /// A byte counter a batch read advances as its pieces finish, which another Python thread
 /// reads to draw a progress bar.
 #[pyclass(module = "kvikpy._lib", frozen)]
@@ -48,6 +45,9 @@ impl Progress {
     }
 }
 
+/// Read `paths` into one allocation (on GPU `ordinal`, or the host when it is -1). With
+/// `skip`, failed files become empty elements listed in the result; otherwise the first
+/// failure (in `paths` order) raises and nothing is returned.
 #[pyfunction]
 #[pyo3(signature = (paths, ordinal, skip, progress=None))]
 pub fn read_files_batch(
@@ -58,8 +58,7 @@ pub fn read_files_batch(
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
     let settings = kvikpy_core::settings::current().map_err(to_py)?;
-    let lookup = paths.clone();
-    let sizes = without_gil(py, move || file_sizes(&settings, &lookup))?;
+    let sizes = without_gil(py, || file_sizes(&settings, &paths))?;
     let mut failures: Vec<(usize, PyErr)> = Vec::new();
     let mut elements = Vec::with_capacity(paths.len());
     for (i, (path, size)) in paths.into_iter().zip(sizes).enumerate() {
@@ -76,7 +75,9 @@ pub fn read_files_batch(
             Err(e) => return Err(to_py(e)),
         }
     }
-    run(py, elements, None, ordinal, skip, failures, progress)
+    run(
+        py, settings, elements, None, ordinal, skip, failures, progress,
+    )
 }
 
 /// Read `ranges` (`(offset, size)` pairs) of the file at `path` into one allocation. Every
@@ -90,11 +91,12 @@ pub fn read_ranges_batch(
     ordinal: i64,
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
-    let handle = without_gil(py, {
-        let path = path.clone();
-        move || FileHandle::open(path, "r")
+    let settings = kvikpy_core::settings::current().map_err(to_py)?;
+    let (handle, file_size) = without_gil(py, || {
+        let handle = FileHandle::open(&path, "r")?;
+        let size = handle.get()?.size()?;
+        Ok((handle, size))
     })?;
-    let file_size = handle.get().and_then(|f| f.size()).map_err(to_py)?;
     let mut elements = Vec::with_capacity(ranges.len());
     for (i, &(offset, size)) in ranges.iter().enumerate() {
         let end = offset.checked_add(size);
@@ -111,6 +113,7 @@ pub fn read_ranges_batch(
     }
     run(
         py,
+        settings,
         elements,
         Some(handle),
         ordinal,
@@ -123,6 +126,7 @@ pub fn read_ranges_batch(
 #[allow(clippy::too_many_arguments)]
 fn run(
     py: Python<'_>,
+    settings: Settings,
     sources: Vec<(bool, Source, usize)>,
     shared: Option<FileHandle>,
     ordinal: i64,
@@ -142,7 +146,6 @@ fn run(
         .filter(|(_, ((ok, _, _), _))| *ok)
         .map(|(i, ((_, source, len), &dst))| (i, Element { source, len, dst }))
         .unzip();
-    let settings = kvikpy_core::settings::current().map_err(to_py)?;
     let counter = progress.map(|p| Arc::clone(&p.bytes));
     let errors = without_gil(py, move || {
         read_elements(

@@ -44,7 +44,7 @@ impl Future {
 
     /// Wait up to `timeout` seconds (GIL released); whether the operation is done.
     fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
-        let timeout = Duration::from_secs_f64(timeout.max(0.0));
+        let timeout = seconds(timeout);
         let inner = &self.inner;
         Ok(without_gil(py, move || Ok(inner.wait_timeout(timeout)))?.is_some())
     }
@@ -118,6 +118,16 @@ impl StreamFuture {
 /// must happen before the interpreter finalises.
 #[pyfunction]
 pub fn wait_for_io(py: Python<'_>, timeout: f64) -> bool {
-    let timeout = Duration::from_secs_f64(timeout.clamp(0.0, 1e6));
+    let timeout = seconds(timeout);
     py.detach(|| kvikpy_core::future::wait_idle(timeout))
+}
+
+/// A timeout in seconds from Python as a `Duration`: negative and NaN are 0, and anything
+/// over a million seconds (infinity included) is a million, since `from_secs_f64` panics
+/// on values it cannot represent.
+fn seconds(timeout: f64) -> Duration {
+    if timeout.is_nan() {
+        return Duration::ZERO;
+    }
+    Duration::from_secs_f64(timeout.clamp(0.0, 1e6))
 }

@@ -1,6 +1,6 @@
 //! Settings access for `kvikpy.defaults`: values cross as bool, int or str.
 
-use kvikpy_core::settings::{self, CompatMode, SettingValue, SETTING_NAMES};
+use kvikpy_core::settings::{self, CompatMode, SettingValue, Settings, SETTING_NAMES};
 use kvikpy_core::Error;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString};
@@ -47,14 +47,11 @@ fn convert(name: &str, value: &Bound<'_, PyAny>) -> Result<SettingValue, Error> 
                 .ok_or_else(|| invalid("'ON', 'OFF' or 'AUTO' (or a CompatMode or bool)"));
         }
     }
-    // Known names get the type message; unknown names get KeyError.
-    if !SETTING_NAMES.contains(&name) {
-        return Err(Error::UnknownSetting(name.to_string()));
-    }
-    Err(invalid(match name {
-        "compat_mode" => "a CompatMode, a bool, or 'ON'/'OFF'/'AUTO'",
-        "auto_direct_io_read" | "auto_direct_io_write" | "page_cache_dma" => "a bool",
-        _ => "an integer",
+    // Known names get the kind of value their setting holds; unknown names get KeyError.
+    Err(invalid(match Settings::default().get(name)? {
+        SettingValue::Mode(_) => "a CompatMode, a bool, or 'ON'/'OFF'/'AUTO'",
+        SettingValue::Bool(_) => "a bool",
+        SettingValue::Int(_) => "an integer",
     }))
 }
 
