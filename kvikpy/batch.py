@@ -117,18 +117,8 @@ class Batch(Sequence[_lib.Buffer]):
         self, requested_schema: Any = None, **kwargs: Any
     ) -> tuple[Any, Any]:
         """The batch as an Arrow ``large_binary`` device array (offsets on its device)."""
-        refuse_unknown_keywords("__arrow_c_device_array__", kwargs)
+        _lib.check_device_kwargs("__arrow_c_device_array__", kwargs)
         return _lib.batch_arrow(self._buffer, self._offsets, sorted(self._failures), True)
-
-
-def refuse_unknown_keywords(method: str, kwargs: dict[str, Any]) -> None:
-    """The Arrow PyCapsule protocol's rule: keywords a producer does not know must be None."""
-    for key, value in kwargs.items():
-        if value is not None:
-            raise NotImplementedError(
-                f"{method} got the keyword {key}={value!r}, which kvikpy does not support; "
-                "pass it as None or leave it out"
-            )
 
 
 def read_many(

@@ -9,7 +9,6 @@ from typing import Any
 
 from kvikpy import _lib
 from kvikpy._api import _device
-from kvikpy.batch import refuse_unknown_keywords
 from kvikpy.cufile import CuFile, IOFuture
 
 
@@ -102,7 +101,7 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         """The remaining chunks as an Arrow C device stream (``arrow_device_array_stream``
         capsule) of ``uint8`` arrays, one per chunk, on this iterator's device. The
         consumer's ``get_next`` advances this same iterator."""
-        refuse_unknown_keywords("__arrow_c_device_stream__", kwargs)
+        _lib.check_device_kwargs("__arrow_c_device_stream__", kwargs)
         return _lib.device_stream_capsule(self, self._ordinal >= 0)
 
     def close(self) -> None:

@@ -218,15 +218,19 @@ pub fn array_capsules(py: Python<'_>, export: ArrayExport) -> PyResult<(Py<PyAny
     Ok((schema, array))
 }
 
-/// Refuse keyword arguments of `__arrow_c_device_array__` this version does not know,
-/// as the protocol asks (None values are allowed).
-pub fn check_device_kwargs(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+/// Refuse keyword arguments of an Arrow device protocol method (`method`) that this
+/// version does not know, as the protocol asks (None values are allowed). Buffers call it
+/// here; `Batch` and the chunk iterator call it from Python.
+#[pyfunction]
+#[pyo3(signature = (method, kwargs=None))]
+pub fn check_device_kwargs(method: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
     if let Some(kwargs) = kwargs {
         for (key, value) in kwargs.iter() {
             if !value.is_none() {
                 return Err(PyNotImplementedError::new_err(format!(
-                    "__arrow_c_device_array__ got the keyword {key}={value}, which kvikpy \
-                     does not support; pass it as None or leave it out"
+                    "{method} got the keyword {key}={}, which kvikpy does not support; pass \
+                     it as None or leave it out",
+                    value.repr()?
                 )));
             }
         }

@@ -35,6 +35,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(batch::read_ranges_batch, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::batch_arrow, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::batch_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(arrow::check_device_kwargs, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::device_stream_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(future::wait_for_io, m)?)?;
     m.add_function(wrap_pyfunction!(settings::get_setting, m)?)?;

@@ -475,7 +475,7 @@ impl Buffer {
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
         let _ = requested_schema;
-        arrow::check_device_kwargs(kwargs)?;
+        arrow::check_device_kwargs("__arrow_c_device_array__", kwargs)?;
         match self.storage.ordinal() {
             None => arrow::device_array_capsules(
                 py,
