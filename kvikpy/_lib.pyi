@@ -13,6 +13,7 @@ __all__ = [
     "_panic_for_tests",
     "batch_arrow",
     "batch_schema",
+    "check_device_kwargs",
     "bounce_buffer_free",
     "cuda_available",
     "cuda_unavailable_reason",
