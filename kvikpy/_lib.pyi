@@ -4,6 +4,7 @@ from os import PathLike
 from typing import Any, final
 
 __all__ = [
+    "BatchDeviceMeta",
     "Buffer",
     "FileHandle",
     "Future",
@@ -12,9 +13,10 @@ __all__ = [
     "__version__",
     "_panic_for_tests",
     "batch_arrow",
+    "batch_device_meta",
     "batch_schema",
-    "check_device_kwargs",
     "bounce_buffer_free",
+    "check_device_kwargs",
     "cuda_available",
     "cuda_unavailable_reason",
     "current_device",
@@ -171,8 +173,17 @@ def read_ranges_batch(
 def device_stream_capsule(iterator: Any, on_gpu: bool) -> Any: ...
 def batch_schema() -> Any: ...
 def check_device_kwargs(method: str, kwargs: dict[str, Any] | None = None) -> None: ...
+
+@final
+class BatchDeviceMeta: ...
+
+def batch_device_meta(buffer: Buffer, offsets: list[int], failed: list[int]) -> BatchDeviceMeta: ...
 def batch_arrow(
-    buffer: Buffer, offsets: list[int], failed: list[int], device: bool
+    buffer: Buffer,
+    offsets: list[int],
+    failed: list[int],
+    device: bool,
+    meta: BatchDeviceMeta | None = None,
 ) -> tuple[Any, Any]: ...
 def get_setting(name: str) -> bool | int | str: ...
 def set_settings(pairs: list[tuple[str, Any]]) -> None: ...

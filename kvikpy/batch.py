@@ -46,6 +46,7 @@ class Batch(Sequence[_lib.Buffer]):
         self._buffer = buffer
         self._offsets = offsets
         self._failures = failures
+        self._device_meta: _lib.BatchDeviceMeta | None = None  # made by the first GPU export
 
     @property
     def buffer(self) -> _lib.Buffer:
@@ -118,7 +119,10 @@ class Batch(Sequence[_lib.Buffer]):
     ) -> tuple[Any, Any]:
         """The batch as an Arrow ``large_binary`` device array (offsets on its device)."""
         _lib.check_device_kwargs("__arrow_c_device_array__", kwargs)
-        return _lib.batch_arrow(self._buffer, self._offsets, sorted(self._failures), True)
+        failed = sorted(self._failures)
+        if self._device_meta is None and self._buffer.device != "cpu":
+            self._device_meta = _lib.batch_device_meta(self._buffer, self._offsets, failed)
+        return _lib.batch_arrow(self._buffer, self._offsets, failed, True, self._device_meta)
 
 
 def read_many(

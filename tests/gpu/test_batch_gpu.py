@@ -70,3 +70,10 @@ def test_arrow_device_export_puts_offsets_on_the_gpu(tmp_path):
     assert int(cupy.asnumpy(bits)[0]) & 0b1111 == 0b1101  # element 1 is null
     assert np.diff(batch.offsets).tolist() == [10, 0, 0, 300]
     assert device_bytes(batch[3]) == blobs[2]
+    # The offsets and bitmap go to the GPU once: a second export shares them, and they
+    # outlive the batch's first exports (the batch holds them).
+    _, again = batch.__arrow_c_device_array__()
+    s2 = struct_of(again, b"arrow_device_array", ArrowDeviceArray)
+    assert (s2.array.buffers[0], s2.array.buffers[1]) == (validity, offsets)
+    del capsule, again, dev
+    assert cupy.asnumpy(got).tolist() == batch.offsets.tolist()

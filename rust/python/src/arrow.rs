@@ -9,6 +9,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 use arrow_schema::ffi::FFI_ArrowSchema;
 use arrow_schema::DataType;
@@ -244,26 +245,90 @@ pub fn batch_schema(py: Python<'_>) -> PyResult<Py<PyAny>> {
     schema_capsule(py, &DataType::LargeBinary)
 }
 
+/// A batch's validity bitmap (bit set: valid), or None when no element failed.
+fn validity_bits(count: usize, failed: &[usize]) -> Option<Vec<u8>> {
+    (!failed.is_empty()).then(|| {
+        let mut bits = vec![0xFFu8; count.div_ceil(8).max(1)];
+        for &i in failed {
+            bits[i / 8] &= !(1 << (i % 8));
+        }
+        bits
+    })
+}
+
+/// A GPU batch's offsets and validity bitmap, uploaded once to the batch's GPU (the device
+/// interface wants all of an array's buffers on one device) and shared by every export:
+/// a batch never changes, so neither do they.
+#[pyclass(module = "kvikpy._lib", frozen)]
+pub struct BatchDeviceMeta {
+    /// The offsets (8-byte items), then the bitmap, in one allocation.
+    allocation: Arc<DeviceAllocation>,
+    /// Where the bitmap starts, when some element failed.
+    bitmap_at: Option<usize>,
+}
+
+/// Upload a GPU batch's offsets and validity bitmap (see [`BatchDeviceMeta`]).
+#[pyfunction]
+pub fn batch_device_meta(
+    py: Python<'_>,
+    buffer: &crate::memory::Buffer,
+    offsets: Vec<i64>,
+    failed: Vec<usize>,
+) -> PyResult<BatchDeviceMeta> {
+    let (_, ordinal, _) = buffer.parts();
+    let ordinal = ordinal.ok_or_else(|| {
+        pyo3::exceptions::PyValueError::new_err("a host batch keeps its offsets on the host")
+    })?;
+    let count = offsets.len().saturating_sub(1);
+    check_failed(count, &failed)?;
+    let mut bytes: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
+    let validity = validity_bits(count, &failed);
+    let bitmap_at = validity.as_ref().map(|_| bytes.len());
+    bytes.extend(validity.iter().flatten());
+    let allocation = crate::blocking::without_gil(py, move || {
+        let allocation = DeviceAllocation::new(ordinal, bytes.len())?;
+        // SAFETY: `bytes` is live host memory and `allocation` a fresh allocation of the
+        // same size; the copy has finished when the call returns.
+        unsafe {
+            kvikpy_core::cuda::copy_host_to_device(
+                ordinal,
+                allocation.ptr(),
+                bytes.as_ptr(),
+                bytes.len(),
+            )?
+        };
+        Ok(allocation)
+    })?;
+    Ok(BatchDeviceMeta {
+        allocation: Arc::new(allocation),
+        bitmap_at,
+    })
+}
+
+fn check_failed(count: usize, failed: &[usize]) -> PyResult<()> {
+    match failed.iter().find(|&&i| i >= count) {
+        Some(i) => Err(pyo3::exceptions::PyIndexError::new_err(format!(
+            "failed element {i} of a batch of {count}"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Arrow `large_binary` export of a batch: one element per file or range (`offsets` has
 /// one entry more than elements), `failed` elements null. `device` asks for an
-/// `arrow_device_array`; a GPU batch's offsets and validity bitmap are then copied to
-/// the same GPU, as the device interface requires of all of an array's buffers.
+/// `arrow_device_array`; a GPU batch needs its `meta` (offsets and bitmap on its GPU).
 #[pyfunction]
+#[pyo3(signature = (buffer, offsets, failed, device, meta=None))]
 pub fn batch_arrow(
     py: Python<'_>,
     buffer: &crate::memory::Buffer,
     offsets: Vec<i64>,
     failed: Vec<usize>,
     device: bool,
+    meta: Option<&BatchDeviceMeta>,
 ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
     let count = offsets.len().saturating_sub(1);
-    let validity: Option<Vec<u8>> = (!failed.is_empty()).then(|| {
-        let mut bits = vec![0xFFu8; count.div_ceil(8).max(1)];
-        for &i in failed.iter().filter(|&&i| i < count) {
-            bits[i / 8] &= !(1 << (i % 8));
-        }
-        bits
-    });
+    check_failed(count, &failed)?;
     let (data, ordinal, owner) = buffer.parts();
     let null_count = failed.len() as i64;
     match (ordinal, device) {
@@ -273,7 +338,7 @@ pub fn batch_arrow(
         )),
         (None, _) => {
             let offsets = offsets.into_boxed_slice();
-            let validity = validity.map(Vec::into_boxed_slice);
+            let validity = validity_bits(count, &failed).map(Vec::into_boxed_slice);
             let buffers = vec![
                 validity.as_ref().map_or(0, |v| v.as_ptr() as u64),
                 offsets.as_ptr() as u64,
@@ -293,40 +358,19 @@ pub fn batch_arrow(
             }
         }
         (Some(ordinal), true) => {
-            // The offsets, then the bitmap, go to the GPU beside the data, in one
-            // allocation (the offsets are 8-byte items, so the bitmap stays aligned).
-            let mut bytes: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
-            let bitmap_at = bytes.len();
-            bytes.extend(validity.iter().flatten());
-            let (meta, event) = crate::blocking::without_gil(py, move || {
-                let meta = DeviceAllocation::new(ordinal, bytes.len())?;
-                // SAFETY: `bytes` is live host memory and `meta` a fresh allocation of the
-                // same size.
-                unsafe {
-                    kvikpy_core::cuda::copy_host_to_device(
-                        ordinal,
-                        meta.ptr(),
-                        bytes.as_ptr(),
-                        bytes.len(),
-                    )?
-                };
-                Ok((meta, StreamEvent::record(ordinal, 0)?))
+            let meta = meta.ok_or_else(|| {
+                pyo3::exceptions::PyValueError::new_err(
+                    "a GPU batch's export needs its offsets on the GPU (batch_device_meta)",
+                )
             })?;
-            let buffers = vec![
-                if null_count > 0 {
-                    meta.ptr() + bitmap_at as u64
-                } else {
-                    0
-                },
-                meta.ptr(),
-                data,
-            ];
+            let base = meta.allocation.ptr();
+            let event = crate::blocking::without_gil(py, move || StreamEvent::record(ordinal, 0))?;
             let export = ArrayExport {
                 format: DataType::LargeBinary,
                 length: count as i64,
                 null_count,
-                buffers,
-                owner: Box::new((owner, meta)),
+                buffers: vec![meta.bitmap_at.map_or(0, |at| base + at as u64), base, data],
+                owner: Box::new((owner, Arc::clone(&meta.allocation))),
             };
             device_array_capsules(py, export, ARROW_DEVICE_CUDA, ordinal as i64, Some(event))
         }

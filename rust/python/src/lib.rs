@@ -36,6 +36,8 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arrow::batch_arrow, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::batch_schema, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::check_device_kwargs, m)?)?;
+    m.add_function(wrap_pyfunction!(arrow::batch_device_meta, m)?)?;
+    m.add_class::<arrow::BatchDeviceMeta>()?;
     m.add_function(wrap_pyfunction!(arrow::device_stream_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(future::wait_for_io, m)?)?;
     m.add_function(wrap_pyfunction!(settings::get_setting, m)?)?;
