@@ -30,8 +30,16 @@ def device_count() -> int:
     return int(_lib.device_count())
 
 
-def _device(device: str | int) -> int:
-    """The CUDA ordinal for ``device``, or -1 for host memory."""
+def _device(device: str | int, option: str = "device") -> int:
+    """The CUDA ordinal for ``device``, or -1 for host memory.
+
+    ``option`` is how the caller spells the argument in its errors: ``"device"`` for the
+    Python API (``device='cpu'``), ``"--device"`` for the command line (``--device cpu``).
+    """
+
+    def spelled(value: object) -> str:
+        return f"{option} {value}" if option.startswith("-") else f"{option}={value!r}"
+
     if isinstance(device, bool):
         raise TypeError("device must be 'cuda', 'cuda:N', an int or 'cpu', not a bool")
     if isinstance(device, int):
@@ -46,17 +54,17 @@ def _device(device: str | int) -> int:
         raise ValueError(f"device must be 'cuda', 'cuda:N', an int or 'cpu', got {device!r}")
     if not _lib.cuda_available():
         raise CudaUnavailableError(
-            f"device={device!r} needs a GPU, but CUDA is not available "
-            f"({_lib.cuda_unavailable_reason()}); pass device='cpu' to read into host memory"
+            f"{spelled(device)} needs a GPU, but CUDA is not available "
+            f"({_lib.cuda_unavailable_reason()}); use {spelled('cpu')} to read into host memory"
         )
     if ordinal is None:
         return int(_lib.current_device())
     count = _lib.device_count()
     if not 0 <= ordinal < count:
-        valid = "'cuda:0'" if count == 1 else f"'cuda:0' to 'cuda:{count - 1}',"
+        valid = spelled("cuda:0") + ("" if count == 1 else f" to {spelled(f'cuda:{count - 1}')},")
         raise ValueError(
             f"CUDA device {ordinal} does not exist: this machine has {count} GPU(s); "
-            f"pass device={valid} or device='cpu'"
+            f"use {valid} or {spelled('cpu')}"
         )
     return ordinal
 

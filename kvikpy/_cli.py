@@ -241,26 +241,16 @@ def resolve_device(choice: str) -> tuple[str, int]:
 
     Raises
     ------
-    CliError
-        If a GPU is asked for and CUDA is unavailable, or the device does not exist.
+    CudaUnavailableError
+        If a GPU is asked for and CUDA is unavailable.
+    ValueError
+        If the device does not exist.
     """
     if choice == "auto":
         choice = "cuda" if kvikpy.cuda_available() else "cpu"
     if choice == "cpu":
         return "cpu", -1
-    if not kvikpy.cuda_available():
-        raise CliError(
-            f"--device {choice} needs a GPU, but CUDA is not available "
-            f"({_lib.cuda_unavailable_reason()}); use --device cpu"
-        )
-    count = kvikpy.device_count()
-    if choice.startswith("cuda:") and int(choice[5:]) >= count:
-        valid = "cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"
-        raise CliError(
-            f"CUDA device {choice[5:]} does not exist: this machine has {count} GPU(s); "
-            f"use --device {valid}, or --device cpu"
-        )
-    ordinal = _device(choice)
+    ordinal = _device(choice, option="--device")
     return f"cuda:{ordinal}", ordinal
 
 

@@ -268,7 +268,7 @@ def test_bench_cuda_without_cuda_exits_1(data_file, capsys, device):
     out, err = capsys.readouterr()
     assert out == ""
     assert err.startswith(f"kvikpy bench: error: --device {device} needs a GPU, but CUDA is")
-    assert err.rstrip().endswith("use --device cpu")
+    assert err.rstrip().endswith("use --device cpu to read into host memory")
     assert err.count("\n") == 1
 
 

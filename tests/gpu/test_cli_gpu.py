@@ -54,10 +54,10 @@ def test_bench_cuda_line_and_a_missing_device(
     assert cli.main(["bench", str(p), "--device", f"cuda:{missing}"]) == 1
     out, err = capsys.readouterr()
     assert out == ""
-    valid = "cuda:0" if missing == 1 else f"cuda:0 to cuda:{missing - 1}"
+    last = "" if missing == 1 else f" to --device cuda:{missing - 1},"
     assert err == (
         f"kvikpy bench: error: CUDA device {missing} does not exist: "
-        f"this machine has {missing} GPU(s); use --device {valid}, or --device cpu\n"
+        f"this machine has {missing} GPU(s); use --device cuda:0{last} or --device cpu\n"
     )
 
 

@@ -51,7 +51,7 @@ def test_typed_ranges_and_errors(tmp_path: Path) -> None:
         kvikpy.read(p, offset=a.nbytes - 4, size=8)
     with pytest.raises(ValueError, match="shape"):
         kvikpy.read(p, dtype="float32", shape=(10, 10))
-    with pytest.raises(ValueError, match=r"does not exist: .*; pass device='cuda:0'.*'cpu'"):
+    with pytest.raises(ValueError, match=r"does not exist: .*; use device='cuda:0'.*device='cpu'"):
         kvikpy.read(p, device=f"cuda:{kvikpy.device_count()}")
 
 
