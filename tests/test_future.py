@@ -516,25 +516,23 @@ def test_futures_from_many_threads(file_with):
     assert len(results) == 6
 
 
-def test_a_running_read_holds_its_buffer_and_releases_it_after(file_with):
+def test_a_running_read_holds_its_buffer_and_releases_it_after(slow_read):
     """The buffer lives while the read runs (even with every user reference gone) and is
     released once the read is done, so futures neither crash nor leak arrays."""
 
     class Tracked(np.ndarray):
         pass
 
-    data = bytes(range(256)) * (64 * 1024)  # 16 MiB, non-zero
-    path = file_with(data)
-    kvikpy.defaults.set({"num_threads": 1, "task_size": 1 << 16})
+    path, data = slow_read
     f = kvikpy.CuFile(path)
-    buf = np.empty(len(data), np.uint8).view(Tracked)
+    buf = aligned_array(len(data), 1).view(Tracked)
     alive = weakref.ref(buf)
     fut = f.pread(buf)
     f.close()
     del buf
     gc.collect()
-    if not fut.done():
-        assert alive() is not None, "the buffer was released under a running read"
+    assert not fut.done(), "the slow read finished before the check: nothing was tested"
+    assert alive() is not None, "the buffer was released under a running read"
     assert fut.get() == len(data)
     del fut
     assert kvikpy._lib.wait_for_io(10.0)
