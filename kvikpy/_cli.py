@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import kvikpy
-from kvikpy import _lib, defaults
+from kvikpy import _display, _lib, defaults
 from kvikpy._api import _device
 from kvikpy._display import human_bytes
 from kvikpy.errors import KvikpyError
@@ -203,13 +203,13 @@ def build_parser() -> argparse.ArgumentParser:
 # bench
 
 
-def _file_size(path: str) -> int:
-    """The size of ``path``, which must be a non-empty regular file.
+def _file_size(path: str, command: str = "bench") -> int:
+    """The size of ``path``, which must be a regular file (non-empty for ``bench``).
 
     Raises
     ------
     CliError
-        If ``path`` is missing, a directory, not a regular file, or empty.
+        If ``path`` is missing, a directory, not a regular file, or (for ``bench``) empty.
     """
     try:
         st = os.stat(path)
@@ -218,10 +218,10 @@ def _file_size(path: str) -> int:
     except OSError as exc:
         raise CliError(f"{path}: {exc.strerror or exc}") from None
     if stat.S_ISDIR(st.st_mode):
-        raise CliError(f"{path} is a directory; bench reads one file")
+        raise CliError(f"{path} is a directory; {command} reads one file")
     if not stat.S_ISREG(st.st_mode):
         raise CliError(f"{path} is not a regular file")
-    if st.st_size == 0:
+    if st.st_size == 0 and command == "bench":
         raise CliError(f"{path} is empty; there is nothing to time")
     return st.st_size
 
@@ -485,12 +485,7 @@ def run_read(
         ``path``, ``device``, ``offset``, ``size``, ``seconds``, ``gbps``, ``crc32`` and
         ``head`` (the first bytes, hex).
     """
-    if os.path.isdir(path):
-        raise CliError(f"{path!r} is a directory; give a file")
-    if not os.path.exists(path):
-        raise CliError(f"{path!r} does not exist")
-    if not os.path.isfile(path):
-        raise CliError(f"{path!r} is not a regular file")
+    _file_size(path, "read")
     label, _ = resolve_device(device)
     import numpy  # noqa: F401  (kvikpy.read imports it on first use: not part of the read)
 
@@ -578,7 +573,7 @@ def format_info(d: dict[str, Any]) -> str:
         cuda = f"available, {d['device_count']} device(s): {', '.join(d['devices'])}"
     else:
         cuda = f"not available ({d['cuda_unavailable_reason']})"
-    io = "POSIX (compat mode)" if d["compat_mode_preferred"] else "cuFile (GPUDirect Storage)"
+    io = _display.backend(d["compat_mode_preferred"])
     lines = [
         f"kvikpy    {d['kvikpy']}",
         f"python    {d['python']} ({d['python_implementation']}, {d['executable']})",

@@ -58,13 +58,14 @@ def buffer_html(buf: Any) -> str:
     return html_table("kvikpy.Buffer", buffer_rows(buf))
 
 
-def backend() -> str:
-    """How GPU reads move: POSIX with bounce buffers, or cuFile (GPUDirect Storage)."""
-    from kvikpy import defaults
+def backend(compat: bool | None = None) -> str:
+    """How GPU reads move: POSIX with bounce buffers, or cuFile (GPUDirect Storage).
+    ``compat``: whether compat mode is preferred (default: ask the current settings)."""
+    if compat is None:
+        from kvikpy import defaults
 
-    if defaults.is_compat_mode_preferred():
-        return "POSIX, pinned bounce buffers"
-    return "cuFile (GPUDirect Storage)"
+        compat = defaults.is_compat_mode_preferred()
+    return "POSIX, pinned bounce buffers" if compat else "cuFile (GPUDirect Storage)"
 
 
 def cufile_rows(f: Any) -> list[tuple[str, Any]]:
@@ -85,7 +86,7 @@ def cufile_repr(f: Any) -> str:
 
 
 def batch_rows(b: Any) -> list[tuple[str, Any]]:
-    total = int(b.offsets[-1]) if len(b) else 0
+    total = b.buffer.nbytes
     rows: list[tuple[str, Any]] = [
         ("elements", f"{len(b):,}"),
         ("size", f"{human_bytes(total)} ({total:,} bytes)"),
@@ -102,7 +103,7 @@ def batch_rows(b: Any) -> list[tuple[str, Any]]:
 
 
 def batch_repr(b: Any) -> str:
-    total = int(b.offsets[-1]) if len(b) else 0
+    total = b.buffer.nbytes
     failed = f", {len(b.failures)} failed" if b.failures else ""
     return (
         f"<kvikpy.Batch of {len(b):,} elements, {human_bytes(total)} on {b.buffer.device}{failed}>"

@@ -129,8 +129,7 @@ def load_file(
     >>> model.load_state_dict(state)                          # doctest: +SKIP
     """
     data_start, header, _ = read_header(path)
-    data_size = os.path.getsize(path) - data_start
-    buf = read(path, offset=data_start, size=data_size, device=device)
+    buf = read(path, offset=data_start, device=device)  # the data section, to the end
     if framework in ("torch", "pt"):
         import torch  # type: ignore[import-not-found, unused-ignore]
 

@@ -371,6 +371,6 @@ def test_read_bad_ranges_exit_1(data_file, capsys, args, message):
 
 def test_read_bad_paths_exit_1(tmp_path, capsys):
     assert main(["read", str(tmp_path / "missing")]) == 1
-    assert "does not exist" in capsys.readouterr().err
+    assert "no such file" in capsys.readouterr().err
     assert main(["read", str(tmp_path)]) == 1
     assert "is a directory" in capsys.readouterr().err
