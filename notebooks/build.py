@@ -27,15 +27,16 @@ NOTEBOOKS = {
 }
 
 
-def write_notebook(cells: list, name: str) -> Path:
-    """Write ``cells`` as the notebook ``name`` here, for a plain Python 3 kernel."""
+def write_notebook(cells: list, name: str, folder: Path = HERE) -> Path:
+    """Write ``cells`` as the notebook ``name`` in ``folder`` (default: this one), for a
+    plain Python 3 kernel."""
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {
         "name": "python3",
         "display_name": "Python 3",
         "language": "python",
     }
-    out = HERE / name
+    out = folder / name
     nbformat.write(nb, out)
     return out
 

@@ -60,7 +60,7 @@ def test_notebooks_match_their_cell_modules(tmp_path: Path) -> None:
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
     for name, cells in build.NOTEBOOKS.items():
-        nbformat.write(nbformat.v4.new_notebook(cells=cells), tmp_path / name)
+        build.write_notebook(cells, name, tmp_path)
     config = folder.parent / "pyproject.toml"
     subprocess.run(
         [sys.executable, "-m", "ruff", "format", "--config", str(config), str(tmp_path)],
