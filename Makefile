@@ -84,16 +84,18 @@ gpu-wheel: $(STAMP) check-rust
 # the summary to $(REPORT) (from the device tool: REPORT=$OUT/gpu-test-report.md, then
 # copy it to docs/gpu-test-report.md here).
 REPORT ?= docs/gpu-test-report.md
+# Carried wheels go outside the source tree, so the tests import the built package.
+GPU_INSTALL = python3 -m pip install -q --no-index --no-deps --no-compile --upgrade \
+	--target /tmp/kvikpy-site
 gpu-test:
-	python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/kvikpy-site \
-		.gpu/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .nbwhl/*.whl)
+	$(GPU_INSTALL) .gpu/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .nbwhl/*.whl)
 	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 JUPYTER_PLATFORM_DIRS=1 python3 tests/gpu_report.py --out $(REPORT) -- \
 		-p no:cacheprovider -q $(PYTEST_ARGS)
 
 # Notebook outputs from the GPU machine: `make nb-wheels` here fetches Jupyter's wheels
 # (and tqdm) for its Python 3.12 into .nbwhl/, carried with .gpu/; `make gpu-notebooks`
 # there executes every notebook in place and packs them into $(NB_OUT), to unpack here.
-NB_WHEELS = nbclient==0.11.0 nbformat==5.11.1 ipykernel==7.4.0 tqdm==4.70.1
+NB_WHEELS = $(shell grep -E '^(nbclient|nbformat|ipykernel|tqdm)==' requirements-dev.txt)
 NB_OUT ?= /tmp/kvikpy-notebooks.tar
 nb-wheels:
 	rm -rf .nbwhl && $(BIN)/python -m pip download -q --only-binary=:all: --python-version 3.12 \
@@ -101,8 +103,7 @@ nb-wheels:
 		--platform manylinux2014_x86_64 --platform any -d .nbwhl $(NB_WHEELS)
 
 gpu-notebooks:
-	python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/kvikpy-site \
-		.gpu/*.whl .nbwhl/*.whl $(wildcard .whl/nanoarrow-*.whl)
+	$(GPU_INSTALL) .gpu/*.whl .nbwhl/*.whl $(wildcard .whl/nanoarrow-*.whl)
 	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 JUPYTER_PLATFORM_DIRS=1 python3 notebooks/execute.py
 	tar cf $(NB_OUT) notebooks/*.ipynb
 
@@ -119,8 +120,7 @@ notebooks: develop
 BENCH_OUT ?= /tmp/kvikpy-bench
 BENCH ?=
 gpu-bench:
-	python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/kvikpy-site \
-		.gpu/*.whl .whl/*.whl $(wildcard .nbwhl/tqdm-*.whl)
+	$(GPU_INSTALL) .gpu/*.whl .whl/*.whl $(wildcard .nbwhl/tqdm-*.whl)
 	mkdir -p $(BENCH_OUT)
 	if [ -n "$(BENCH)" ]; then \
 		PYTHONPATH=/tmp/kvikpy-site:. PYTHONSAFEPATH=1 python3 -m benchmarks $(BENCH) $(BENCH_ARGS); \
