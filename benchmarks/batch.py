@@ -13,9 +13,8 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 
-from benchmarks.common import run_child, versions, warm_page_cache, write_random_file
+from benchmarks.common import run_child, scratch_dir, versions, warm_page_cache, write_random_file
 
 CHILD = r"""
 import json, os, sys, time
@@ -100,7 +99,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     results = []
-    folder = tempfile.mkdtemp(prefix="kvikpy-batch-", dir="/tmp")
+    folder = scratch_dir("kvikpy-batch-")
     rng = np.random.default_rng(0)
     for size in (4096, 65536):
         paths, expected = [], 0
@@ -131,7 +130,6 @@ def main() -> None:
     results.append(row)
     print(json.dumps(row), flush=True)
     os.unlink(path)
-    os.rmdir(folder)
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"versions": versions(), "rows": results}, fh, indent=1)

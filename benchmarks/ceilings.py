@@ -14,10 +14,9 @@ import json
 import os
 import statistics
 import subprocess
-import tempfile
 import time
 
-from benchmarks.common import write_random_file
+from benchmarks.common import scratch_dir, write_random_file
 from kvikpy import _lib
 
 
@@ -35,7 +34,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     n = args.size_mib << 20
-    folder = tempfile.mkdtemp(prefix="kvikpy-ceil-", dir="/tmp")
+    folder = scratch_dir("kvikpy-ceil-")
     path = os.path.join(folder, "data.bin")
     expected = write_random_file(path, n)
     results: dict[str, float] = {}
@@ -73,7 +72,6 @@ def main() -> None:
                 speeds.append(b / s / 1e9)
             results[f"odirect_cold_{threads}t_GBps"] = statistics.median(speeds)
     os.unlink(path)
-    os.rmdir(folder)
     for k, v in results.items():
         print(f"{k:>28}: {v:6.2f}")
     if args.out:

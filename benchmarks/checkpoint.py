@@ -3,7 +3,7 @@ against safetensors.torch.load_file(device="cuda") and fastsafetensors (nogds: n
 GPUDirect Storage on the test machine), each in its own process, alternating.
 
 GB/s of the file size, median (min-max), warm page cache; every tensor compared with the
-reference loader's. Usage: python benchmarks/checkpoint.py [--size-mib 2048 --tensors 256]
+reference loader's. Usage: python -m benchmarks checkpoint [--size-mib 2048 --tensors 256]
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 
-from benchmarks.common import run_child
+from benchmarks.common import run_child, scratch_dir
 
 CHILD = r"""
 import json, sys, time, torch
@@ -68,7 +67,7 @@ def main() -> None:
     state = {
         f"layer.{i}.weight": torch.randn(per, generator=g).bfloat16() for i in range(args.tensors)
     }
-    folder = tempfile.mkdtemp(prefix="kvikpy-ckpt-", dir="/tmp")
+    folder = scratch_dir("kvikpy-ckpt-")
     path = os.path.join(folder, "model.safetensors")
     save_file(state, path)
     size = os.path.getsize(path)
@@ -112,7 +111,6 @@ def main() -> None:
         with open(args.out, "w") as fh:
             json.dump(row, fh, indent=1)
     os.unlink(path)
-    os.rmdir(folder)
 
 
 if __name__ == "__main__":

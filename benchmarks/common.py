@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 from importlib import metadata
 from typing import Any
 
@@ -33,6 +36,15 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return found
+
+
+def scratch_dir(prefix: str) -> str:
+    """A new folder in /tmp for a benchmark's files, removed with everything in it when
+    the process exits, however the run ends (a failed child must not leave gigabytes of
+    test files on the GPU machine's disk)."""
+    folder = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def write_random_file(path: str, nbytes: int, seed: int = 0) -> int:

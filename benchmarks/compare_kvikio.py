@@ -16,10 +16,9 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
 
-from benchmarks.common import run_child, versions, warm_page_cache, write_random_file
+from benchmarks.common import run_child, scratch_dir, versions, warm_page_cache, write_random_file
 
 CHILD = r"""
 import json, os, sys, time
@@ -111,7 +110,7 @@ def main() -> None:
     parser.add_argument("--threads", default="1,4,16", help="comma-separated thread counts")
     args = parser.parse_args()
     nbytes = args.size_mib << 20
-    tmp = tempfile.mkdtemp(prefix="kvikpy-bench-", dir="/tmp")
+    tmp = scratch_dir("kvikpy-bench-")
     path = os.path.join(tmp, "data.bin")
     expected = write_random_file(path, nbytes)
     warm_page_cache(path)  # cold runs drop it themselves
@@ -146,7 +145,6 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     os.unlink(path)
-    os.rmdir(tmp)
     import cupy
 
     header = {

@@ -13,13 +13,13 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
 
 import numpy as np
 import torch
 
 import kvikpy
+from benchmarks.common import scratch_dir
 
 
 def median_time(fn, repeats: int, warmup: int = 2) -> tuple[float, float, float]:
@@ -44,7 +44,7 @@ def main() -> None:
         "kvikpy": kvikpy.__version__,
         "cpus": os.cpu_count(),
     }
-    tmp = tempfile.mkdtemp(prefix="kvikpy-smoke-", dir="/tmp")
+    tmp = scratch_dir("kvikpy-smoke-")
     rng = np.random.default_rng(0)
 
     # Per-call overhead: small files, end to end (open, read into the GPU, close).
@@ -71,7 +71,6 @@ def main() -> None:
             json.dump(results, fh, indent=1)
     for name in os.listdir(tmp):
         os.unlink(os.path.join(tmp, name))
-    os.rmdir(tmp)
 
 
 if __name__ == "__main__":

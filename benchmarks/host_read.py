@@ -3,7 +3,7 @@ ceiling with the same threads, and against numpy.fromfile, in one process.
 
 The ceiling is N Python threads calling os.preadv on disjoint 4 MiB pieces of the same
 preallocated array (os.preadv releases the GIL). Median of the runs, bytes verified.
-Usage: python benchmarks/host_read.py [--size-mib 1024] [--threads 16]
+Usage: python -m benchmarks host [--size-mib 1024] [--threads 16]
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import argparse
 import hashlib
 import os
 import statistics
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 import kvikpy
+from benchmarks.common import scratch_dir
 
 
 def main() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
     args = parser.parse_args()
     n = args.size_mib << 20
     piece = 4 << 20
-    folder = tempfile.mkdtemp(prefix="kvikpy-host-", dir="/tmp")
+    folder = scratch_dir("kvikpy-host-")
     path = os.path.join(folder, "data.bin")
     data = np.random.default_rng(0).integers(0, 256, n, dtype=np.uint8)
     data.tofile(path)
@@ -70,7 +70,6 @@ def main() -> None:
                 assert hashlib.sha256(out).hexdigest() == digest, name
     os.close(fd)
     os.unlink(path)
-    os.rmdir(folder)
     print(
         f"{args.size_mib} MiB warm into numpy, {args.threads} threads: "
         f"pread ceiling {results['ceiling']:.1f} GB/s, kvikpy {results['kvikpy']:.1f} GB/s "

@@ -1,6 +1,6 @@
 """Render the committed benchmark results (docs/benchmarks/*.json) as PNG plots.
 
-Usage: python benchmarks/plots.py [--folder docs/benchmarks]
+Usage: python -m benchmarks.plots [--folder docs/benchmarks]
 Needs matplotlib (not a kvikpy dependency).
 """
 

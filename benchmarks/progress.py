@@ -16,9 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 
-from benchmarks.common import run_child, versions, warm_page_cache, write_random_file
+from benchmarks.common import run_child, scratch_dir, versions, warm_page_cache, write_random_file
 
 CHILD = r"""
 import json, statistics, sys, time
@@ -75,7 +74,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    folder = tempfile.mkdtemp(prefix="kvikpy-progress-", dir="/tmp")
+    folder = scratch_dir("kvikpy-progress-")
     path = os.path.join(folder, "big.bin")
     expected = write_random_file(path, args.size_mib << 20)
     warm_page_cache(path)
@@ -103,7 +102,6 @@ def main() -> None:
     finally:
         for p in [path, listing, *files]:
             os.unlink(p)
-        os.rmdir(folder)
     result |= {"size_mib": args.size_mib, "files": args.files, "runs": args.runs}
     for name in ("read", "read_many", "iter_chunks"):
         r = result[name]

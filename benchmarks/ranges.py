@@ -12,9 +12,8 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 
-from benchmarks.common import run_child, warm_page_cache, write_random_file
+from benchmarks.common import run_child, scratch_dir, warm_page_cache, write_random_file
 
 CHILD = r"""
 import json, os, sys, time
@@ -52,7 +51,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    folder = tempfile.mkdtemp(prefix="kvikpy-ranges-", dir="/tmp")
+    folder = scratch_dir("kvikpy-ranges-")
     path = os.path.join(folder, "data.bin")
     write_random_file(path, args.size_mib << 20)
     warm_page_cache(path)
@@ -76,7 +75,6 @@ def main() -> None:
                 flush=True,
             )
     os.unlink(path)
-    os.rmdir(folder)
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(rows, fh, indent=1)

@@ -15,10 +15,9 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
 
-from benchmarks.common import run_child, versions, warm_page_cache, write_random_file
+from benchmarks.common import run_child, scratch_dir, versions, warm_page_cache, write_random_file
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30, 8 << 30]
 LIBS = ["kvikpy", "kvikio", "kvikio-tuned", "numpy"]
@@ -93,7 +92,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     sizes = [s for s in SIZES if args.min_mib * (1 << 20) <= s <= args.max_mib << 20]
-    folder = tempfile.mkdtemp(prefix="kvikpy-sizes-", dir="/tmp")
+    folder = scratch_dir("kvikpy-sizes-")
     files = []
     for i, n in enumerate(sizes):
         path = os.path.join(folder, f"f{n}.bin")
@@ -156,7 +155,6 @@ def main() -> None:
             json.dump({"header": header, "rows": rows}, fh, indent=1)
     for path, _, _ in files:
         os.unlink(path)
-    os.rmdir(folder)
 
 
 if __name__ == "__main__":

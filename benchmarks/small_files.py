@@ -2,7 +2,7 @@
 naive numpy loop (numpy.fromfile + cupy set), each in its own process, alternating.
 
 Files per second (open, read to the GPU, close, all inside the timing), median of the
-runs, every file's bytes checked. Usage: python benchmarks/small_files.py [--files 2000]
+runs, every file's bytes checked. Usage: python -m benchmarks small [--files 2000]
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 
-from benchmarks.common import run_child
+from benchmarks.common import run_child, scratch_dir
 
 CHILD = r"""
 import json, os, sys, time
@@ -70,7 +69,7 @@ def main() -> None:
     results = []
     rng = np.random.default_rng(0)
     for size in (4096, 65536, 1 << 20):
-        folder = tempfile.mkdtemp(prefix=f"kvikpy-small-{size}-", dir="/tmp")
+        folder = scratch_dir(f"kvikpy-small-{size}-")
         for i in range(args.files):
             rng.integers(0, 256, size, dtype=np.uint8).tofile(os.path.join(folder, f"{i:06d}"))
         rates: dict[str, list[float]] = {"kvikpy": [], "kvikio": [], "numpy": []}
@@ -103,7 +102,6 @@ def main() -> None:
         )
         for n in os.listdir(folder):
             os.unlink(os.path.join(folder, n))
-        os.rmdir(folder)
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(results, fh, indent=1)

@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 
-from benchmarks.common import run_child, write_random_file
+from benchmarks.common import run_child, scratch_dir, write_random_file
 
 CHILD = r"""
 import sys, time
@@ -35,7 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
-    folder = tempfile.mkdtemp(prefix="kvikpy-start-", dir="/tmp")
+    folder = scratch_dir("kvikpy-start-")
     path = os.path.join(folder, "data.bin")
     write_random_file(path, 4 << 20)
     for lib in ("kvikpy", "kvikio"):
@@ -45,7 +44,6 @@ def main() -> None:
             f"(min {min(times) * 1e3:.0f}, max {max(times) * 1e3:.0f})"
         )
     os.unlink(path)
-    os.rmdir(folder)
 
 
 if __name__ == "__main__":

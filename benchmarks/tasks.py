@@ -15,9 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 
-from benchmarks.common import run_child, versions, warm_page_cache, write_random_file
+from benchmarks.common import run_child, scratch_dir, versions, warm_page_cache, write_random_file
 
 CHILD = r"""
 import json, statistics, sys, time
@@ -66,7 +65,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    folder = tempfile.mkdtemp(prefix="kvikpy-tasks-", dir="/tmp")
+    folder = scratch_dir("kvikpy-tasks-")
     files = []
     for i, mib in enumerate(int(s) for s in args.sizes_mib.split(",")):
         path = os.path.join(folder, f"f{mib}.bin")
@@ -79,7 +78,6 @@ def main() -> None:
     finally:
         for path, _, _ in files:
             os.unlink(path)
-        os.rmdir(folder)
     tasks = [int(t) for t in args.tasks_mib.split(",")]
     print(f"GB/s, median of {args.runs}; {result['threads']} threads; columns: task size MiB")
     print(f"{'dest':8} {'size MiB':>9} " + " ".join(f"{t:>7}" for t in tasks))
