@@ -77,20 +77,17 @@ impl BouncePool {
     pub fn acquire(self: &Arc<Self>, size: usize) -> Result<BounceBuffer> {
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            // Buffers of another size are left from before a `bounce_buffer_size` change;
-            // the check is cheap, the clean-up rare (no allocation on the hot path).
-            if idle.iter().any(|b| b.size != size) {
-                let mut i = 0;
-                while i < idle.len() {
-                    if idle[i].size == size {
-                        i += 1;
-                    } else {
-                        let stale = idle.swap_remove(i);
-                        // SAFETY: idle buffers came from this allocator with their size.
-                        unsafe { self.allocator.deallocate(stale.ptr, stale.size) };
-                    }
+            // Buffers of another size are left from before a `bounce_buffer_size` change.
+            // `retain` works in place: no allocation on the hot path.
+            idle.retain(|b| {
+                if b.size == size {
+                    return true;
                 }
-            }
+                // SAFETY: idle buffers came from this allocator with their size, and this
+                // one leaves the list here, so it is freed once.
+                unsafe { self.allocator.deallocate(b.ptr, b.size) };
+                false
+            });
             idle.pop()
         };
         let ptr = match reused {
