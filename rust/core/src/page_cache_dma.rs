@@ -26,6 +26,7 @@ use crate::file::OpenFile;
 use crate::memory::DeviceSpan;
 use crate::posix::{page_size, FileMapping};
 use crate::settings::Settings;
+use crate::tasks::align_down;
 
 /// Smallest read worth mapping: below it the fixed cost of mapping and pinning (tens of
 /// microseconds) is more than the copy it saves.
@@ -106,7 +107,7 @@ pub fn read_resident(
         return Ok(Mapped::NotUsed);
     }
     let page = page_size();
-    let piece = PIECE.max(page) / page * page;
+    let piece = align_down(PIECE.max(page) as u64, page) as usize;
     let head = mapping.head();
     let mut pinned = Pinned {
         stream,

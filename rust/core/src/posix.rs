@@ -4,6 +4,7 @@ use std::io;
 use std::os::fd::RawFd;
 
 use crate::memory::HostSpan;
+use crate::tasks::align_down;
 
 /// Read into `span` from `fd` at `offset` until the span is full or the file ends.
 /// Returns the bytes read (less than `span.len()` only at end of file).
@@ -103,8 +104,7 @@ impl FileMapping {
     /// the page holding `offset`). `None` when the kernel refuses (a pipe, a file system
     /// without mmap, address space exhausted): callers then read the ordinary way.
     pub fn map(fd: RawFd, offset: u64, len: usize) -> Option<Self> {
-        let page = page_size() as u64;
-        let start = offset - offset % page;
+        let start = align_down(offset, page_size());
         let head = (offset - start) as usize;
         let map_len = head.checked_add(len)?;
         let at = libc::off_t::try_from(start).ok()?;
