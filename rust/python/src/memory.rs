@@ -37,7 +37,8 @@ fn host_layout(size: usize) -> PyResult<Layout> {
 /// Page-aligned ordinary host memory (when no CUDA driver can pin it).
 struct AlignedHost {
     ptr: NonNull<u8>,
-    size: usize,
+    /// The layout it was allocated with, which freeing must repeat.
+    layout: Layout,
 }
 
 // SAFETY: plain memory exclusively owned by this value.
@@ -57,17 +58,14 @@ impl AlignedHost {
             // SAFETY: advice on memory we own; failure (THP off) changes nothing.
             unsafe { libc::madvise(ptr.as_ptr().cast(), size, libc::MADV_HUGEPAGE) };
         }
-        Ok(Self { ptr, size })
+        Ok(Self { ptr, layout })
     }
 }
 
 impl Drop for AlignedHost {
     fn drop(&mut self) {
-        // The same layout as in `new` (it succeeded there, so it does here).
-        if let Ok(layout) = host_layout(self.size) {
-            // SAFETY: allocated in `new` with this layout, freed once.
-            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) }
-        }
+        // SAFETY: allocated in `new` with `self.layout`, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
     }
 }
 
