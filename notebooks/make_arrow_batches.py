@@ -41,7 +41,7 @@ CELLS = [
         "`offsets` marks where each file starts."
     ),
     new_code_cell(
-        "def timed(fn, repeat=3):\n"
+        "def timed(fn, repeat=7):\n"
         '    """fn\'s result and its median seconds over `repeat` calls, after one untimed call\n'
         '    (which pays one-time costs: CUDA context, kvikpy\'s threads and buffers)."""\n'
         "    fn()\n"
@@ -62,7 +62,7 @@ CELLS = [
     new_code_cell(
         "singles, t_loop = timed(lambda: [kvikpy.read(p, device=DEVICE) for p in paths])\n"
         "print(f'read_many {FILES / t_batch:,.0f} files/s, one by one {FILES / t_loop:,.0f} '\n"
-        "      f'files/s (read_many {t_loop / t_batch:.1f}x as fast; medians of 3)')"
+        "      f'files/s (read_many {t_loop / t_batch:.1f}x as fast; medians of 7)')"
     ),
     new_markdown_cell(
         "## As an Arrow array\n\n"
