@@ -262,9 +262,10 @@ impl Job<'_> {
 
     /// Read a segment's pieces into one pinned bounce buffer, then move it in one DMA.
     fn gather(&self, part: &[Piece], device: DeviceSpan, start: usize, end: usize) -> Result<()> {
-        let (stream, _) = crate::cuda::thread_stream(device.ordinal)?;
+        let context = crate::cuda::bind(device.ordinal)?;
+        let (stream, _) = crate::cuda::thread_stream(&context)?;
         let size = crate::device_io::pinned_buffer_size(self.settings);
-        let mut bounce = crate::cuda::pinned_pool().acquire(size)?;
+        let mut bounce = crate::cuda::pinned_pool(device.ordinal).acquire(size)?;
         let staged = HostSpan::from_slice(bounce.as_mut_slice());
         for p in part {
             if let Err(e) = self.read_piece(p, staged.sub(p.dst - start, p.len)) {

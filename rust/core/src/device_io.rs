@@ -66,7 +66,10 @@ pub fn transfer_device(
     if span.len == 0 {
         return Ok(0);
     }
-    let (stream, events) = cuda::thread_stream(span.ordinal)?;
+    // Declared first, so dropped last: the stream drains before the caller's context
+    // comes back.
+    let context = cuda::bind(span.ordinal)?;
+    let (stream, events) = cuda::thread_stream(&context)?;
     let (span, offset, moved) = if direction == Direction::Read {
         match read_resident(file, span, offset, settings, stream, events)? {
             Mapped::Complete(n) => return Ok(n),
@@ -77,7 +80,7 @@ pub fn transfer_device(
         (span, offset, 0)
     };
     let chunk = chunk_size(span.len, settings);
-    let pool = cuda::pinned_pool();
+    let pool = cuda::pinned_pool(span.ordinal);
     let size = pinned_buffer_size(settings);
     let count = if span.len > chunk { 2 } else { 1 };
     let mut buffers: Vec<BounceBuffer> = (0..count)
@@ -238,8 +241,9 @@ pub fn submit_stream_ordered(
         cuda::Counter::acquire(span.ordinal)?,
     );
     let (Some(host_done), Some(gpu_done)) = counters else {
-        cuda::bind(span.ordinal)?;
+        let context = cuda::bind(span.ordinal)?;
         cuda::sync_stream_raw(stream)?;
+        drop(context);
         let result = crate::future::run_caught(|| {
             transfer_device(&file, direction, span, file_offset, &settings)
         });
@@ -248,7 +252,7 @@ pub fn submit_stream_ordered(
     let chunk = pinned_buffer_size(&settings) - DIRECT_IO_ALIGNMENT;
     let chunks = span.len.div_ceil(chunk);
     let ring = chunks.min(2);
-    let pool = cuda::pinned_pool();
+    let pool = cuda::pinned_pool(span.ordinal);
     let size = pinned_buffer_size(&settings);
     let mut buffers: Vec<BounceBuffer> = (0..ring)
         .map(|_| pool.acquire(size))
@@ -261,7 +265,7 @@ pub fn submit_stream_ordered(
     // waiting for chunks that will never come: release it, and keep the counters out of
     // the pool (the GPU may still look at them).
     let enqueue = |buffers: &mut [BounceBuffer]| -> Result<()> {
-        cuda::bind(span.ordinal)?;
+        let _context = cuda::bind(span.ordinal)?;
         for k in 0..chunks {
             let (start, len) = piece(k);
             let at = file_offset + start as u64;

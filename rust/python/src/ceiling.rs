@@ -20,12 +20,13 @@ pub fn pread_ceiling(
     let c = without_gil(py, move || {
         if pinned {
             kvikpy_core::cuda::ensure_driver()?;
+            let ordinal = kvikpy_core::cuda::current_device()?;
             kvikpy_core::ceiling::pread_ceiling(
                 &path,
                 threads,
                 piece,
                 direct,
-                &kvikpy_core::cuda::PinnedAllocator,
+                &kvikpy_core::cuda::PinnedAllocator { ordinal },
             )
         } else {
             kvikpy_core::ceiling::pread_ceiling_host(&path, threads, piece, direct)

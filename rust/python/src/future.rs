@@ -96,7 +96,7 @@ impl StreamFuture {
         let bytes = Future::from(self.inner.clone()).get(py)?;
         let (ordinal, stream) = (self.ordinal, self.stream);
         without_gil(py, move || {
-            kvikpy_core::cuda::bind(ordinal)?;
+            let _context = kvikpy_core::cuda::bind(ordinal)?;
             kvikpy_core::cuda::sync_stream_raw(stream)
         })?;
         Ok(bytes)

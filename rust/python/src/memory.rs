@@ -232,7 +232,8 @@ fn stream_arg(stream: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i64>> {
 impl Buffer {
     /// A copy of this GPU buffer in new host memory (pinned), same dtype and shape.
     fn host_copy(&self, py: Python<'_>) -> PyResult<Self> {
-        let host = Self::allocate(py, self.nbytes, -1, true)?.view(
+        let serving = self.storage.ordinal().map_or(-1, |o| o as i64);
+        let host = Self::allocate(py, self.nbytes, serving, true)?.view(
             self.typestr.clone(),
             self.code,
             self.bits,
@@ -260,17 +261,24 @@ impl Buffer {
 
 #[pymethods]
 impl Buffer {
-    /// Allocate `nbytes` on CUDA device `ordinal`, or on the host when `ordinal` is -1
-    /// (pinned when `pinned`).
+    /// Allocate `nbytes` on CUDA device `ordinal`, or on the host when `ordinal` is -1.
+    /// With `pinned`, host memory page-locked for device `ordinal` (the calling thread's
+    /// current device when -1), allocated and freed under that device's context.
     #[staticmethod]
     pub fn allocate(py: Python<'_>, nbytes: usize, ordinal: i64, pinned: bool) -> PyResult<Self> {
-        let memory = if ordinal >= 0 {
+        let memory = if pinned {
+            Memory::Pinned(without_gil(py, move || {
+                let serving = match usize::try_from(ordinal) {
+                    Ok(o) => o,
+                    Err(_) => cuda::current_device()?,
+                };
+                PinnedHostAllocation::new(serving, nbytes)
+            })?)
+        } else if ordinal >= 0 {
             let ordinal = ordinal as usize;
             Memory::Device(without_gil(py, move || {
                 DeviceAllocation::new(ordinal, nbytes)
             })?)
-        } else if pinned {
-            Memory::Pinned(without_gil(py, move || PinnedHostAllocation::new(nbytes))?)
         } else {
             Memory::Host(AlignedHost::new(nbytes)?)
         };

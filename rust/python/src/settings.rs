@@ -93,7 +93,7 @@ pub fn default_num_threads() -> usize {
 #[pyfunction]
 pub fn bounce_buffer_free() -> usize {
     let pinned = if kvikpy_core::cuda::available() {
-        kvikpy_core::cuda::pinned_pool().free_idle()
+        kvikpy_core::cuda::free_idle_pinned()
     } else {
         0
     };

@@ -117,11 +117,67 @@ fn primary_context(ordinal: usize) -> Result<sys::CUcontext> {
     Ok(ctx)
 }
 
-/// Make device `ordinal`'s primary context current on this thread.
-pub fn bind(ordinal: usize) -> Result<()> {
+/// Device `ordinal`'s primary context made current on this thread for the guard's
+/// lifetime. Dropping the guard makes the context that was current before `bind` current
+/// again (none, if none was), so no kvikpy call changes which GPU the caller's thread
+/// uses. Guards nest: an inner `bind` of the context already current changes nothing.
+/// Not `Send`: a context binding belongs to the thread that made it.
+#[must_use = "the context is unbound again when the guard is dropped"]
+#[derive(Debug)]
+pub struct ContextGuard {
+    ordinal: usize,
+    previous: sys::CUcontext,
+    switched: bool,
+}
+
+impl ContextGuard {
+    /// The device whose context this guard holds current.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+}
+
+impl Drop for ContextGuard {
+    fn drop(&mut self) {
+        if self.switched {
+            // A destructor never panics: cudarc may panic if the driver went away at exit.
+            let previous = self.previous as usize;
+            let _ = catch_unwind(move || {
+                // SAFETY: `previous` was current on this thread when the guard was made: a
+                // retained context or null (no context), both valid to make current.
+                let _ = unsafe { sys::cuCtxSetCurrent(previous as sys::CUcontext) };
+            });
+        }
+    }
+}
+
+/// The context current on this thread (null when none is).
+fn current_context() -> Result<sys::CUcontext> {
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: `ctx` is an out-pointer.
+    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut ctx) })?;
+    Ok(ctx)
+}
+
+/// Make device `ordinal`'s primary context current on this thread until the returned
+/// guard is dropped.
+pub fn bind(ordinal: usize) -> Result<ContextGuard> {
     let ctx = primary_context(ordinal)?;
+    let previous = current_context()?;
+    if previous == ctx {
+        return Ok(ContextGuard {
+            ordinal,
+            previous,
+            switched: false,
+        });
+    }
     // SAFETY: `ctx` is a retained primary context, valid for the life of the process.
-    check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })
+    check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })?;
+    Ok(ContextGuard {
+        ordinal,
+        previous,
+        switched: true,
+    })
 }
 
 /// The device of the calling thread's current context, or 0 when none is current.

@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
@@ -77,7 +77,7 @@ pub struct DeviceAllocation {
 impl DeviceAllocation {
     /// Allocate `size` bytes (at least 1) on device `ordinal`.
     pub fn new(ordinal: usize, size: usize) -> Result<Self> {
-        bind(ordinal)?;
+        let _context = bind(ordinal)?;
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: the device's context is current; `ptr` is an out-pointer.
         let rc = unsafe { sys::cuMemAlloc_v2(&mut ptr, size.max(1)) };
@@ -112,7 +112,7 @@ impl Drop for DeviceAllocation {
         // Never panic in a destructor: at interpreter exit the driver may already be gone,
         // and then there is nothing left to free.
         let _ = std::panic::catch_unwind(|| {
-            if bind(self.ordinal).is_ok() {
+            if let Ok(_context) = bind(self.ordinal) {
                 // SAFETY: `ptr` came from cuMemAlloc in this context and is freed only here.
                 let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
             }
@@ -120,8 +120,9 @@ impl Drop for DeviceAllocation {
     }
 }
 
-fn host_alloc(size: usize, flags: u32) -> Result<NonNull<u8>> {
-    bind(0)?;
+/// Pinned host memory allocated under device `ordinal`'s context (the device it serves).
+fn host_alloc(ordinal: usize, size: usize, flags: u32) -> Result<NonNull<u8>> {
+    let _context = bind(ordinal)?;
     let mut ptr: *mut c_void = std::ptr::null_mut();
     // SAFETY: a context is current; `ptr` is an out-pointer. PORTABLE makes the memory
     // pinned for every context, so any device can DMA from it.
@@ -132,9 +133,10 @@ fn host_alloc(size: usize, flags: u32) -> Result<NonNull<u8>> {
         .ok_or_else(|| Error::InvalidArgument("cuMemHostAlloc returned NULL".into()))
 }
 
-fn host_free(ptr: NonNull<u8>) {
+/// Free memory from [`host_alloc`] under the same device's context.
+fn host_free(ordinal: usize, ptr: NonNull<u8>) {
     let _ = std::panic::catch_unwind(|| {
-        if bind(0).is_ok() {
+        if let Ok(_context) = bind(ordinal) {
             // SAFETY: `ptr` came from cuMemHostAlloc and is freed exactly once, here.
             let _ = unsafe { sys::cuMemFreeHost(ptr.as_ptr().cast()) };
         }
@@ -146,6 +148,7 @@ fn host_free(ptr: NonNull<u8>) {
 pub struct PinnedHostAllocation {
     ptr: NonNull<u8>,
     size: usize,
+    ordinal: usize,
 }
 
 // SAFETY: plain memory exclusively owned by this value.
@@ -154,11 +157,14 @@ unsafe impl Send for PinnedHostAllocation {}
 unsafe impl Sync for PinnedHostAllocation {}
 
 impl PinnedHostAllocation {
-    /// Allocate `size` bytes of pinned, page-aligned host memory.
-    pub fn new(size: usize) -> Result<Self> {
+    /// Allocate `size` bytes of pinned, page-aligned host memory for device `ordinal`
+    /// (portable: every device can DMA from it; allocated and freed under `ordinal`'s
+    /// context).
+    pub fn new(ordinal: usize, size: usize) -> Result<Self> {
         Ok(Self {
-            ptr: host_alloc(size, 0)?,
+            ptr: host_alloc(ordinal, size, 0)?,
             size,
+            ordinal,
         })
     }
 
@@ -175,29 +181,52 @@ impl PinnedHostAllocation {
 
 impl Drop for PinnedHostAllocation {
     fn drop(&mut self) {
-        host_free(self.ptr);
+        host_free(self.ordinal, self.ptr);
     }
 }
 
-/// Pinned, page-aligned bounce buffers: the driver DMAs straight from them, and O_DIRECT
-/// reads land in them with no further copy.
+/// Pinned, page-aligned bounce buffers for device `ordinal`: the driver DMAs straight from
+/// them, and O_DIRECT reads land in them with no further copy.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct PinnedAllocator;
+pub struct PinnedAllocator {
+    /// The device whose context allocates and frees the buffers.
+    pub ordinal: usize,
+}
 
 impl BounceAllocator for PinnedAllocator {
     fn allocate(&self, size: usize) -> Result<NonNull<u8>> {
-        host_alloc(size, 0)
+        host_alloc(self.ordinal, size, 0)
     }
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, _size: usize) {
-        host_free(ptr);
+        host_free(self.ordinal, ptr);
     }
 }
 
-/// The process-wide pool of pinned bounce buffers for device transfers.
-pub fn pinned_pool() -> &'static Arc<BouncePool> {
-    static POOL: OnceLock<Arc<BouncePool>> = OnceLock::new();
-    POOL.get_or_init(|| BouncePool::new(PinnedAllocator))
+/// One pool of pinned bounce buffers per device, made on first use.
+static PINNED_POOLS: Mutex<Vec<Option<Arc<BouncePool>>>> = Mutex::new(Vec::new());
+
+/// The pool of pinned bounce buffers for transfers to and from device `ordinal`.
+pub fn pinned_pool(ordinal: usize) -> Arc<BouncePool> {
+    let mut pools = PINNED_POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    if pools.len() <= ordinal {
+        pools.resize(ordinal + 1, None);
+    }
+    Arc::clone(
+        pools[ordinal].get_or_insert_with(|| BouncePool::new(PinnedAllocator { ordinal })),
+    )
+}
+
+/// Free the idle buffers of every device's pinned pool; returns the bytes freed.
+pub fn free_idle_pinned() -> usize {
+    let pools: Vec<Arc<BouncePool>> = PINNED_POOLS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .flatten()
+        .cloned()
+        .collect();
+    pools.iter().map(|pool| pool.free_idle()).sum()
 }
 
 /// Copy `len` bytes from host memory to device memory on `ordinal`, blocking until done.
@@ -210,7 +239,8 @@ pub unsafe fn copy_host_to_device(
     src: *const u8,
     len: usize,
 ) -> Result<()> {
-    let (stream, _) = super::stream::thread_stream(ordinal)?;
+    let context = bind(ordinal)?;
+    let (stream, _) = super::stream::thread_stream(&context)?;
     // SAFETY: forwarded from the caller; we wait for the copy before returning.
     unsafe { super::stream::copy_htod(dst, src, len, stream)? };
     super::stream::sync_stream_raw(stream)
@@ -226,7 +256,8 @@ pub unsafe fn copy_device_to_host(
     src: u64,
     len: usize,
 ) -> Result<()> {
-    let (stream, _) = super::stream::thread_stream(ordinal)?;
+    let context = bind(ordinal)?;
+    let (stream, _) = super::stream::thread_stream(&context)?;
     // SAFETY: forwarded from the caller; we wait for the copy before returning.
     unsafe { super::stream::copy_dtoh(dst, src, len, stream)? };
     super::stream::sync_stream_raw(stream)

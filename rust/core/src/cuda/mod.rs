@@ -3,7 +3,8 @@
 //!
 //! All raw driver calls of the engine live in this module's files; each binds the right
 //! device's primary context first (the one CuPy, PyTorch and JAX use), on whatever thread
-//! it runs, destructors included.
+//! it runs, destructors included, through a [`ContextGuard`] that makes the caller's
+//! previous context current again when dropped.
 
 mod driver;
 mod memory;
@@ -12,9 +13,11 @@ mod stream;
 
 pub use driver::{
     available, bind, check, current_device, device_count, ensure_driver, unavailable_reason,
+    ContextGuard,
 };
 pub use memory::{
-    copy_device_to_host, copy_host_to_device, memory_kind, pinned_pool, DeviceAllocation,
+    copy_device_to_host, copy_host_to_device, free_idle_pinned, memory_kind, pinned_pool,
+    DeviceAllocation,
     MemoryKind, PinnedAllocator, PinnedHostAllocation,
 };
 pub use register::{can_register_read_only, HostRegistration};

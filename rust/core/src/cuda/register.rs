@@ -24,7 +24,7 @@ pub fn can_register_read_only(ordinal: usize) -> bool {
 }
 
 fn ask_read_only_support(ordinal: usize) -> Result<bool> {
-    bind(ordinal)?;
+    let _context = bind(ordinal)?;
     let mut device: sys::CUdevice = 0;
     // SAFETY: the driver is initialised (bind succeeded); `device` is an out-pointer.
     check("cuCtxGetDevice", unsafe {
@@ -62,7 +62,7 @@ impl HostRegistration {
     /// The range must stay mapped until the registration is dropped, and no DMA may read
     /// it after the drop (wait for the copies first).
     pub unsafe fn read_only(ordinal: usize, ptr: *const u8, len: usize) -> Result<Self> {
-        bind(ordinal)?;
+        let _context = bind(ordinal)?;
         // SAFETY: forwarded from the caller: the range is mapped. READ_ONLY because the
         // pages are mapped PROT_READ; PORTABLE so any device's context may use them.
         check("cuMemHostRegister", unsafe {
@@ -82,7 +82,7 @@ impl HostRegistration {
 impl Drop for HostRegistration {
     fn drop(&mut self) {
         let _ = std::panic::catch_unwind(|| {
-            if bind(self.ordinal).is_ok() {
+            if let Ok(_context) = bind(self.ordinal) {
                 // SAFETY: `ptr` was registered in `read_only` and is unregistered exactly
                 // once, here; the caller has waited for every copy that read it.
                 let _ = unsafe { sys::cuMemHostUnregister(self.ptr as *mut std::ffi::c_void) };

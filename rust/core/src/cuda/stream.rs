@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use cudarc::driver::sys;
 
-use super::driver::{bind, check};
+use super::driver::{bind, check, ContextGuard};
 use super::memory::PinnedHostAllocation;
 use crate::error::Result;
 
@@ -22,7 +22,7 @@ struct ThreadCuda {
 impl Drop for ThreadCuda {
     fn drop(&mut self) {
         let _ = std::panic::catch_unwind(|| {
-            if bind(self.ordinal).is_ok() {
+            if let Ok(_context) = bind(self.ordinal) {
                 // SAFETY: these handles were created on this device's context by this
                 // thread and are destroyed exactly once, here.
                 unsafe {
@@ -47,10 +47,11 @@ pub type StreamHandle = usize;
 #[derive(Debug, Clone, Copy)]
 pub struct ThreadEvents(pub [usize; 2]);
 
-/// This thread's stream (and events) on device `ordinal`, created on first use. The
-/// context is bound on return. Handles stay valid for the life of the thread.
-pub fn thread_stream(ordinal: usize) -> Result<(StreamHandle, ThreadEvents)> {
-    bind(ordinal)?;
+/// This thread's stream (and events) on the device whose context `context` holds
+/// current, created on first use. Handles stay valid for the life of the thread; use them
+/// while the guard lives.
+pub fn thread_stream(context: &ContextGuard) -> Result<(StreamHandle, ThreadEvents)> {
+    let ordinal = context.ordinal();
     THREAD_CUDA.with(|cell| {
         let mut all = cell.borrow_mut();
         if let Some(t) = all.iter().find(|t| t.ordinal == ordinal) {
@@ -151,7 +152,7 @@ impl StreamEvent {
 
     /// Record an event on `stream` (a raw `CUstream` value; 0 is the legacy default stream).
     pub fn record(ordinal: usize, stream: usize) -> Result<Self> {
-        bind(ordinal)?;
+        let _context = bind(ordinal)?;
         let mut event: sys::CUevent = std::ptr::null_mut();
         // SAFETY: context current; `event` is an out-pointer.
         check("cuEventCreate", unsafe {
@@ -167,13 +168,13 @@ impl StreamEvent {
 
     /// Block until the recorded point has been reached.
     pub fn synchronize(&self) -> Result<()> {
-        bind(self.ordinal)?;
+        let _context = bind(self.ordinal)?;
         wait_event_raw(self.event as usize)
     }
 
     /// Make `stream` wait (on the GPU, without blocking the host) for the recorded point.
     pub fn make_wait(&self, stream: StreamHandle) -> Result<()> {
-        bind(self.ordinal)?;
+        let _context = bind(self.ordinal)?;
         // SAFETY: both handles are live and belong to this device's context.
         check("cuStreamWaitEvent", unsafe {
             sys::cuStreamWaitEvent(stream as sys::CUstream, self.event, 0)
@@ -184,7 +185,7 @@ impl StreamEvent {
 impl Drop for StreamEvent {
     fn drop(&mut self) {
         let _ = std::panic::catch_unwind(|| {
-            if bind(self.ordinal).is_ok() {
+            if let Ok(_context) = bind(self.ordinal) {
                 // SAFETY: created in `record`, destroyed once here; the driver defers the
                 // release until the event has completed.
                 let _ = unsafe { sys::cuEventDestroy_v2(self.event) };
@@ -198,7 +199,8 @@ impl Drop for StreamEvent {
 /// Uses one of the calling thread's own events: this runs on every intake of such an
 /// array, and the thread does nothing else with its events until this returns.
 pub fn record_and_wait(ordinal: usize, stream: usize) -> Result<()> {
-    let (_, ThreadEvents([event, _])) = thread_stream(ordinal)?;
+    let context = bind(ordinal)?;
+    let (_, ThreadEvents([event, _])) = thread_stream(&context)?;
     record_raw(event, stream)?;
     wait_event_raw(event)
 }
@@ -234,10 +236,10 @@ impl Counter {
     /// A zeroed counter usable by streams of device `ordinal`, or `None` when the device
     /// cannot wait on host memory (the caller then synchronises instead).
     pub fn acquire(ordinal: usize) -> Result<Option<Self>> {
-        bind(ordinal)?;
+        let _context = bind(ordinal)?;
         let mut guard = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
         if guard.is_none() {
-            let memory = PinnedHostAllocation::new(COUNTER_SLOTS * 4)?;
+            let memory = PinnedHostAllocation::new(ordinal, COUNTER_SLOTS * 4)?;
             *guard = Some(CounterPage {
                 memory,
                 free: (0..COUNTER_SLOTS).rev().collect(),
