@@ -35,9 +35,10 @@ def test_exception_hierarchy():
     assert not issubclass(kvikpy.KvikpyError, (ValueError, RuntimeError, OSError))
 
 
-def test_a_rust_panic_becomes_internal_error():
+@pytest.mark.parametrize("where", ["engine", "binding"])
+def test_a_rust_panic_becomes_internal_error(where):
     with pytest.raises(kvikpy.InternalError) as info:
-        kvikpy._lib._panic_for_tests()
+        kvikpy._lib._panic_for_tests(where)
     e = info.value
     assert isinstance(e, kvikpy.KvikpyError)
     assert isinstance(e, RuntimeError)

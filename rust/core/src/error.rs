@@ -74,14 +74,18 @@ impl Error {
 
     /// An [`Error::Panic`] from a payload caught by `catch_unwind`.
     pub fn from_panic(payload: Box<dyn std::any::Any + Send>) -> Self {
-        let message = if let Some(s) = payload.downcast_ref::<&str>() {
-            (*s).to_string()
-        } else if let Some(s) = payload.downcast_ref::<String>() {
-            s.clone()
-        } else {
-            "unknown panic payload".to_string()
-        };
-        Self::Panic(message)
+        Self::Panic(panic_message(payload.as_ref()))
+    }
+}
+
+/// The text of a panic payload caught by `catch_unwind`.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic payload".to_string()
     }
 }
 
@@ -167,10 +171,7 @@ impl fmt::Display for Error {
             Self::Cuda { call, code, name } => {
                 write!(f, "CUDA driver call {call} failed with {name} ({code})")
             }
-            Self::Panic(m) => write!(
-                f,
-                "internal error in kvikpy's engine (a bug, please report it): {m}"
-            ),
+            Self::Panic(m) => write!(f, "internal error in kvikpy (a bug, please report it): {m}"),
         }
     }
 }

@@ -7,6 +7,7 @@
 //! Release callbacks may run on any thread, without the GIL, in any order relative to the
 //! capsules: each owns only Rust values (the storage `Arc`, an event).
 
+use kvikpy_macros::boundary;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -222,6 +223,7 @@ pub fn array_capsules(py: Python<'_>, export: ArrayExport) -> PyResult<(Py<PyAny
 /// Refuse keyword arguments of an Arrow device protocol method (`method`) that this
 /// version does not know, as the protocol asks (None values are allowed). Buffers call it
 /// here; `Batch` and the chunk iterator call it from Python.
+#[boundary]
 #[pyfunction]
 #[pyo3(signature = (method, kwargs=None))]
 pub fn check_device_kwargs(method: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
@@ -240,6 +242,7 @@ pub fn check_device_kwargs(method: &str, kwargs: Option<&Bound<'_, PyDict>>) -> 
 }
 
 /// The schema of a batch's Arrow export (`large_binary`).
+#[boundary]
 #[pyfunction]
 pub fn batch_schema(py: Python<'_>) -> PyResult<Py<PyAny>> {
     schema_capsule(py, &DataType::LargeBinary)
@@ -268,6 +271,7 @@ pub struct BatchDeviceMeta {
 }
 
 /// Upload a GPU batch's offsets and validity bitmap (see [`BatchDeviceMeta`]).
+#[boundary]
 #[pyfunction]
 pub fn batch_device_meta(
     py: Python<'_>,
@@ -317,6 +321,7 @@ fn check_failed(count: usize, failed: &[usize]) -> PyResult<()> {
 /// Arrow `large_binary` export of a batch: one element per file or range (`offsets` has
 /// one entry more than elements), `failed` elements null. `device` asks for an
 /// `arrow_device_array`; a GPU batch needs its `meta` (offsets and bitmap on its GPU).
+#[boundary]
 #[pyfunction]
 #[pyo3(signature = (buffer, offsets, failed, device, meta=None))]
 pub fn batch_arrow(
@@ -582,6 +587,7 @@ unsafe extern "C" fn destroy_device_stream(capsule: *mut ffi::PyObject) {
 /// An `arrow_device_array_stream` capsule over `iterator`, a Python iterator of kvikpy
 /// buffers on device type `device_type` (`ARROW_DEVICE_CUDA` or `ARROW_DEVICE_CPU`):
 /// each `get_next` advances the iterator and hands over the next chunk's array.
+#[boundary]
 #[pyfunction]
 #[pyo3(signature = (iterator, on_gpu))]
 pub fn device_stream_capsule(

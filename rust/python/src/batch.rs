@@ -1,6 +1,7 @@
 //! `read_many` and `read_ranges`: many files or byte ranges into one new allocation, with
 //! the element boundaries and each element's error.
 
+use kvikpy_macros::boundary;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,6 +30,7 @@ pub struct Progress {
     bytes: Arc<AtomicU64>,
 }
 
+#[boundary]
 #[pymethods]
 impl Progress {
     #[new]
@@ -48,6 +50,7 @@ impl Progress {
 /// Read `paths` into one allocation (on GPU `ordinal`, or the host when it is -1). With
 /// `skip`, failed files become empty elements listed in the result; otherwise the first
 /// failure (in `paths` order) raises and nothing is returned.
+#[boundary]
 #[pyfunction]
 #[pyo3(signature = (paths, ordinal, skip, progress=None))]
 pub fn read_files_batch(
@@ -82,6 +85,7 @@ pub fn read_files_batch(
 
 /// Read `ranges` (`(offset, size)` pairs) of the file at `path` into one allocation. Every
 /// range must lie inside the file; a range that does not raises `ValueError` naming it.
+#[boundary]
 #[pyfunction]
 #[pyo3(signature = (path, ranges, ordinal, progress=None))]
 pub fn read_ranges_batch(

@@ -2,6 +2,7 @@
 //! caught so that none crosses into Python.
 
 use kvikpy_core::future::run_caught;
+use kvikpy_macros::boundary;
 use pyo3::prelude::*;
 
 use crate::errors::{BindResult, EngineError};
@@ -15,8 +16,15 @@ where
     py.detach(|| run_caught(work)).map_err(EngineError)
 }
 
-/// Panics inside the engine on purpose, to test that a panic surfaces as an exception.
+/// Panics on purpose, to test that a panic surfaces as `kvikpy.InternalError`: inside
+/// engine work without the GIL (`where_="engine"`) or in the binding's own code, with the
+/// GIL held (`where_="binding"`, caught by `#[boundary]`).
+#[boundary]
 #[pyfunction]
-pub fn _panic_for_tests(py: Python<'_>) -> BindResult<()> {
-    without_gil(py, || panic!("deliberate panic for kvikpy's tests"))
+#[pyo3(signature = (where_ = "engine"))]
+pub fn _panic_for_tests(py: Python<'_>, where_: &str) -> BindResult<()> {
+    match where_ {
+        "engine" => without_gil(py, || panic!("deliberate panic for kvikpy's tests")),
+        _ => panic!("deliberate panic in the binding for kvikpy's tests"),
+    }
 }

@@ -1,5 +1,6 @@
 //! `_lib.pread_ceiling`: the native-thread pread reference the benchmarks compare against.
 
+use kvikpy_macros::boundary;
 use pyo3::prelude::*;
 
 use crate::blocking::without_gil;
@@ -7,6 +8,7 @@ use crate::errors::BindResult;
 
 /// Read all of `path` with `threads` native threads in `piece`-byte preads (O_DIRECT when
 /// `direct`) into one buffer (pinned when `pinned`); returns (seconds, bytes, byte_sum).
+#[boundary]
 #[pyfunction]
 #[pyo3(signature = (path, threads, piece, direct=false, pinned=false))]
 pub fn pread_ceiling(

@@ -1,29 +1,34 @@
 //! What CUDA is present: availability, device count, the current device.
 
+use kvikpy_macros::boundary;
 use pyo3::prelude::*;
 
 use crate::blocking::without_gil;
 use crate::errors::BindResult;
 
 /// Whether a CUDA driver loaded and reports at least one GPU.
+#[boundary]
 #[pyfunction]
 pub fn cuda_available(py: Python<'_>) -> bool {
     py.detach(kvikpy_core::cuda::available)
 }
 
 /// Number of CUDA GPUs (0 without a driver).
+#[boundary]
 #[pyfunction]
 pub fn device_count(py: Python<'_>) -> usize {
     py.detach(kvikpy_core::cuda::device_count)
 }
 
 /// Why CUDA is unavailable, or None.
+#[boundary]
 #[pyfunction]
 pub fn cuda_unavailable_reason(py: Python<'_>) -> Option<String> {
     py.detach(kvikpy_core::cuda::unavailable_reason)
 }
 
 /// The device of the calling thread's current CUDA context, or 0 if none is current.
+#[boundary]
 #[pyfunction]
 pub fn current_device(py: Python<'_>) -> BindResult<usize> {
     without_gil(py, kvikpy_core::cuda::current_device)
@@ -31,6 +36,7 @@ pub fn current_device(py: Python<'_>) -> BindResult<usize> {
 
 /// Bytes this process has moved into GPU memory by page-cache DMA (pinned page-cache
 /// pages, no bounce buffer): tells which path reads took.
+#[boundary]
 #[pyfunction]
 pub fn page_cache_dma_bytes() -> u64 {
     kvikpy_core::page_cache_dma::bytes_moved()

@@ -3,6 +3,7 @@
 use kvikpy_core::device_io::submit_stream_ordered;
 use kvikpy_core::io::{run_if_single_task, run_whole, submit_with, Caller, Direction};
 use kvikpy_core::Span;
+use kvikpy_macros::boundary;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -164,6 +165,7 @@ impl FileHandle {
     }
 }
 
+#[boundary]
 #[pymethods]
 impl FileHandle {
     #[new]

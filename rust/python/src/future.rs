@@ -1,6 +1,7 @@
 //! `_lib.Future`: waiting on an engine future without the GIL, interruptibly, and
 //! done-callbacks that call back into Python.
 
+use kvikpy_macros::boundary;
 use std::time::Duration;
 
 use kvikpy_core::IoFuture;
@@ -24,6 +25,7 @@ impl From<IoFuture> for Future {
     }
 }
 
+#[boundary]
 #[pymethods]
 impl Future {
     /// Wait for the result with the GIL released, checking for signals now and then.
@@ -89,6 +91,7 @@ impl StreamFuture {
     }
 }
 
+#[boundary]
 #[pymethods]
 impl StreamFuture {
     /// Wait for the transfer and for `stream` to reach it; the bytes transferred.
@@ -116,6 +119,7 @@ impl StreamFuture {
 /// whether none is. kvikpy registers this with `atexit`: I/O threads finishing an
 /// operation may still call back into Python (done-callbacks, releasing buffers), which
 /// must happen before the interpreter finalises.
+#[boundary]
 #[pyfunction]
 pub fn wait_for_io(py: Python<'_>, timeout: f64) -> bool {
     let timeout = seconds(timeout);

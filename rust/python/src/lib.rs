@@ -5,6 +5,7 @@
 mod arrow;
 mod batch;
 mod blocking;
+mod boundary;
 mod ceiling;
 mod cuda;
 mod dlpack;

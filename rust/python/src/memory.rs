@@ -2,6 +2,7 @@
 //! dtype and shape, exported through DLPack, `__cuda_array_interface__`, the Arrow
 //! PyCapsule interface and the buffer protocol.
 
+use kvikpy_macros::boundary;
 use std::alloc::Layout;
 use std::ffi::{c_int, c_void, CString};
 use std::ptr::NonNull;
@@ -89,6 +90,7 @@ pub struct Storage {
 static LIVE_STORAGES: AtomicUsize = AtomicUsize::new(0);
 
 /// How many buffer allocations are alive (see [`LIVE_STORAGES`]).
+#[boundary]
 #[pyfunction]
 pub fn live_buffers() -> usize {
     LIVE_STORAGES.load(Ordering::Acquire)
@@ -259,6 +261,7 @@ impl Buffer {
     }
 }
 
+#[boundary]
 #[pymethods]
 impl Buffer {
     /// Allocate `nbytes` on CUDA device `ordinal`, or on the host when `ordinal` is -1.

@@ -2,12 +2,14 @@
 
 use kvikpy_core::settings::{self, CompatMode, SettingValue, Settings, SETTING_NAMES};
 use kvikpy_core::Error;
+use kvikpy_macros::boundary;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString};
 
 use crate::errors::BindResult;
 
 /// The value of setting `name` (compat_mode as "ON"/"OFF"/"AUTO").
+#[boundary]
 #[pyfunction]
 pub fn get_setting(py: Python<'_>, name: &str) -> BindResult<Py<PyAny>> {
     let value = settings::current()?.get(name)?;
@@ -56,6 +58,7 @@ fn convert(name: &str, value: &Bound<'_, PyAny>) -> Result<SettingValue, Error> 
 }
 
 /// Apply `(name, value)` pairs all at once; on any error nothing changes.
+#[boundary]
 #[pyfunction]
 pub fn set_settings(pairs: Vec<(String, Bound<'_, PyAny>)>) -> BindResult<()> {
     let converted = pairs
@@ -67,12 +70,14 @@ pub fn set_settings(pairs: Vec<(String, Bound<'_, PyAny>)>) -> BindResult<()> {
 }
 
 /// Every setting name.
+#[boundary]
 #[pyfunction]
 pub fn setting_names() -> Vec<&'static str> {
     SETTING_NAMES.to_vec()
 }
 
 /// Whether `mode` ("ON"/"OFF"/"AUTO") resolves to POSIX I/O on this system.
+#[boundary]
 #[pyfunction]
 pub fn is_compat_mode_preferred(mode: &str) -> BindResult<bool> {
     let mode = CompatMode::parse(mode).ok_or_else(|| Error::InvalidSetting {
@@ -84,12 +89,14 @@ pub fn is_compat_mode_preferred(mode: &str) -> BindResult<bool> {
 }
 
 /// The thread count kvikpy picks when `KVIKIO_NTHREADS` is unset.
+#[boundary]
 #[pyfunction]
 pub fn default_num_threads() -> usize {
     settings::default_num_threads()
 }
 
 /// Free the idle bounce buffers (host and pinned); returns the bytes released.
+#[boundary]
 #[pyfunction]
 pub fn bounce_buffer_free() -> usize {
     let pinned = if kvikpy_core::cuda::available() {
@@ -101,6 +108,7 @@ pub fn bounce_buffer_free() -> usize {
 }
 
 /// Threads of the I/O pool now running (0 before the first pooled operation).
+#[boundary]
 #[pyfunction]
 pub fn thread_pool_size() -> usize {
     kvikpy_core::pool::current_size()

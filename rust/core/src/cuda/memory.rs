@@ -212,9 +212,7 @@ pub fn pinned_pool(ordinal: usize) -> Arc<BouncePool> {
     if pools.len() <= ordinal {
         pools.resize(ordinal + 1, None);
     }
-    Arc::clone(
-        pools[ordinal].get_or_insert_with(|| BouncePool::new(PinnedAllocator { ordinal })),
-    )
+    Arc::clone(pools[ordinal].get_or_insert_with(|| BouncePool::new(PinnedAllocator { ordinal })))
 }
 
 /// Free the idle buffers of every device's pinned pool; returns the bytes freed.

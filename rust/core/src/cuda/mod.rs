@@ -17,8 +17,7 @@ pub use driver::{
 };
 pub use memory::{
     copy_device_to_host, copy_host_to_device, free_idle_pinned, memory_kind, pinned_pool,
-    DeviceAllocation,
-    MemoryKind, PinnedAllocator, PinnedHostAllocation,
+    DeviceAllocation, MemoryKind, PinnedAllocator, PinnedHostAllocation,
 };
 pub use register::{can_register_read_only, HostRegistration};
 pub use stream::{
