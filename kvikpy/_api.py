@@ -221,6 +221,7 @@ def write(
     >>> kvikpy.write("weights.bin", torch.randn(1024, 1024, device="cuda"))
     4194304
     """
+    _lib.buffer_nbytes(buf)  # refuse a bad buffer before the file is created
     mode = "r+" if os.path.exists(path) else "w"
     with CuFile(path, mode) as f:
         if not progress:

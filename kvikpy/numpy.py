@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvikpy import _lib
 from kvikpy.cufile import CuFile
 
 __all__ = ["fromfile", "tofile"]
@@ -79,5 +80,6 @@ def tofile(ary: Any, file: str | os.PathLike[str]) -> None:
         ary = np.ascontiguousarray(ary, like=ary)
         if ary.dtype.kind in "mM":
             ary = ary.view(np.uint8)
+    _lib.buffer_nbytes(ary)  # refuse a bad buffer before the file is truncated
     with CuFile(file, "w") as f:
         f.write(ary)

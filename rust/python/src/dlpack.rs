@@ -11,7 +11,7 @@ use dlpark::ffi::{
     DLPackVersion, DLTensor,
 };
 use dlpark::DlpackFlags;
-use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
@@ -38,31 +38,73 @@ pub struct Imported {
 }
 
 fn tensor_bytes(t: &DLTensor) -> PyResult<(usize, bool)> {
-    let ndim = usize::try_from(t.ndim).map_err(|_| PyValueError::new_err("negative ndim"))?;
-    let shape: &[i64] = if ndim == 0 || t.shape.is_null() {
+    let ndim = usize::try_from(t.ndim).map_err(|_| {
+        PyValueError::new_err(format!(
+            "the DLPack tensor's ndim is {}; it must be non-negative",
+            t.ndim
+        ))
+    })?;
+    if ndim > 0 && t.shape.is_null() {
+        return Err(PyValueError::new_err(format!(
+            "the DLPack tensor has ndim {ndim} but a null shape"
+        )));
+    }
+    let shape: &[i64] = if ndim == 0 {
         &[]
     } else {
-        // SAFETY: DLPack guarantees `shape` points to `ndim` int64s while the capsule lives.
+        // SAFETY: DLPack guarantees `shape` points to `ndim` int64s while the capsule lives
+        // (checked non-null above).
         unsafe { std::slice::from_raw_parts(t.shape, ndim) }
     };
-    let itemsize = (t.dtype.bits as usize * t.dtype.lanes as usize).div_ceil(8);
-    let count: usize = shape.iter().map(|&d| d.max(0) as usize).product();
+    if let Some(bad) = shape.iter().find(|&&d| d < 0) {
+        return Err(PyValueError::new_err(format!(
+            "the DLPack tensor's shape {shape:?} has a negative dimension {bad}"
+        )));
+    }
+    let bits = t.dtype.bits as u64 * t.dtype.lanes as u64;
+    if bits % 8 != 0 {
+        return Err(PyValueError::new_err(format!(
+            "the DLPack tensor's dtype has {} bits x {} lanes, not a whole number of bytes \
+             per item; kvikpy moves bytes",
+            t.dtype.bits, t.dtype.lanes
+        )));
+    }
+    let itemsize = bits / 8;
+    let too_large = || {
+        PyValueError::new_err(format!(
+            "the DLPack tensor of shape {shape:?} with {itemsize}-byte items has more bytes \
+             than fit in memory"
+        ))
+    };
+    let count = shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
+        .ok_or_else(too_large)?;
+    let nbytes = count
+        .checked_mul(itemsize)
+        .filter(|&n| n <= isize::MAX as u64)
+        .ok_or_else(too_large)? as usize;
     let contiguous = if t.strides.is_null() || ndim == 0 {
         true
     } else {
         // SAFETY: as for `shape`.
         let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
-        let mut expected = 1i64;
+        let mut expected = 1i128;
         let mut ok = true;
         for i in (0..ndim).rev() {
-            if shape[i] != 1 && strides[i] != expected {
+            if shape[i] != 1 && strides[i] as i128 != expected {
                 ok = false;
             }
-            expected *= shape[i].max(1);
+            expected *= shape[i].max(1) as i128;
         }
         ok || count == 0
     };
-    Ok((count * itemsize, contiguous))
+    if t.data.is_null() && nbytes > 0 {
+        return Err(PyValueError::new_err(format!(
+            "the DLPack tensor has a null data pointer for {nbytes} bytes"
+        )));
+    }
+    Ok((nbytes, contiguous))
 }
 
 /// Read the tensor description out of a `dltensor` or `dltensor_versioned` capsule
@@ -82,8 +124,10 @@ pub fn inspect(capsule: &Bound<'_, PyAny>) -> PyResult<Imported> {
             unsafe { &*ffi::PyCapsule_GetPointer(raw, LEGACY.as_ptr()).cast::<DLManagedTensor>() };
         (m.dl_tensor, false)
     } else {
-        return Err(PyBufferError::new_err(
-            "__dlpack__ returned something that is not an unconsumed DLPack capsule",
+        return Err(PyTypeError::new_err(
+            "__dlpack__() returned something that is not an unconsumed DLPack capsule \
+             ('dltensor' or 'dltensor_versioned'); pass an array whose __dlpack__ follows \
+             the DLPack protocol",
         ));
     };
     let (nbytes, contiguous) = tensor_bytes(&tensor)?;

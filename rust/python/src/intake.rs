@@ -12,6 +12,7 @@ use std::mem::MaybeUninit;
 
 use kvikpy_core::cuda::{self, MemoryKind};
 use kvikpy_core::{DeviceSpan, HostSpan, Span};
+use kvikpy_macros::boundary;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::intern;
@@ -146,7 +147,14 @@ pub fn intake(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Intake> {
         return from_cuda_array_interface(obj, &cai, access);
     }
     if let Ok(device) = obj.call_method0(intern!(py, "__dlpack_device__")) {
-        let (device_type, _): (i32, i32) = device.extract()?;
+        let (device_type, _): (i32, i32) = device.extract().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{}.__dlpack_device__() must return a tuple (device_type, device_id) of two \
+                 ints, got {}",
+                type_name(obj),
+                device.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
+        })?;
         if device_type == DEVICE_CUDA || device_type == DEVICE_CUDA_MANAGED {
             return from_dlpack(obj, access, Some(1));
         }
@@ -218,7 +226,41 @@ fn from_buffer_protocol(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Inta
     from_export(obj, export, access)
 }
 
+/// Whether a buffer-protocol format string (struct syntax, `None` meaning `"B"`) has
+/// items that are Python objects (`O`), outside of field names (`:name:`).
+fn format_has_objects(format: &[u8]) -> bool {
+    let mut in_name = false;
+    format.iter().any(|&c| {
+        if c == b':' {
+            in_name = !in_name;
+            return false;
+        }
+        !in_name && c == b'O'
+    })
+}
+
 fn from_export(obj: &Bound<'_, PyAny>, export: HostExport, access: Access) -> PyResult<Intake> {
+    if !export.view.format.is_null() {
+        // SAFETY: a non-null format of a live export is a NUL-terminated string.
+        let format = unsafe { std::ffi::CStr::from_ptr(export.view.format) };
+        if format_has_objects(format.to_bytes()) {
+            return Err(PyTypeError::new_err(format!(
+                "the buffer ({}) holds Python objects (format {:?}): its items are \
+                 pointers, and file bytes written over them would crash the process (or \
+                 pointers would be written to the file); use a plain numeric, bool or bytes \
+                 dtype",
+                type_name(obj),
+                format.to_string_lossy()
+            )));
+        }
+    }
+    if export.view.buf.is_null() && export.view.len > 0 {
+        return Err(PyValueError::new_err(format!(
+            "the buffer ({}) reports {} bytes at a null address",
+            type_name(obj),
+            export.view.len
+        )));
+    }
     if access == Access::Fill && export.readonly() {
         return Err(read_only_error(obj));
     }
@@ -261,53 +303,218 @@ fn route(py: Python<'_>, ptr: u64, nbytes: usize, hint_ordinal: Option<usize>) -
     })
 }
 
+/// A `__cuda_array_interface__` field that is missing or malformed: a `ValueError` (or
+/// `TypeError` for a value of the wrong type) naming the field and what it must be.
+fn cai_field_error(key: &str, expected: &str, found: &Bound<'_, PyAny>) -> PyErr {
+    let shown = found
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| "?".into());
+    PyTypeError::new_err(format!(
+        "__cuda_array_interface__['{key}'] must be {expected}, got {shown}"
+    ))
+}
+
+fn cai_int<T: for<'a, 'py> FromPyObject<'a, 'py>>(
+    key: &str,
+    expected: &str,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<T> {
+    // bool is an int subclass in Python; a flag where a number belongs is a mistake.
+    if value.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(cai_field_error(key, expected, value));
+    }
+    value
+        .extract::<T>()
+        .map_err(|_| cai_field_error(key, expected, value))
+}
+
+/// The item size in bytes of a plain-data typestr such as `"<f4"` or `"|u1"`; object
+/// items (`"|O8"`: pointers to Python objects) are refused before any I/O, since file
+/// bytes written over them crash the process and their bytes on disk mean nothing.
+pub fn typestr_itemsize(typestr: &str, field: &str) -> PyResult<usize> {
+    let bytes = typestr.as_bytes();
+    let malformed = || {
+        PyValueError::new_err(format!(
+            "{field} {typestr:?} is not an array-interface type string: expected a byte \
+             order ('<', '>', '|' or '='), a kind letter and an item size in bytes, such as \
+             '<f4' or '|u1'"
+        ))
+    };
+    if bytes.len() < 3 || !b"<>|=".contains(&bytes[0]) {
+        return Err(malformed());
+    }
+    let kind = bytes[1];
+    if kind == b'O' {
+        return Err(PyTypeError::new_err(format!(
+            "{field} {typestr:?} describes Python objects: their items are pointers, and \
+             file bytes written over them would crash the process (or pointers would be \
+             written to the file); use a plain numeric, bool or bytes dtype"
+        )));
+    }
+    if !b"biufcmMSUV".contains(&kind) {
+        return Err(malformed());
+    }
+    let size: usize = typestr[2..].parse().map_err(|_| malformed())?;
+    if size == 0 {
+        return Err(malformed());
+    }
+    Ok(size)
+}
+
+/// Whether a `__cuda_array_interface__` `descr` (a list of `(name, typestr[, shape])`
+/// entries, nested for sub-structures) contains object fields.
+fn descr_has_objects(descr: &Bound<'_, PyAny>) -> bool {
+    let Ok(entries) = descr.try_iter() else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        let Ok(field) = entry.get_item(1) else {
+            return false;
+        };
+        if let Ok(text) = field.extract::<String>() {
+            text.as_bytes().get(1) == Some(&b'O')
+        } else {
+            descr_has_objects(&field)
+        }
+    })
+}
+
 fn from_cuda_array_interface(
     obj: &Bound<'_, PyAny>,
     cai: &Bound<'_, PyAny>,
     access: Access,
 ) -> PyResult<Intake> {
     let py = obj.py();
-    let cai = cai
-        .cast::<PyDict>()
-        .map_err(|_| PyTypeError::new_err("__cuda_array_interface__ is not a dict"))?;
+    let cai = cai.cast::<PyDict>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "__cuda_array_interface__ of {} must be a dict, got {}",
+            type_name(obj),
+            cai.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
     let get = |key: &str| -> PyResult<Bound<'_, PyAny>> {
         cai.get_item(key)?.ok_or_else(|| {
-            PyValueError::new_err(format!("__cuda_array_interface__ has no '{key}'"))
+            PyValueError::new_err(format!(
+                "__cuda_array_interface__ of {} has no '{key}'",
+                type_name(obj)
+            ))
         })
     };
-    let (ptr, read_only): (u64, bool) = get("data")?.extract()?;
-    let shape: Vec<i64> = get("shape")?.cast::<PyTuple>()?.extract()?;
-    let typestr: String = get("typestr")?.extract()?;
-    let itemsize: i64 = typestr
-        .get(2..)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| PyValueError::new_err(format!("unsupported typestr {typestr:?}")))?;
-    let count: i64 = shape.iter().product();
-    if let Some(strides) = cai.get_item("strides")?.filter(|s| !s.is_none()) {
-        let strides: Vec<i64> = strides.extract()?;
-        let mut expected = itemsize;
-        for i in (0..shape.len()).rev() {
-            if shape[i] != 1 && strides[i] != expected && count != 0 {
+    let optional = |key: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
+        Ok(cai.get_item(key)?.filter(|v| !v.is_none()))
+    };
+
+    let data = get("data")?;
+    let pair = data
+        .cast::<PyTuple>()
+        .ok()
+        .filter(|t| t.len() == 2)
+        .ok_or_else(|| cai_field_error("data", "a tuple (pointer, read_only)", &data))?;
+    let ptr: u64 = cai_int(
+        "data",
+        "a tuple (pointer, read_only) with a non-negative integer pointer",
+        &pair.get_item(0)?,
+    )?;
+    let read_only = pair
+        .get_item(1)?
+        .extract::<bool>()
+        .map_err(|_| cai_field_error("data", "a tuple (pointer, read_only) with a bool", &data))?;
+
+    let shape_obj = get("shape")?;
+    let shape_tuple = shape_obj
+        .cast::<PyTuple>()
+        .map_err(|_| cai_field_error("shape", "a tuple of non-negative ints", &shape_obj))?;
+    let mut shape = Vec::with_capacity(shape_tuple.len());
+    for dim in shape_tuple.iter() {
+        let dim = cai_int::<u64>("shape", "a tuple of non-negative ints", &dim)
+            .map_err(|_| cai_field_error("shape", "a tuple of non-negative ints", &shape_obj))?;
+        shape.push(dim);
+    }
+
+    let typestr_obj = get("typestr")?;
+    let typestr: String = typestr_obj
+        .extract()
+        .map_err(|_| cai_field_error("typestr", "a str such as '<f4'", &typestr_obj))?;
+    let itemsize = typestr_itemsize(&typestr, "__cuda_array_interface__['typestr']")?;
+    if let Some(descr) = optional("descr")? {
+        if descr_has_objects(&descr) {
+            return Err(PyTypeError::new_err(
+                "__cuda_array_interface__['descr'] has fields of Python objects: their \
+                 items are pointers, and file bytes written over them would crash the \
+                 process; use plain numeric, bool or bytes fields",
+            ));
+        }
+    }
+    if optional("mask")?.is_some() {
+        return Err(PyValueError::new_err(
+            "__cuda_array_interface__['mask'] is set: masked arrays are not supported; \
+             pass the data array without a mask",
+        ));
+    }
+
+    let too_large = || {
+        PyValueError::new_err(format!(
+            "__cuda_array_interface__ describes an array of shape {shape:?} with {itemsize}-byte \
+             items, more bytes than fit in memory"
+        ))
+    };
+    let count = shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(too_large)?;
+    let nbytes = count
+        .checked_mul(itemsize as u64)
+        .filter(|&n| n <= isize::MAX as u64)
+        .ok_or_else(too_large)? as usize;
+
+    if let Some(strides_obj) = optional("strides")? {
+        let expected_type = "None or a tuple of ints, one per dimension of 'shape'";
+        let strides_tuple = strides_obj
+            .cast::<PyTuple>()
+            .ok()
+            .filter(|t| t.len() == shape.len())
+            .ok_or_else(|| cai_field_error("strides", expected_type, &strides_obj))?;
+        let mut expected = itemsize as i128;
+        for (i, stride) in strides_tuple.iter().enumerate().rev() {
+            let stride: i64 = cai_int("strides", expected_type, &stride)?;
+            if shape[i] != 1 && stride as i128 != expected && count != 0 {
                 return Err(PyValueError::new_err(format!(
                     "the array ({}) is not C-contiguous; pass a contiguous copy",
                     type_name(obj)
                 )));
             }
-            expected *= shape[i];
+            expected *= shape[i] as i128;
         }
+    }
+    if let Some(version) = optional("version")? {
+        cai_int::<u32>("version", "a non-negative int (2 or 3)", &version)?;
+    }
+    let stream = match optional("stream")? {
+        None => None,
+        Some(s) => Some(cai_int::<usize>(
+            "stream",
+            "None or a non-negative int (a CUstream handle)",
+            &s,
+        )?),
+    };
+    if ptr == 0 && nbytes > 0 {
+        return Err(PyValueError::new_err(format!(
+            "__cuda_array_interface__['data'] of {} is a null pointer for {nbytes} bytes",
+            type_name(obj)
+        )));
     }
     if access == Access::Fill && read_only {
         return Err(read_only_error(obj));
     }
-    let nbytes = (count.max(0) * itemsize) as usize;
     let span = route(py, ptr, nbytes, None)?;
     // Version 3: work queued on `stream` may still be producing the data; wait for it.
-    if let (Span::Device(d), Some(stream)) = (span, cai.get_item("stream")?) {
-        if !stream.is_none() {
-            let stream: usize = stream.extract()?;
-            let ordinal = d.ordinal;
-            without_gil(py, move || cuda::record_and_wait(ordinal, stream))?;
-        }
+    if let (Span::Device(d), Some(stream)) = (span, stream) {
+        let ordinal = d.ordinal;
+        without_gil(py, move || cuda::record_and_wait(ordinal, stream))?;
     }
     Ok(Intake {
         span,
@@ -354,6 +561,20 @@ fn from_dlpack(obj: &Bound<'_, PyAny>, access: Access, stream: Option<i64>) -> P
         // The unconsumed capsule owns the producer's tensor until it is dropped.
         keepalive: Box::new(capsule.unbind()),
     })
+}
+
+/// Validate `obj` as a buffer the way every I/O call does, without any I/O, and return
+/// its size in bytes: lets callers refuse bad input before they create or truncate a file.
+#[boundary]
+#[pyfunction]
+#[pyo3(signature = (obj, writable = false))]
+pub fn buffer_nbytes(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<usize> {
+    let access = if writable {
+        Access::Fill
+    } else {
+        Access::Drain
+    };
+    Ok(intake(obj, access)?.span.len())
 }
 
 /// Convert a Python file offset, rejecting negatives with a clear message.

@@ -31,6 +31,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda::current_device, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::page_cache_dma_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(memory::live_buffers, m)?)?;
+    m.add_function(wrap_pyfunction!(intake::buffer_nbytes, m)?)?;
     m.add_function(wrap_pyfunction!(batch::read_files_batch, m)?)?;
     m.add_class::<batch::Progress>()?;
     m.add_function(wrap_pyfunction!(batch::read_ranges_batch, m)?)?;
