@@ -4,6 +4,7 @@ per-setting functions."""
 from __future__ import annotations
 
 import pytest
+from conftest import random_bytes
 
 import kvikpy
 from kvikpy import CompatMode, _lib, defaults
@@ -335,3 +336,25 @@ def test_old_style_setters_validate(setter, value):
     with pytest.raises(ValueError):
         getattr(defaults, setter)(value)
     assert snapshot() == before
+
+
+@pytest.mark.parametrize("n", [1025, 10**6, 2**63, 10**30])
+def test_absurd_thread_counts_are_refused_with_the_limit(n):
+    before = kvikpy.defaults.get("num_threads")
+    with pytest.raises((ValueError, OverflowError)) as info:
+        kvikpy.defaults.set("num_threads", n)
+    assert kvikpy.defaults.get("num_threads") == before
+    if n < 2**63:
+        assert "at most 1024" in str(info.value)
+        assert "limit" in str(info.value)
+
+
+def test_the_largest_thread_count_is_accepted_and_runs(tmp_path):
+    path = tmp_path / "f.bin"
+    data = random_bytes(1 << 16, seed=3)
+    path.write_bytes(data)
+    with kvikpy.defaults.set(num_threads=1024):
+        buf = bytearray(len(data))
+        with kvikpy.CuFile(path) as f:
+            assert f.pread(buf, task_size=4096).get() == len(data)
+    assert bytes(buf) == data

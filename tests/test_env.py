@@ -66,6 +66,8 @@ MALFORMED = [
     ("KVIKIO_NTHREADS", "0"),
     ("KVIKIO_NTHREADS", "four"),
     ("KVIKIO_NTHREADS", "-3"),
+    ("KVIKIO_NTHREADS", "1000000"),
+    ("KVIKIO_NTHREADS", "1025"),
     ("KVIKIO_GDS_THRESHOLD", "-1"),
     ("KVIKIO_GDS_THRESHOLD", "16KiB"),
     ("KVIKIO_BOUNCE_BUFFER_SIZE", "0"),
@@ -246,6 +248,11 @@ def test_malformed_variables_raise_config_error_naming_them(env_results, var, va
     message = result["ConfigError"]
     assert var in message
     assert value in message
+
+
+def test_an_absurd_thread_count_in_the_environment_says_the_limit(env_results):
+    message = env_results["KVIKIO_NTHREADS=1000000"]["ConfigError"]
+    assert "1 to 1024" in message and "limit" in message
 
 
 def test_malformed_variable_also_fails_set_and_io(tmp_path):

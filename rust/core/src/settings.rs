@@ -66,6 +66,22 @@ pub const SETTING_NAMES: [&str; 8] = [
 /// bandwidth on the machines measured (16 threads already reach the pinned H2D ceiling).
 pub const MAX_DEFAULT_THREADS: usize = 16;
 
+/// The most I/O threads `num_threads` (and `KVIKIO_NTHREADS`) accept. Each thread can
+/// hold two pinned bounce buffers (32 MiB at the default `bounce_buffer_size`), so this
+/// many already pin up to 32 GiB; reads saturate PCIe and NVMe queues with far fewer (16
+/// threads reach the pinned host-to-device ceiling on an H100), and a value beyond it is
+/// almost surely a typo that would start a million threads and hang.
+pub const MAX_NUM_THREADS: usize = 1024;
+
+fn too_many_threads(n: u64) -> String {
+    format!(
+        "num_threads must be at most {MAX_NUM_THREADS} (kvikpy's limit: each I/O thread may \
+         pin two bounce buffers, and more threads add no bandwidth), got {n}; use a value \
+         such as {}",
+        default_num_threads()
+    )
+}
+
 /// A snapshot of all settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
@@ -118,7 +134,17 @@ impl Settings {
             })?;
         }
         if let Some(v) = getenv("KVIKIO_NTHREADS") {
-            s.num_threads = env_int("KVIKIO_NTHREADS", &v, 1)? as usize;
+            let n = env_int("KVIKIO_NTHREADS", &v, 1)?;
+            if n > MAX_NUM_THREADS as u64 {
+                return Err(Error::MalformedEnv {
+                    var: "KVIKIO_NTHREADS",
+                    value: v.clone(),
+                    expected: "a number of threads from 1 to 1024 (kvikpy's limit: each I/O \
+                               thread may pin two bounce buffers, and more threads add no \
+                               bandwidth)",
+                });
+            }
+            s.num_threads = n as usize;
         }
         if let Some(v) = getenv("KVIKIO_TASK_SIZE") {
             s.task_size = env_int("KVIKIO_TASK_SIZE", &v, 1)? as usize;
@@ -179,6 +205,9 @@ impl Settings {
             ("num_threads" | "task_size" | "bounce_buffer_size", SettingValue::Int(n)) => {
                 if n == 0 {
                     return Err(invalid("a positive integer"));
+                }
+                if name == "num_threads" && n > MAX_NUM_THREADS as u64 {
+                    return Err(Error::InvalidArgument(too_many_threads(n)));
                 }
                 let n = usize::try_from(n).map_err(|_| invalid("an integer that fits in usize"))?;
                 match name {
@@ -357,6 +386,12 @@ mod tests {
         );
         assert_eq!(env(&[("KVIKIO_NTHREADS", " 8 ")]).unwrap().num_threads, 8);
         assert_eq!(
+            env(&[("KVIKIO_NTHREADS", "1024")]).unwrap().num_threads,
+            MAX_NUM_THREADS
+        );
+        let err = env(&[("KVIKIO_NTHREADS", "1025")]).unwrap_err();
+        assert!(err.to_string().contains("1 to 1024"), "{err}");
+        assert_eq!(
             env(&[("KVIKIO_TASK_SIZE", "1048576")]).unwrap().task_size,
             1 << 20
         );
@@ -382,6 +417,11 @@ mod tests {
         let mut s = Settings::default();
         let before = s;
         assert!(s.set("num_threads", SettingValue::Int(0)).is_err());
+        let err = s
+            .set("num_threads", SettingValue::Int(1_000_000))
+            .unwrap_err();
+        assert!(err.to_string().contains("at most 1024"), "{err}");
+        assert!(s.set("num_threads", SettingValue::Int(u64::MAX)).is_err());
         assert!(s.set("task_size", SettingValue::Bool(true)).is_err());
         assert!(s.set("auto_direct_io_read", SettingValue::Int(1)).is_err());
         assert!(matches!(
