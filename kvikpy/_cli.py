@@ -562,6 +562,8 @@ def collect_info() -> dict[str, Any]:
         "device_count": count,
         "devices": [f"cuda:{i}" for i in range(count)],
         "compat_mode_preferred": defaults.is_compat_mode_preferred(),
+        "gpu_io": _display.backend(),
+        "cufile": _display.cufile_note(str(_setting_value("compat_mode"))),
         "settings": {name: _setting_value(name) for name in _lib.setting_names()},
         "library": os.path.abspath(str(_lib.__file__)),
     }
@@ -573,13 +575,14 @@ def format_info(d: dict[str, Any]) -> str:
         cuda = f"available, {d['device_count']} device(s): {', '.join(d['devices'])}"
     else:
         cuda = f"not available ({d['cuda_unavailable_reason']})"
-    io = _display.backend(d["compat_mode_preferred"])
+    io = d["gpu_io"]
     lines = [
         f"kvikpy    {d['kvikpy']}",
         f"python    {d['python']} ({d['python_implementation']}, {d['executable']})",
         f"platform  {d['platform']}",
         f"cuda      {cuda}",
         f"gpu I/O   {io}",
+        f"cuFile    {d['cufile']}",
         f"library   {d['library']}",
         "settings",
     ]

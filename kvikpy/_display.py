@@ -58,14 +58,19 @@ def buffer_html(buf: Any) -> str:
     return html_table("kvikpy.Buffer", buffer_rows(buf))
 
 
-def backend(compat: bool | None = None) -> str:
-    """How GPU reads move: POSIX with bounce buffers, or cuFile (GPUDirect Storage).
-    ``compat``: whether compat mode is preferred (default: ask the current settings)."""
-    if compat is None:
-        from kvikpy import defaults
+def backend() -> str:
+    """How GPU reads and writes move today, whatever ``compat_mode`` says: kvikpy has no
+    cuFile (GPUDirect Storage) path yet, so every transfer is POSIX I/O through pinned
+    bounce buffers (and, for warm reads, DMA straight from the page cache)."""
+    return "POSIX, pinned bounce buffers"
 
-        compat = defaults.is_compat_mode_preferred()
-    return "POSIX, pinned bounce buffers" if compat else "cuFile (GPUDirect Storage)"
+
+def cufile_note(compat_mode: str) -> str:
+    """Why cuFile is not used, for ``info``: honest for every ``compat_mode``."""
+    return (
+        f"not used: kvikpy has no GPUDirect Storage path yet, so compat_mode={compat_mode} "
+        "reads and writes through POSIX"
+    )
 
 
 def cufile_rows(f: Any) -> list[tuple[str, Any]]:

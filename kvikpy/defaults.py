@@ -66,10 +66,12 @@ __all__ = [
 
 
 class CompatMode(enum.IntEnum):
-    """Whether I/O may use cuFile (GPUDirect Storage) or runs through POSIX.
+    """kvikio's choice between cuFile (GPUDirect Storage) and POSIX I/O.
 
-    ``OFF`` forces cuFile, ``ON`` forces POSIX with bounce buffers, ``AUTO`` uses cuFile
-    where the system supports it and POSIX elsewhere. Host-memory I/O is always POSIX.
+    In kvikio, ``OFF`` forces cuFile, ``ON`` forces POSIX with bounce buffers and ``AUTO``
+    uses cuFile where the system supports it. kvikpy keeps the setting and kvikio's
+    :func:`is_compat_mode_preferred` answer, but has no cuFile path yet: all I/O runs
+    through POSIX whatever the mode (``python -m kvikpy info`` says so).
     """
 
     OFF = 0

@@ -47,6 +47,8 @@ INFO_KEYS = {
     "device_count",
     "devices",
     "compat_mode_preferred",
+    "gpu_io",
+    "cufile",
     "settings",
     "library",
 }
@@ -307,6 +309,27 @@ def test_info_text_in_process(capsys):
     for label in ("python ", "platform ", "cuda ", "library ", "settings"):
         assert f"\n{label}" in out
     assert "  task_size" in out and "1048576" in out
+
+
+@pytest.mark.parametrize("mode", ["ON", "OFF", "AUTO"])
+def test_info_never_claims_gpudirect_storage(mode):
+    """kvikpy has no cuFile path: whatever compat_mode says, info reports POSIX."""
+    r = run_cli("info", KVIKIO_COMPAT_MODE=mode)
+    assert r.returncode == 0, r.stderr
+    assert "gpu I/O   POSIX, pinned bounce buffers" in r.stdout
+    assert f"compat_mode={mode} reads and writes through POSIX" in r.stdout
+    assert "cuFile (GPUDirect Storage)" not in r.stdout
+    d = json.loads(run_cli("info", "--json", KVIKIO_COMPAT_MODE=mode).stdout)
+    assert d["gpu_io"] == "POSIX, pinned bounce buffers"
+
+
+def test_cufile_reprs_never_claim_gpudirect_storage(tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"0123456789abcdef")
+    with kvikpy.defaults.set(compat_mode=kvikpy.CompatMode.OFF), kvikpy.CuFile(path) as f:
+        html = f._repr_html_()
+    assert "POSIX, pinned bounce buffers" in html
+    assert "GPUDirect" not in html
 
 
 def test_a_malformed_environment_variable_is_one_line():
