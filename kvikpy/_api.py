@@ -6,7 +6,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from kvikpy import _lib
+from kvikpy import _lib, _paths
 from kvikpy._streams import stream_handle
 from kvikpy.cufile import CuFile
 from kvikpy.errors import CudaUnavailableError
@@ -143,11 +143,16 @@ def read(
             "and view them as that type in your array library"
         )
     with CuFile(path, "r") as f:
-        file_size = f.nbytes()
+        # A pseudo-file (/proc, /sys) reports 0 bytes: host reads read it to its end,
+        # device reads get a clear error from size_for instead of empty data.
+        content = None
+        if ordinal < 0 and _paths.has_unsized_content(f.fileno()):
+            content = _paths.read_to_end(f.fileno())
+        file_size = f._handle.size_for("a device read") if content is None else len(content)
         if size is None:
             if offset > file_size:
                 raise ValueError(
-                    f"offset {offset} is past the end of {os.fspath(path)!r}, "
+                    f"offset {offset} is past the end of {_paths.fspath(path)!r}, "
                     f"which has {file_size} bytes; pass an offset of at most {file_size}"
                 )
             size = file_size - offset
@@ -156,7 +161,7 @@ def read(
         elif offset + size > file_size:
             raise ValueError(
                 f"bytes [{offset}, {offset + size}) reach past the end of "
-                f"{os.fspath(path)!r}, which has {file_size} bytes; pass "
+                f"{_paths.fspath(path)!r}, which has {file_size} bytes; pass "
                 f"size={file_size - offset} or less (or leave size out to read to the end)"
             )
         if shape is None:
@@ -176,17 +181,22 @@ def read(
                 )
         buf = _lib.Buffer.allocate(size, ordinal, False)
         got: int | None = None  # stream-ordered reads complete later, unchecked here
-        if stream is not None and ordinal >= 0:
+        if content is not None:
+            memoryview(buf)[:] = content[offset : offset + size]
+            got = size
+        elif stream is not None and ordinal >= 0:
             f.raw_read_async(buf, stream_handle(stream), size, offset)
         elif progress:
             from kvikpy._progress import follow_future
 
-            name = os.path.basename(os.fspath(path))
+            name = os.path.basename(_paths.fspath(path))
             got = follow_future(lambda: f.pread(buf, size, offset)._handle, size, f"read {name}")
         else:
             got = f.read(buf, size, offset)
         if got is not None and got != size:
-            raise OSError(f"{os.fspath(path)!r} shrank while being read: got {got} of {size} bytes")
+            raise OSError(
+                f"{_paths.fspath(path)!r} shrank while being read: got {got} of {size} bytes"
+            )
     typestr = dt.str if dt.itemsize > 1 else "|" + dt.str[1:]
     return buf.view(typestr, _DLPACK_CODES[dt.kind], dt.itemsize * 8, list(dims))
 
@@ -228,7 +238,7 @@ def write(
             return f.write(buf, file_offset=offset)
         from kvikpy._progress import follow_future
 
-        name = os.path.basename(os.fspath(path))
+        name = os.path.basename(_paths.fspath(path))
         return follow_future(
             lambda: f.pwrite(buf, file_offset=offset)._handle, _nbytes(buf), f"write {name}"
         )

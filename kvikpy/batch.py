@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from kvikpy import _lib
+from kvikpy import _lib, _paths
 from kvikpy._api import _device
 from kvikpy._streams import stream_handle
 
@@ -186,7 +186,7 @@ def read_many(
     """
     if errors not in ("raise", "skip"):
         raise ValueError(f"errors must be 'raise' or 'skip', got {errors!r}")
-    names = [os.fspath(p) for p in paths]
+    names = [_paths.fspath(p) for p in paths]
     ordinal = _device(device)
     if stream is not None:
         if ordinal < 0:
@@ -252,7 +252,7 @@ def read_ranges(
     """
     pairs = _pairs(ranges)
     ordinal = _device(device)
-    name = os.fspath(path)
+    name = _paths.fspath(path)
     if progress:
         from kvikpy._progress import follow_call
 

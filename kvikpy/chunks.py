@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from kvikpy import _lib
+from kvikpy import _lib, _paths
 from kvikpy._api import _device
 from kvikpy.cufile import CuFile, IOFuture
 
@@ -27,7 +27,11 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         progress: bool = False,
     ):
         self._file = CuFile(path, "r")
-        self._size = self._file.nbytes()
+        try:
+            self._size = self._file._handle.size_for("iter_chunks")
+        except BaseException:
+            self._file.close()
+            raise
         self._bar: Any = None
         if progress:
             from kvikpy._progress import bar
@@ -167,7 +171,7 @@ def iter_chunks(
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     if depth < 1:
         raise ValueError(f"depth must be at least 1, got {depth}")
-    return ChunkIterator(os.fspath(path), chunk_size, _device(device), depth, progress)
+    return ChunkIterator(_paths.fspath(path), chunk_size, _device(device), depth, progress)
 
 
 __all__ = ["ChunkIterator", "iter_chunks"]

@@ -8,7 +8,7 @@ from collections.abc import Callable, Generator, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from kvikpy import _lib
+from kvikpy import _lib, _paths
 from kvikpy._streams import stream_handle
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ class CuFile:
     """
 
     def __init__(self, file: str | os.PathLike[str], flags: str = "r") -> None:
-        self._handle = _lib.FileHandle(os.fspath(file), flags)
+        self._handle = _lib.FileHandle(_paths.fspath(file), flags)
         self._flags = flags
 
     def close(self) -> None:
@@ -215,7 +215,7 @@ class CuFile:
     @property
     def path(self) -> str:
         """The path the file was opened with."""
-        return os.fspath(self._handle.path)
+        return _paths.fspath(self._handle.path)
 
     @property
     def mode(self) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kvikpy import _lib
+from kvikpy import _lib, _paths
 from kvikpy.cufile import CuFile
 
 __all__ = ["fromfile", "tofile"]
@@ -59,14 +59,21 @@ def fromfile(
     dt = np.dtype(dtype)
     if dt.itemsize == 0:
         raise ValueError(f"cannot read items of zero size ({dt})")
+    if count < -1:
+        raise ValueError(f"count must be -1 (all) or non-negative, got {count}")
     with CuFile(file, "r") as f:
-        available = max(f.nbytes() - offset, 0) // dt.itemsize
-        if count < -1:
-            raise ValueError(f"count must be -1 (all) or non-negative, got {count}")
+        # A pseudo-file (/proc, /sys) reports 0 bytes: read it to its end instead.
+        content = _paths.read_to_end(f.fileno()) if _paths.has_unsized_content(f.fileno()) else None
+        file_size = f.nbytes() if content is None else len(content)
+        available = max(file_size - offset, 0) // dt.itemsize
         n = available if count == -1 else min(count, available)
         out = np.empty((n,), dtype=dt) if like is None else np.empty((n,), dtype=dt, like=like)
         # A byte view reads every dtype, datetimes included (they export no buffer).
-        f.read(out.view(np.uint8), size=n * dt.itemsize, file_offset=offset)
+        view = out.view(np.uint8)
+        if content is None:
+            f.read(view, size=n * dt.itemsize, file_offset=offset)
+        else:
+            view[...] = np.frombuffer(content, np.uint8, n * dt.itemsize, offset)
     return out
 
 

@@ -15,6 +15,7 @@ import os
 import struct
 from typing import Any
 
+from kvikpy import _paths
 from kvikpy._api import read
 
 __all__ = ["load_file", "read_header"]
@@ -51,7 +52,7 @@ def read_header(path: str | os.PathLike[str]) -> tuple[int, dict[str, Any], dict
     large or not JSON, an unknown dtype, offsets that do not match the shape, overlap, or
     reach past the end of the file.
     """
-    name = os.fspath(path)
+    name = _paths.fspath(path)
     file_size = os.path.getsize(name)
     with open(name, "rb") as fh:
         prefix = fh.read(8)

@@ -6,7 +6,6 @@ and without touching the file."""
 from __future__ import annotations
 
 import ctypes
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -48,6 +47,7 @@ ENTRY_POINTS: dict[str, Callable[[Path, Any], Any]] = {
     "kvikpy.write": lambda path, buf: kvikpy.write(path, buf),
     "kvikpy.numpy.tofile": lambda path, buf: kvikpy.numpy.tofile(buf, path),
 }
+
 
 class ProducerError(Exception):
     """Raised by a test array's own ``__dlpack__``: passed through to the caller."""
@@ -124,7 +124,18 @@ def test_reading_into_an_object_array_does_not_kill_the_process(data_file):
 
 def test_plain_data_formats_still_work(data_file):
     data = data_file.read_bytes()
-    for dtype in ["u1", "i2", "<f4", ">f8", "c16", "?", "S4", "U2", "V8", [("a", "i4"), ("b", "f4")]]:
+    for dtype in [
+        "u1",
+        "i2",
+        "<f4",
+        ">f8",
+        "c16",
+        "?",
+        "S4",
+        "U2",
+        "V8",
+        [("a", "i4"), ("b", "f4")],
+    ]:
         buf = np.zeros(FILE_SIZE // np.dtype(dtype).itemsize, dtype=dtype)
         with kvikpy.CuFile(data_file) as f:
             assert f.read(buf) == buf.nbytes
@@ -154,20 +165,57 @@ valid_fields = {
 }
 invalid_fields = {
     "data": st.sampled_from(
-        [None, 5, (), (ARENA_PTR,), (ARENA_PTR, False, 1), (-1, False), ("p", False),
-         (ARENA_PTR, "no"), (2**70, False), [ARENA_PTR, False], (0, False)]
+        [
+            None,
+            5,
+            (),
+            (ARENA_PTR,),
+            (ARENA_PTR, False, 1),
+            (-1, False),
+            ("p", False),
+            (ARENA_PTR, "no"),
+            (2**70, False),
+            [ARENA_PTR, False],
+            (0, False),
+        ]
     ),
     "shape": st.sampled_from(
-        [None, 4, [4], (-1,), (4, -2), (2**62, 2**62), (2**64,), ("a",), (1.5,), (True,),
-         (2**40, 2**40, 2**40)]
+        [
+            None,
+            4,
+            [4],
+            (-1,),
+            (4, -2),
+            (2**62, 2**62),
+            (2**64,),
+            ("a",),
+            (1.5,),
+            (True,),
+            (2**40, 2**40, 2**40),
+        ]
     ),
     "typestr": st.sampled_from(
-        ["u", "<f", "", "<", "|O8", "<O8", "xf4", "<q4", "<f-4", "<f0", "<f4x", "<f 4", 3,
-         None, b"<f4", "<U", "|V"]
+        [
+            "u",
+            "<f",
+            "",
+            "<",
+            "|O8",
+            "<O8",
+            "xf4",
+            "<q4",
+            "<f-4",
+            "<f0",
+            "<f4x",
+            "<f 4",
+            3,
+            None,
+            b"<f4",
+            "<U",
+            "|V",
+        ]
     ),
-    "strides": st.sampled_from(
-        [(), (1,), (1, 1, 1, 1), ("a",), 4, [1], (2**70,), (1.0,)]
-    ),
+    "strides": st.sampled_from([(), (1,), (1, 1, 1, 1), ("a",), 4, [1], (2**70,), (1.0,)]),
     "version": st.sampled_from(["3", -1, 2**40, None]),
     "stream": st.sampled_from([-1, "s", 1.5, 2**70]),
     "mask": st.sampled_from([ARENA_PTR, (ARENA_PTR, False), True]),
@@ -217,9 +265,9 @@ def test_malformed_cuda_array_interfaces_never_panic(data_file, interface, entry
 def test_each_malformed_field_is_named(data_file, field, value, error):
     interface = {"data": (ARENA_PTR, False), "shape": (4, 4), "typestr": "|u1", "version": 3}
     interface[field] = value
-    with pytest.raises(error, match=rf"__cuda_array_interface__\['{field}'\]|more bytes"):
-        with kvikpy.CuFile(data_file, "r+") as f:
-            f.read(CudaArrayLike(interface))
+    pattern = rf"__cuda_array_interface__\['{field}'\]|more bytes"
+    with kvikpy.CuFile(data_file, "r+") as f, pytest.raises(error, match=pattern):
+        f.read(CudaArrayLike(interface))
 
 
 # --- malformed DLPack capsules ----------------------------------------------------------------
@@ -246,7 +294,11 @@ class DLTensor(ctypes.Structure):
 
 
 class DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+    _fields_ = [
+        ("dl_tensor", DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+    ]
 
 
 class DLManagedTensorVersioned(ctypes.Structure):
@@ -286,26 +338,34 @@ def malformed_dlpack(draw: st.DrawFn) -> DLPackLike:
     # ndim never exceeds the shape array's 3 entries: DLPack's contract, which no
     # consumer can check (reading past it is the producer's bug, not a malformed value).
     ndim = draw(st.sampled_from([0, 1, 2, 3, -1]))
-    dims = draw(st.lists(st.sampled_from([0, 1, 3, 8, -1, 2**62, 2**63 - 1]), min_size=3, max_size=3))
+    dims = draw(
+        st.lists(st.sampled_from([0, 1, 3, 8, -1, 2**62, 2**63 - 1]), min_size=3, max_size=3)
+    )
     if ndim in (1, 2, 3) and draw(st.booleans()):
         dims = [d if 0 <= d <= 8 else 2 for d in dims]  # a valid shape for this one
     shape = (ctypes.c_int64 * 3)(*dims)
-    strides = (ctypes.c_int64 * 3)(*draw(st.lists(st.sampled_from([1, 0, -1, 3, 2**62]), min_size=3, max_size=3)))
+    strides = (ctypes.c_int64 * 3)(
+        *draw(st.lists(st.sampled_from([1, 0, -1, 3, 2**62]), min_size=3, max_size=3))
+    )
     keep += [shape, strides]
     bits = draw(st.sampled_from([8, 16, 32, 1, 0, 7, 255]))
     lanes = draw(st.sampled_from([1, 0, 4, 65535]))
     items = 1
     for d in dims[: max(ndim, 0)]:
         items *= max(d, 0)
-    if 0 <= items and (bits * lanes) % 8 == 0 and items * bits * lanes // 8 > ARENA - 64:
+    if items >= 0 and (bits * lanes) % 8 == 0 and items * bits * lanes // 8 > ARENA - 64:
         lanes, bits = 1, 8  # keep any well-formed capsule inside the arena
     tensor = DLTensor(
         data=draw(st.sampled_from([ARENA_PTR, ARENA_PTR + 3, None])),
-        device=DLDevice(draw(st.sampled_from([1, 2, 3, 13, 99])), draw(st.sampled_from([0, 1, -1]))),
+        device=DLDevice(
+            draw(st.sampled_from([1, 2, 3, 13, 99])), draw(st.sampled_from([0, 1, -1]))
+        ),
         ndim=ndim,
         dtype=DLDataType(draw(st.sampled_from([0, 1, 2, 3, 4, 5, 6, 200])), bits, lanes),
         shape=ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)) if draw(st.booleans()) else None,
-        strides=ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64)) if draw(st.booleans()) else None,
+        strides=ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+        if draw(st.booleans())
+        else None,
         byte_offset=draw(st.sampled_from([0, 1, 64])),
     )
     returned = draw(st.sampled_from(["legacy", "versioned", "wrong name", "int", "none", "raise"]))

@@ -64,7 +64,19 @@ fn regular_file_size(path: &PathBuf) -> Result<u64> {
             path.display()
         )));
     }
+    if meta.len() == 0 && has_content(path) {
+        return Err(crate::file::unsized_file(path, "a batch"));
+    }
     Ok(meta.len())
+}
+
+/// Whether a file that reports 0 bytes yields a byte when read (pseudo-files do); one
+/// open and a 1-byte read, asked only of files that report 0 bytes.
+fn has_content(path: &PathBuf) -> bool {
+    use std::io::Read;
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut [0u8; 1]))
+        .is_ok_and(|n| n > 0)
 }
 
 /// Lay `sizes` end to end: each element's start, and the total.

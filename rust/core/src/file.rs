@@ -128,6 +128,24 @@ impl OpenFile {
         Ok(unsafe { st.assume_init() }.st_size as u64)
     }
 
+    /// The size, for sizing `what` (a read of whole ranges): as [`OpenFile::size`], except
+    /// that a file reporting 0 bytes but yielding bytes (a `/proc` or `/sys` pseudo-file)
+    /// is an error rather than an empty read.
+    pub fn size_for(&self, what: &str) -> Result<u64> {
+        let size = self.size()?;
+        if size == 0 && self.flags.readable {
+            let mut byte = 0u8;
+            // SAFETY: `byte` is one writable byte; the descriptor is open.
+            let got = unsafe {
+                libc::pread(self.buffered_fd(), (&mut byte as *mut u8).cast(), 1, 0)
+            };
+            if got > 0 {
+                return Err(unsized_file(&self.path, what));
+            }
+        }
+        Ok(size)
+    }
+
     /// The descriptor's status flags, as `fcntl(F_GETFL)` reports them.
     pub fn status_flags(&self) -> Result<i32> {
         // SAFETY: F_GETFL on an open descriptor has no memory preconditions.
@@ -301,4 +319,15 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+}
+
+/// The error for `what` (a kind of read) of a file that reports 0 bytes but has content.
+pub fn unsized_file(path: &Path, what: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "'{}' reports a size of 0 bytes but has content (a pseudo-file such as those in \
+         /proc or /sys), so {what} cannot be sized from it; read it into host memory with \
+         kvikpy.read(path, device='cpu'), which reads such files to their end, or with \
+         open(path, 'rb').read()",
+        path.display()
+    ))
 }

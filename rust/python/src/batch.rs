@@ -98,7 +98,7 @@ pub fn read_ranges_batch(
     let settings = kvikpy_core::settings::current().map_err(to_py)?;
     let (handle, file_size) = without_gil(py, || {
         let handle = FileHandle::open(&path, "r")?;
-        let size = handle.get()?.size()?;
+        let size = handle.get()?.size_for("read_ranges")?;
         Ok((handle, size))
     })?;
     let mut elements = Vec::with_capacity(ranges.len());

@@ -201,6 +201,12 @@ impl FileHandle {
         Ok(self.inner.get()?.size()?)
     }
 
+    /// The size for sizing `what`; `ValueError` for a pseudo-file that reports 0 bytes
+    /// but has content.
+    fn size_for(&self, what: &str) -> BindResult<u64> {
+        Ok(self.inner.get()?.size_for(what)?)
+    }
+
     fn is_direct_io_supported(&self) -> BindResult<bool> {
         Ok(self.inner.get()?.direct_fd().is_some())
     }

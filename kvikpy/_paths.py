@@ -1,0 +1,45 @@
+"""Paths as Python's ``open`` takes them, and files whose size is unknown until read.
+
+* ``fspath`` accepts ``str``, ``bytes`` and ``os.PathLike`` of either and returns a ``str``
+  that names the same file (``bytes`` are decoded with the filesystem encoding and
+  ``surrogateescape``, which the extension encodes back to the same bytes).
+* Pseudo-files (``/proc/self/maps``, most of ``/sys``) report a size of 0 but have
+  content; a read sized by ``fstat`` would silently return nothing. ``has_unsized_content``
+  spots them (one 1-byte ``pread``, only for files that report 0 bytes); host reads read
+  them to their end, and sized reads get the engine's error (``FileHandle.size_for``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Union
+
+StrPath = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+_PIECE = 1 << 20
+
+
+def fspath(path: StrPath) -> str:
+    """``path`` as a ``str`` naming the same file; ``TypeError`` for anything else."""
+    try:
+        name = os.fspath(path)
+    except TypeError:
+        raise TypeError(
+            f"a path must be str, bytes or os.PathLike, not {type(path).__name__}"
+        ) from None
+    return os.fsdecode(name)
+
+
+def has_unsized_content(fd: int) -> bool:
+    """Whether the open file reports 0 bytes yet yields bytes when read."""
+    return os.fstat(fd).st_size == 0 and len(os.pread(fd, 1, 0)) > 0
+
+
+def read_to_end(fd: int) -> bytes:
+    """Every byte of an open file, read until end of file (for unsized pseudo-files)."""
+    pieces = []
+    position = 0
+    while piece := os.pread(fd, _PIECE, position):
+        pieces.append(piece)
+        position += len(piece)
+    return b"".join(pieces)
