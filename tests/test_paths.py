@@ -88,7 +88,7 @@ def test_safetensors_takes_a_bytes_path(tmp_path):
 
 
 def test_a_non_path_is_a_type_error():
-    with pytest.raises(TypeError, match="str, bytes or os.PathLike"):
+    with pytest.raises(TypeError, match=r"str, bytes or os\.PathLike"):
         kvikpy.CuFile(3.5)  # type: ignore[arg-type]
 
 
