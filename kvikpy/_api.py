@@ -182,7 +182,8 @@ def read(
         buf = _lib.Buffer.allocate(size, ordinal, False)
         got: int | None = None  # stream-ordered reads complete later, unchecked here
         if content is not None:
-            memoryview(buf)[:] = content[offset : offset + size]
+            host: Any = buf  # host memory, writable through the buffer protocol
+            memoryview(host)[:] = content[offset : offset + size]
             got = size
         elif stream is not None and ordinal >= 0:
             f.raw_read_async(buf, stream_handle(stream), size, offset)

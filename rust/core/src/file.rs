@@ -136,9 +136,8 @@ impl OpenFile {
         if size == 0 && self.flags.readable {
             let mut byte = 0u8;
             // SAFETY: `byte` is one writable byte; the descriptor is open.
-            let got = unsafe {
-                libc::pread(self.buffered_fd(), (&mut byte as *mut u8).cast(), 1, 0)
-            };
+            let got =
+                unsafe { libc::pread(self.buffered_fd(), (&mut byte as *mut u8).cast(), 1, 0) };
             if got > 0 {
                 return Err(unsized_file(&self.path, what));
             }
@@ -266,6 +265,17 @@ impl FileHandle {
     }
 }
 
+/// The error for `what` (a kind of read) of a file that reports 0 bytes but has content.
+pub fn unsized_file(path: &Path, what: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "'{}' reports a size of 0 bytes but has content (a pseudo-file such as those in \
+         /proc or /sys), so {what} cannot be sized from it; read it into host memory with \
+         kvikpy.read(path, device='cpu'), which reads such files to their end, or with \
+         open(path, 'rb').read()",
+        path.display()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,15 +329,4 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
-}
-
-/// The error for `what` (a kind of read) of a file that reports 0 bytes but has content.
-pub fn unsized_file(path: &Path, what: &str) -> Error {
-    Error::InvalidArgument(format!(
-        "'{}' reports a size of 0 bytes but has content (a pseudo-file such as those in \
-         /proc or /sys), so {what} cannot be sized from it; read it into host memory with \
-         kvikpy.read(path, device='cpu'), which reads such files to their end, or with \
-         open(path, 'rb').read()",
-        path.display()
-    ))
 }
