@@ -214,13 +214,13 @@ def test_every_parameter_has_its_own_row(reference):
 
 def test_read_rows_have_their_own_types_and_defaults(reference):
     rows = {row[0]: row for row in by_id(reference)["kvikpy.read"].sections["Parameters"]}
-    name, type_, _, default = rows["offset"]
+    _, type_, _, default = rows["offset"]
     assert (type_, default) == ("int", "0")
-    name, type_, _, default = rows["size"]
+    _, type_, _, default = rows["size"]
     assert type_.replace(" ", "") == "int|None" and default == "None", rows["size"]
-    name, type_, _, default = rows["dtype"]
+    _, type_, _, default = rows["dtype"]
     assert type_ == "DTypeLike" and default == "'uint8'", rows["dtype"]
-    name, type_, _, default = rows["shape"]
+    _, type_, _, default = rows["shape"]
     assert type_.replace(" ", "") == "tuple[int,...]|int|None", rows["shape"]
     assert default == "None", rows["shape"]
     descriptions = [row[2] for row in rows.values()]
