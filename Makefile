@@ -98,9 +98,13 @@ docs: develop
 # `auditwheel show` (fails above manylinux_2_28), checks the licence and metadata in
 # both, and that installing the sdist without cargo stops at once with a clear message.
 # maturin finds zig through `python -m ziglang`, hence the venv first on PATH.
+# aarch64: `make wheels WHEEL_TARGET=aarch64-unknown-linux-gnu` cross-links through the same
+# zig, once Rust's standard library for that target is installed
+# (`rustup target add aarch64-unknown-linux-gnu`); CI builds x86_64 only.
 WHEEL_COMPAT := manylinux_2_28
+WHEEL_TARGET ?=
 ZIG_BUILD = PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/maturin build --release --zig \
-	--compatibility $(WHEEL_COMPAT)
+	--compatibility $(WHEEL_COMPAT) $(if $(WHEEL_TARGET),--target $(WHEEL_TARGET))
 wheels: $(STAMP) check-rust
 	rm -rf dist && mkdir -p dist
 	$(ZIG_BUILD) --quiet --out dist
