@@ -1,9 +1,13 @@
 # The single source of every command humans and CI run.
 #
-#   make demo   install everything, build kvikpy, and time a read against numpy.fromfile
+#   make demo   a small environment (.venv-demo: numpy and maturin only), build kvikpy
+#               into it, and time a read against numpy.fromfile
 #   make test   install everything, then every lint, the Rust tests, the stub check,
-#               the type check, the whole pytest suite (notebooks included) and the
-#               documentation site in strict mode
+#               the type check, the release wheel and sdist with their checks, the whole
+#               pytest suite (notebooks included) and the documentation site in strict
+#               mode with its reference check
+#   make wheels the release wheel (manylinux_2_28, linked through zig) and the sdist into
+#               dist/, checked by tests/test_packaging.py (auditwheel, licence, no-Rust install)
 #   make bench-engine   criterion benchmarks of the engine's host path (no GPU; not in `test`)
 #
 # GPU machine (no Rust there): `make gpu-wheel` here builds the wheel into .gpu/, which is
@@ -18,13 +22,27 @@ CARGO  ?= cargo
 export JUPYTER_PLATFORM_DIRS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: demo test docs lint fmt develop rust-test stubtest typecheck py-test wheel gpu-wheel \
-        gpu-test gpu-bench gpu-notebooks nb-wheels clean check-rust notebooks bench-engine
+.PHONY: demo test docs lint fmt develop rust-test stubtest typecheck py-test wheel wheels \
+        gpu-wheel gpu-test gpu-bench gpu-notebooks nb-wheels clean check-rust notebooks \
+        bench-engine
 
-demo: develop
-	$(BIN)/python benchmarks/demo.py
+# The demo needs only numpy and a build of kvikpy: its own small environment, with the
+# same pinned numpy and maturin as the development one.
+DEMO_VENV  := .venv-demo
+DEMO_REQS  := $(shell grep -E '^(numpy|maturin)==' requirements-dev.txt)
+DEMO_STAMP := $(DEMO_VENV)/.installed-$(shell echo $(DEMO_REQS) | cksum | cut -d' ' -f1)
 
-test: lint rust-test develop stubtest typecheck py-test docs
+$(DEMO_STAMP): requirements-dev.txt
+	rm -rf $(DEMO_VENV)
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install -q --disable-pip-version-check $(DEMO_REQS)
+	touch $@
+
+demo: $(DEMO_STAMP) check-rust
+	VIRTUAL_ENV=$(CURDIR)/$(DEMO_VENV) $(DEMO_VENV)/bin/maturin develop --release --quiet
+	$(DEMO_VENV)/bin/python benchmarks/demo.py
+
+test: lint rust-test develop stubtest typecheck wheels py-test docs
 	@echo "make test: all checks passed"
 
 check-rust:
@@ -67,17 +85,40 @@ py-test: develop
 	$(BIN)/python -m pytest
 
 # The documentation site (mkdocs.yml) in strict mode: a broken link, a missing page or an
-# unresolved API reference fails the build. Output in site/ (git-ignored).
+# unresolved API reference fails the build. Output in site/ (git-ignored). Then the
+# rendered API reference is checked (every parameter in its own row, read()'s defaults).
 docs: develop
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	KVIKPY_SITE_DIR=$(CURDIR)/site $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/test_docs_reference.py
 
-wheel: $(STAMP) check-rust
-	$(BIN)/maturin build --release --out dist
+# Release artefacts in dist/: a wheel for manylinux_2_28 (glibc 2.28+: RHEL/Rocky 8,
+# Ubuntu 20.04, Amazon Linux 2023...), linked through zig against glibc 2.28's symbols
+# whatever this machine's glibc is, and the sdist. tests/test_packaging.py then runs
+# `auditwheel show` (fails above manylinux_2_28), checks the licence and metadata in
+# both, and that installing the sdist without cargo stops at once with a clear message.
+# maturin finds zig through `python -m ziglang`, hence the venv first on PATH.
+# aarch64: `make wheels WHEEL_TARGET=aarch64-unknown-linux-gnu` cross-links through the same
+# zig, once Rust's standard library for that target is installed
+# (`rustup target add aarch64-unknown-linux-gnu`); CI builds x86_64 only.
+WHEEL_COMPAT := manylinux_2_28
+WHEEL_TARGET ?=
+ZIG_BUILD = PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/maturin build --release --zig \
+	--compatibility $(WHEEL_COMPAT) $(if $(WHEEL_TARGET),--target $(WHEEL_TARGET))
+wheels: $(STAMP) check-rust
+	rm -rf dist && mkdir -p dist
+	$(ZIG_BUILD) --quiet --out dist
+	$(BIN)/maturin sdist --out dist
+	KVIKPY_DIST_DIR=$(CURDIR)/dist KVIKPY_WHEEL_COMPAT=$(WHEEL_COMPAT) $(BIN)/python -m pytest \
+		-q -p no:cacheprovider tests/test_packaging.py
 
-# Build here, run on the GPU machine: the wheel and the test requirements travel in .gpu/.
+wheel: wheels
+
+# Build here, run on the GPU machine: the wheel (the same manylinux_2_28 build as
+# `make wheels`) and the test requirements travel in .gpu/.
 gpu-wheel: $(STAMP) check-rust
 	rm -rf .gpu && mkdir -p .gpu
-	$(BIN)/maturin build --release --quiet --out .gpu
+	$(ZIG_BUILD) --quiet --out .gpu
 
 # On the GPU machine (Python 3.12, torch/cupy/pytest/hypothesis preinstalled, no Rust):
 # install the carried wheel outside the source tree, run the suite against it, and write
@@ -141,4 +182,4 @@ gpu-bench:
 	fi
 
 clean:
-	rm -rf $(VENV) target dist .gpu .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) target dist site .gpu .pytest_cache .mypy_cache .ruff_cache .hypothesis

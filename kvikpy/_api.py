@@ -86,9 +86,12 @@ def read(
     ----------
     path
         The file.
-    offset, size
-        The byte range; ``size=None`` reads to the end of the file. A range past the end
-        raises ``ValueError``.
+    offset
+        Where the range starts, in bytes from the start of the file; default 0. An offset
+        past the end of the file raises ``ValueError``.
+    size
+        How many bytes to read; ``None`` (the default) reads from ``offset`` to the end of
+        the file. A range that ends past the end of the file raises ``ValueError``.
     device
         ``"cuda"`` (the current device), ``"cuda:N"`` or ``N``, or ``"cpu"`` for host
         memory (ordinary pages, huge pages for large reads: pinning each
@@ -97,9 +100,13 @@ def read(
         Read in this CUDA stream's order (a handle or a torch/CuPy stream): the call
         returns at once, and work queued on ``stream`` afterwards sees the bytes. Without
         a stream the call returns when the bytes have landed.
-    dtype, shape
-        How consumers see the bytes; the default is a 1-D ``uint8`` array. ``shape``
-        defaults to as many items as fit; the byte size must match exactly.
+    dtype
+        The element type consumers see (a numpy dtype or its name: integers, floats,
+        complex, ``bool``); default ``uint8``. The bytes are not converted.
+    shape
+        The shape consumers see: a tuple, or an int for 1-D. ``None`` (the default) is
+        1-D with as many items of ``dtype`` as the bytes hold; otherwise the shape times
+        the item size must equal the bytes read exactly.
     progress
         Show a tqdm progress bar (tqdm must be installed); not with ``stream``.
 
@@ -113,8 +120,12 @@ def read(
     ------
     kvikpy.CudaUnavailableError
         For a GPU device on a machine without CUDA (pass ``device="cpu"``).
-    FileNotFoundError, PermissionError, IsADirectoryError
-        If the file cannot be opened.
+    FileNotFoundError
+        If the file does not exist.
+    PermissionError
+        If the file may not be read.
+    IsADirectoryError
+        If the path is a directory.
     ValueError
         For a range past the end of the file, or a dtype/shape that does not fit.
 

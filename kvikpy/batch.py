@@ -28,6 +28,15 @@ class Batch(Sequence[_lib.Buffer]):
 
     Made by :func:`read_many` and :func:`read_ranges`, not directly.
 
+    Parameters
+    ----------
+    buffer
+        The one allocation holding every element, end to end.
+    offsets
+        The ``len + 1`` element boundaries in bytes, starting at 0.
+    failures
+        Elements that could not be read, by index, with their errors.
+
     Examples
     --------
     >>> batch = kvikpy.read_many(["a.bin", "b.bin"])

@@ -15,7 +15,21 @@ from kvikpy.cufile import CuFile, IOFuture
 class ChunkIterator(Iterator[_lib.Buffer]):
     """Consecutive chunks of a file as :class:`kvikpy.Buffer` s, read ``depth`` ahead.
 
-    Returned by :func:`iter_chunks`; also a context manager that closes the file.
+    Returned by :func:`iter_chunks`, not made directly; also a context manager that
+    closes the file.
+
+    Parameters
+    ----------
+    path
+        The file.
+    chunk_size
+        Bytes per chunk (the last chunk may be shorter).
+    ordinal
+        The CUDA device to read into, or -1 for host memory.
+    depth
+        How many chunks are read ahead.
+    progress
+        Show a tqdm progress bar of the bytes read.
     """
 
     def __init__(

@@ -34,6 +34,13 @@ class IOFuture:
     __slots__ = ("_handle",)
 
     def __init__(self, handle: _lib.Future) -> None:
+        """Wrap an operation started by the engine (made by :class:`CuFile`, not by hand).
+
+        Parameters
+        ----------
+        handle
+            The engine's handle of the running operation.
+        """
         self._handle = handle
 
     def get(self) -> int:
@@ -50,6 +57,13 @@ class IOFuture:
     def add_done_callback(self, fn: Callable[[IOFuture], object]) -> None:
         """Call ``fn(future)`` once the operation has finished.
 
+        Parameters
+        ----------
+        fn
+            Called with this future as its only argument; its return value is ignored.
+
+        Notes
+        -----
         If it has already finished, ``fn`` runs at once in this thread; otherwise it runs in
         the I/O thread that finishes the operation, so it should be quick and thread-safe
         (to reach an event loop, use ``loop.call_soon_threadsafe``). Exceptions raised by
@@ -85,6 +99,18 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
 def wait_all(futures: Iterable[IOFuture]) -> list[int]:
     """Wait for every future; return their byte counts in order.
 
+    Parameters
+    ----------
+    futures
+        The futures to wait for (any iterable of :class:`IOFuture`).
+
+    Returns
+    -------
+    list[int]
+        The bytes each one transferred, in the order given.
+
+    Notes
+    -----
     All futures are waited for before any error is raised, so no operation is left running
     behind the exception; the first failure (in order) is then raised.
     """
@@ -115,6 +141,13 @@ class IOFutureStream:
     __slots__ = ("_handle",)
 
     def __init__(self, handle: _lib.StreamFuture) -> None:
+        """Wrap a stream-ordered transfer (made by :class:`CuFile`, not by hand).
+
+        Parameters
+        ----------
+        handle
+            The engine's handle of the transfer.
+        """
         self._handle = handle
 
     def check_bytes_done(self) -> int:
@@ -148,8 +181,14 @@ class CuFile:
 
     Raises
     ------
-    FileNotFoundError, PermissionError, IsADirectoryError, OSError
-        If the file cannot be opened.
+    FileNotFoundError
+        If the file does not exist (modes ``"r"`` and ``"r+"``).
+    PermissionError
+        If the file may not be opened in this mode.
+    IsADirectoryError
+        If the path is a directory.
+    OSError
+        For any other failure to open the file.
     ValueError
         For any other mode (``"a"`` included).
 
@@ -271,8 +310,26 @@ class CuFile:
     ) -> IOFuture:
         """Start writing ``size`` bytes of ``buf`` at ``file_offset``; return a future.
 
-        Writing past the end extends the file. Parameters are as for :meth:`pread`, except
-        that ``buf`` may be read-only (``bytes``).
+        Writing past the end extends the file.
+
+        Parameters
+        ----------
+        buf
+            A contiguous buffer, read-only allowed: host memory (``bytes``, numpy array...)
+            or GPU memory (torch tensor, CuPy array, anything with
+            ``__cuda_array_interface__`` or CUDA ``__dlpack__``, ``kvikpy.Buffer``).
+        size
+            Bytes to write; default the buffer's size. Larger than the buffer is an error.
+        file_offset
+            Where in the file to start.
+        task_size
+            Split the write into tasks of this many bytes run on the thread pool; default
+            ``defaults.get("task_size")``.
+
+        Returns
+        -------
+        IOFuture
+            Resolves to the bytes written.
         """
         return IOFuture(self._handle.pwrite(buf, size, file_offset, task_size))
 
@@ -283,7 +340,25 @@ class CuFile:
         file_offset: int = 0,
         task_size: int | None = None,
     ) -> int:
-        """Read into ``buf`` and return the number of bytes read (blocking :meth:`pread`)."""
+        """Read into ``buf`` and return the number of bytes read (blocking :meth:`pread`).
+
+        Parameters
+        ----------
+        buf
+            A writable, contiguous buffer in host or GPU memory (as for :meth:`pread`).
+        size
+            Bytes to read; default the buffer's size. Larger than the buffer is an error.
+        file_offset
+            Where in the file to start.
+        task_size
+            Split the read into tasks of this many bytes run on the thread pool; default
+            ``defaults.get("task_size")``.
+
+        Returns
+        -------
+        int
+            The bytes read: short if the file ends first, 0 at or past the end.
+        """
         return self._handle.read(buf, size, file_offset, task_size)
 
     def write(
@@ -293,7 +368,26 @@ class CuFile:
         file_offset: int = 0,
         task_size: int | None = None,
     ) -> int:
-        """Write ``buf`` and return the number of bytes written (blocking :meth:`pwrite`)."""
+        """Write ``buf`` and return the number of bytes written (blocking :meth:`pwrite`).
+
+        Parameters
+        ----------
+        buf
+            A contiguous buffer in host or GPU memory, read-only allowed (as for
+            :meth:`pwrite`).
+        size
+            Bytes to write; default the buffer's size. Larger than the buffer is an error.
+        file_offset
+            Where in the file to start.
+        task_size
+            Split the write into tasks of this many bytes run on the thread pool; default
+            ``defaults.get("task_size")``.
+
+        Returns
+        -------
+        int
+            The bytes written.
+        """
         return self._handle.write(buf, size, file_offset, task_size)
 
     def raw_read(
@@ -301,8 +395,23 @@ class CuFile:
     ) -> int:
         """Read into device memory in one call in this thread, without the thread pool.
 
-        ``size`` bytes (default: the rest of the buffer) land at ``dev_offset`` bytes into
-        ``buf``. Device memory only: host buffers raise ``ValueError`` (use :meth:`read`).
+        Device memory only: host buffers raise ``ValueError`` (use :meth:`read`).
+
+        Parameters
+        ----------
+        buf
+            Writable, contiguous GPU memory (torch tensor, CuPy array, ``kvikpy.Buffer``...).
+        size
+            Bytes to read; default the rest of the buffer after ``dev_offset``.
+        file_offset
+            Where in the file to start.
+        dev_offset
+            Where in ``buf`` the bytes land, in bytes from its start.
+
+        Returns
+        -------
+        int
+            The bytes read: short if the file ends first.
         """
         return self._handle.raw_read(buf, size, file_offset, dev_offset)
 
@@ -312,6 +421,22 @@ class CuFile:
         """Write from device memory in one call in this thread, without the thread pool.
 
         Device memory only: host buffers raise ``ValueError`` (use :meth:`write`).
+
+        Parameters
+        ----------
+        buf
+            Contiguous GPU memory (torch tensor, CuPy array, ``kvikpy.Buffer``...).
+        size
+            Bytes to write; default the rest of the buffer after ``dev_offset``.
+        file_offset
+            Where in the file to start.
+        dev_offset
+            Where in ``buf`` the bytes start, in bytes from its start.
+
+        Returns
+        -------
+        int
+            The bytes written.
         """
         return self._handle.raw_write(buf, size, file_offset, dev_offset)
 
@@ -326,8 +451,26 @@ class CuFile:
         """Read into device memory in ``stream``'s order; returns at once.
 
         The read starts after the work already queued on ``stream`` and work queued on it
-        later sees the bytes. ``stream`` is a raw handle or a stream object of PyTorch,
-        CuPy, Numba or CUDA Python. Device memory only.
+        later sees the bytes. Device memory only.
+
+        Parameters
+        ----------
+        buf
+            Writable, contiguous GPU memory (torch tensor, CuPy array, ``kvikpy.Buffer``...).
+        stream
+            The CUDA stream to order the read in: a raw ``CUstream`` handle (an int) or a
+            stream object of PyTorch, CuPy, Numba or CUDA Python.
+        size
+            Bytes to read; default the rest of the buffer after ``dev_offset``.
+        file_offset
+            Where in the file to start.
+        dev_offset
+            Where in ``buf`` the bytes land, in bytes from its start.
+
+        Returns
+        -------
+        IOFutureStream
+            :meth:`IOFutureStream.check_bytes_done` waits and returns the bytes read.
         """
         return IOFutureStream(
             self._handle.raw_read_async(buf, stream_handle(stream), size, file_offset, dev_offset)
@@ -345,6 +488,25 @@ class CuFile:
 
         The write reads the buffer after the work already queued on ``stream``; work
         queued later may overwrite the buffer. Device memory only.
+
+        Parameters
+        ----------
+        buf
+            Contiguous GPU memory (torch tensor, CuPy array, ``kvikpy.Buffer``...).
+        stream
+            The CUDA stream to order the write in: a raw ``CUstream`` handle (an int) or a
+            stream object of PyTorch, CuPy, Numba or CUDA Python.
+        size
+            Bytes to write; default the rest of the buffer after ``dev_offset``.
+        file_offset
+            Where in the file to start.
+        dev_offset
+            Where in ``buf`` the bytes start, in bytes from its start.
+
+        Returns
+        -------
+        IOFutureStream
+            :meth:`IOFutureStream.check_bytes_done` waits and returns the bytes written.
         """
         return IOFutureStream(
             self._handle.raw_write_async(buf, stream_handle(stream), size, file_offset, dev_offset)

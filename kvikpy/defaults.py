@@ -88,6 +88,16 @@ def _to_engine(name: str, value: Any) -> Any:
 def get(name: str) -> Any:
     """Return the current value of the setting ``name``.
 
+    Parameters
+    ----------
+    name
+        A setting's name (see the table above), e.g. ``"num_threads"``.
+
+    Returns
+    -------
+    Any
+        The value: an int, a bool, or a :class:`CompatMode` for ``compat_mode``.
+
     Raises
     ------
     KeyError
@@ -125,6 +135,20 @@ def set(*config: Any, **kwargs: Any) -> _Applied:
     Call as ``set(name, value)``, ``set({name: value, ...})`` or ``set(name=value, ...)``.
     All values are validated before any is applied, so a bad one changes nothing.
 
+    Parameters
+    ----------
+    *config
+        Either a setting's name and its value (two arguments), or one mapping of names to
+        values; nothing when only keywords are given.
+    **kwargs
+        Settings as keywords, ``num_threads=8``; applied after ``config``.
+
+    Returns
+    -------
+    object
+        A context manager that restores the previous values of the changed settings on
+        exit; ignoring it keeps the change.
+
     Raises
     ------
     KeyError
@@ -159,6 +183,13 @@ def set(*config: Any, **kwargs: Any) -> _Applied:
 def is_compat_mode_preferred(mode: CompatMode | None = None) -> bool:
     """Whether ``mode`` (default: the current setting) resolves to POSIX I/O here.
 
+    Parameters
+    ----------
+    mode
+        The mode to resolve; ``None`` (the default) resolves the current ``compat_mode``.
+
+    Notes
+    -----
     ``ON`` does, ``OFF`` does not, and ``AUTO`` does unless cuFile is usable: libcufile
     loads, ``/run/udev`` is readable and the system is not WSL.
     """
@@ -175,7 +206,14 @@ def compat_mode() -> bool:
 
 
 def compat_mode_reset(enable: bool | CompatMode) -> None:
-    """Set ``compat_mode``: ``True``/``False`` mean ``ON``/``OFF``; a ``CompatMode`` is kept."""
+    """Set ``compat_mode``.
+
+    Parameters
+    ----------
+    enable
+        ``True`` means ``CompatMode.ON``, ``False`` ``CompatMode.OFF``; a ``CompatMode``
+        is kept as given.
+    """
     set("compat_mode", enable)
 
 
@@ -185,7 +223,13 @@ def get_num_threads() -> int:
 
 
 def reset_num_threads(nthreads: int) -> None:
-    """Set the number of I/O threads; operations already queued finish on the old pool."""
+    """Set the number of I/O threads; operations already queued finish on the old pool.
+
+    Parameters
+    ----------
+    nthreads
+        The new number of threads, at least 1.
+    """
     set("num_threads", nthreads)
 
 
@@ -198,7 +242,13 @@ def task_size() -> int:
 
 
 def task_size_reset(nbytes: int) -> None:
-    """Set ``task_size``."""
+    """Set ``task_size``.
+
+    Parameters
+    ----------
+    nbytes
+        The maximum size in bytes of one parallel task, at least 1.
+    """
     set("task_size", nbytes)
 
 
@@ -208,7 +258,13 @@ def gds_threshold() -> int:
 
 
 def gds_threshold_reset(nbytes: int) -> None:
-    """Set ``gds_threshold``."""
+    """Set ``gds_threshold``.
+
+    Parameters
+    ----------
+    nbytes
+        Requests of at most this many bytes run in the calling thread.
+    """
     set("gds_threshold", nbytes)
 
 
@@ -218,5 +274,11 @@ def bounce_buffer_size() -> int:
 
 
 def bounce_buffer_size_reset(nbytes: int) -> None:
-    """Set ``bounce_buffer_size``."""
+    """Set ``bounce_buffer_size``.
+
+    Parameters
+    ----------
+    nbytes
+        The size in bytes of each bounce buffer, at least 1.
+    """
     set("bounce_buffer_size", nbytes)

@@ -82,6 +82,13 @@ def tofile(ary: Any, file: str | os.PathLike[str]) -> None:
 
     Arrays that are not C-contiguous (Fortran-ordered, strided) are copied to C order
     first, as ``ndarray.tofile`` does; CuPy arrays stay on the GPU for that copy.
+
+    Parameters
+    ----------
+    ary
+        The array to write: numpy, CuPy, or any contiguous host or GPU buffer.
+    file
+        Path of the file; created if missing, truncated if present.
     """
     if hasattr(ary, "__array_function__"):
         ary = np.ascontiguousarray(ary, like=ary)

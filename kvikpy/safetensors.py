@@ -46,11 +46,23 @@ _MAX_HEADER = 100_000_000
 def read_header(path: str | os.PathLike[str]) -> tuple[int, dict[str, Any], dict[str, str]]:
     """Parse and validate a safetensors header.
 
-    Returns ``(data_start, tensors, metadata)``: the byte offset where tensor data begins,
-    ``{name: {"dtype", "shape", "data_offsets"}}`` and the ``__metadata__`` strings.
-    Raises ``ValueError`` naming the file for anything malformed: a header that is too
-    large or not JSON, an unknown dtype, offsets that do not match the shape, overlap, or
-    reach past the end of the file.
+    Parameters
+    ----------
+    path
+        The ``.safetensors`` file.
+
+    Returns
+    -------
+    tuple[int, dict, dict]
+        ``(data_start, tensors, metadata)``: the byte offset where tensor data begins,
+        ``{name: {"dtype", "shape", "data_offsets"}}`` and the ``__metadata__`` strings.
+
+    Raises
+    ------
+    ValueError
+        Naming the file, for anything malformed: a header that is too large or not JSON,
+        an unknown dtype, offsets that do not match the shape, overlap, or reach past the
+        end of the file.
     """
     name = _paths.fspath(path)
     file_size = os.path.getsize(name)

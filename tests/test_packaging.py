@@ -1,0 +1,297 @@
+"""The distributions users install: the wheel's platform tag, the licence and metadata in
+the wheel and the sdist, what installing the sdist does without Rust, and the conda recipe.
+
+``make wheels`` builds dist/ and runs this module with ``KVIKPY_DIST_DIR`` set; the tests
+that need the built files skip without it (building a release wheel takes minutes). The
+recipe and build-backend tests need nothing built and always run.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+CARGO = tomllib.loads((ROOT / "Cargo.toml").read_text())
+VERSION = CARGO["workspace"]["package"]["version"]
+REPOSITORY = CARGO["workspace"]["package"]["repository"]
+LICENSE_TEXT = (ROOT / "LICENSE").read_text()
+BACKEND = ROOT / "build_backend"
+
+
+def dist_dir() -> Path:
+    given = os.environ.get("KVIKPY_DIST_DIR")
+    if not given:
+        pytest.skip("needs the built distributions: run `make wheels`")
+    return Path(given)
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Path:
+    wheels = sorted(dist_dir().glob("kvikpy-*.whl"))
+    assert len(wheels) == 1, f"expected one wheel in {dist_dir()}, found {wheels}"
+    return wheels[0]
+
+
+@pytest.fixture(scope="module")
+def sdist() -> Path:
+    sdists = sorted(dist_dir().glob("kvikpy-*.tar.gz"))
+    assert len(sdists) == 1, f"expected one sdist in {dist_dir()}, found {sdists}"
+    return sdists[0]
+
+
+def manylinux_version(tag: str) -> tuple[int, int]:
+    """``manylinux_2_28_x86_64`` -> (2, 28); the legacy aliases map to their glibc."""
+    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+    for alias, version in legacy.items():
+        if tag.startswith(alias + "_"):
+            return version
+    m = re.match(r"manylinux_(\d+)_(\d+)_", tag)
+    assert m, f"not a manylinux tag: {tag!r}"
+    return int(m[1]), int(m[2])
+
+
+def test_manylinux_version_parsing():
+    assert manylinux_version("manylinux_2_28_x86_64") == (2, 28)
+    assert manylinux_version("manylinux_2_34_aarch64") == (2, 34)
+    assert manylinux_version("manylinux2014_x86_64") == (2, 17)
+    with pytest.raises(AssertionError):
+        manylinux_version("linux_x86_64")
+
+
+def test_wheel_is_manylinux_2_28_or_older(wheel):
+    limit = manylinux_version(os.environ.get("KVIKPY_WHEEL_COMPAT", "manylinux_2_28") + "_x")
+    tag = wheel.name.removesuffix(".whl").split("-")[-1]
+    assert manylinux_version(tag) <= limit, f"{wheel.name} is tagged {tag}"
+    # auditwheel reads the symbols the library really needs, whatever the file is called.
+    result = subprocess.run(
+        [sys.executable, "-m", "auditwheel", "show", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = " ".join(result.stdout.split())
+    m = re.search(r'consistent with the following platform tag: "([^"]+)"', text)
+    assert m, text
+    assert manylinux_version(m[1]) <= limit, f"auditwheel: {text}"
+
+
+def test_wheel_carries_the_licence_and_metadata(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        licences = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert licences, names
+        assert z.read(licences[0]).decode() == LICENSE_TEXT
+        meta_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        meta = email.parser.Parser().parsestr(z.read(meta_name).decode())
+    assert meta["Version"] == VERSION
+    assert meta["License-Expression"] == "Apache-2.0"
+    assert meta["License-File"] == "LICENSE"
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL"))
+    assert urls["Source"] == REPOSITORY
+    assert urls["Changelog"].endswith("CHANGELOG.md")
+    assert any(n.endswith("_lib.abi3.so") for n in names)
+
+
+def test_sdist_carries_the_licence_changelog_and_build_backend(sdist):
+    prefix = f"kvikpy-{VERSION}/"
+    with tarfile.open(sdist) as t:
+        names = set(t.getnames())
+        for needed in ("LICENSE", "CHANGELOG.md", "build_backend/kvikpy_build.py", "Cargo.lock"):
+            assert prefix + needed in names, needed
+        licence = t.extractfile(prefix + "LICENSE")
+        assert licence is not None
+        assert licence.read().decode() == LICENSE_TEXT
+
+
+def path_without_cargo() -> str:
+    """PATH with every folder that holds a ``cargo`` left out."""
+    kept = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    kept = [d for d in kept if not (Path(d) / "cargo").exists()]
+    assert shutil.which("cargo", path=os.pathsep.join(kept)) is None
+    return os.pathsep.join(kept)
+
+
+def no_rust_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CARGO", "RUSTUP", "PIP_"))}
+    env.update(PATH=path_without_cargo(), PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.update(extra)
+    return env
+
+
+def test_installing_the_sdist_without_rust_stops_at_once_with_what_to_do(sdist, tmp_path):
+    # Offline (no index) and without cargo: the build backend must not try to download
+    # a toolchain, and must say what to install.
+    start = time.monotonic()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-build-isolation",
+            "--no-deps",
+            "--no-cache-dir",
+            "--target",
+            str(tmp_path / "site"),
+            str(sdist),
+        ],
+        capture_output=True,
+        text=True,
+        env=no_rust_env(),
+        cwd=tmp_path,
+        timeout=120,
+    )
+    elapsed = time.monotonic() - start
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out
+    assert "building kvikpy from source needs Rust" in out, out
+    assert "https://rustup.rs" in out and "KVIKPY_BOOTSTRAP_RUST=1" in out, out
+    assert "puccinialin" not in out, out
+    assert elapsed < 60, f"took {elapsed:.0f} s to fail"
+    assert not (tmp_path / "site").exists()
+
+
+def run_backend(hook: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Call one hook of kvikpy's build backend in a fresh interpreter, as pip would
+    (from the source folder, with the backend folder on sys.path)."""
+    code = f"import kvikpy_build, sys; print(kvikpy_build.{hook}())"
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(BACKEND)},
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "hook",
+    [
+        "get_requires_for_build_wheel",
+        "get_requires_for_build_sdist",
+        "get_requires_for_build_editable",
+    ],
+)
+def test_backend_without_cargo_refuses_before_asking_for_a_toolchain(hook):
+    # The first hook pip calls in an isolated build; maturin's own would answer
+    # ["puccinialin"], the package that downloads Rust.
+    result = run_backend(hook, no_rust_env())
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "building kvikpy from source needs Rust" in result.stderr
+    assert "puccinialin" not in result.stdout
+
+
+def test_backend_with_the_opt_in_hands_over_to_maturins_bootstrap():
+    result = run_backend("get_requires_for_build_wheel", no_rust_env(KVIKPY_BOOTSTRAP_RUST="1"))
+    assert result.returncode == 0, result.stderr
+    assert "puccinialin" in result.stdout
+
+
+@pytest.mark.skipif(shutil.which("cargo") is None, reason="needs cargo on PATH")
+def test_backend_with_cargo_is_maturins():
+    result = run_backend("get_requires_for_build_wheel", dict(os.environ))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_pyproject_uses_the_checking_backend_and_declares_the_licence():
+    build = PYPROJECT["build-system"]
+    assert build["build-backend"] == "kvikpy_build"
+    assert build["backend-path"] == ["build_backend"]
+    project = PYPROJECT["project"]
+    assert project["license"] == CARGO["workspace"]["package"]["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
+    assert project["urls"]["Source"] == REPOSITORY
+    assert "Version 2.0, January 2004" in LICENSE_TEXT
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in LICENSE_TEXT
+
+
+def test_changelog_describes_this_version():
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert re.search(rf"^## \[?{re.escape(VERSION)}\]?", changelog, re.M), changelog[:300]
+
+
+# The conda recipe (rattler-build's recipe.yaml, schema version 1).
+
+RECIPE = ROOT / "conda" / "recipe.yaml"
+
+
+def requirement_names(reqs: list[str]) -> dict[str, str]:
+    """``["numpy >=1.24", ...]`` -> ``{"numpy": ">=1.24"}`` (plain strings only)."""
+    out = {}
+    for r in reqs:
+        name, _, spec = r.partition(" ")
+        out[name] = spec.replace(" ", "")
+    return out
+
+
+@pytest.fixture(scope="module")
+def recipe() -> dict:
+    return yaml.safe_load(RECIPE.read_text())
+
+
+def test_recipe_has_the_required_sections(recipe):
+    assert recipe["schema_version"] == 1
+    for key in ("context", "package", "source", "build", "requirements", "tests", "about"):
+        assert key in recipe, key
+    assert recipe["package"] == {"name": "${{ name }}", "version": "${{ version }}"}
+    assert isinstance(recipe["build"]["number"], int)
+    assert recipe["build"]["script"], "no build script"
+    assert (RECIPE.parent / recipe["source"]["path"] / "pyproject.toml").is_file()
+
+
+def test_recipe_matches_the_python_and_rust_metadata(recipe):
+    context = recipe["context"]
+    assert context["name"] == PYPROJECT["project"]["name"]
+    assert context["version"] == VERSION
+    req = recipe["requirements"]
+    assert '${{ compiler("rust") }}' in req["build"]
+    host = requirement_names(req["host"])
+    assert host["maturin"] == PYPROJECT["build-system"]["requires"][0].removeprefix("maturin")
+    run = requirement_names(req["run"])
+    assert run["python"] == PYPROJECT["project"]["requires-python"]
+    runtime = requirement_names(
+        [d.replace(">", " >", 1) for d in PYPROJECT["project"]["dependencies"]]
+    )
+    for name, spec in runtime.items():
+        assert run[name] == spec, name
+    about = recipe["about"]
+    assert about["license"] == PYPROJECT["project"]["license"]
+    assert "LICENSE" in about["license_file"]
+    assert about["repository"] == REPOSITORY
+    assert about["summary"] == PYPROJECT["project"]["description"]
+
+
+def test_recipe_expressions_name_only_known_variables(recipe):
+    text = RECIPE.read_text()
+    known = set(recipe["context"]) | {"PYTHON"}
+    functions = {"compiler", "stdlib"}
+    expressions = re.findall(r"\$\{\{\s*(.*?)\s*\}\}", text)
+    assert expressions
+    for expr in expressions:
+        word = re.match(r"[A-Za-z_]+", expr)
+        assert word, expr
+        assert word[0] in known or word[0] in functions, expr
+    # Braces must balance: a stray "${{" would be passed through as text.
+    assert text.count("${{") == text.count("}}")
+
+
+def test_recipe_tests_import_the_package(recipe):
+    imports = [i for t in recipe["tests"] if "python" in t for i in t["python"]["imports"]]
+    assert "kvikpy" in imports
