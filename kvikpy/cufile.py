@@ -76,6 +76,13 @@ class IOFuture:
     def __repr__(self) -> str:
         return f"<kvikpy.IOFuture {'done' if self.done() else 'pending'}>"
 
+    def _repr_html_(self) -> str:
+        """A table for notebooks: pending with the bytes moved so far, or done with the
+        byte count, or failed with the error (shown, not raised)."""
+        from kvikpy._display import future_rows, html_table
+
+        return html_table("kvikpy.IOFuture", future_rows(self))
+
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
