@@ -347,11 +347,19 @@ def write(
 
 
 def _nbytes(buf: Any) -> int | None:
-    """The size of a buffer for a progress bar's total (None when it cannot tell)."""
+    """The size of a buffer for a progress bar's total: its ``nbytes``, its buffer
+    protocol view's, or what its CUDA Array Interface describes (None when it cannot
+    tell, for a DLPack-only object: its capsule can be taken only once)."""
     n = getattr(buf, "nbytes", None)
     if isinstance(n, int):
         return n
     try:
         return memoryview(buf).nbytes
     except TypeError:
+        pass
+    try:
+        cai = buf.__cuda_array_interface__
+        itemsize = int(cai["typestr"][2:])
+        return math.prod(cai["shape"]) * itemsize
+    except Exception:  # not a CUDA array either
         return None
