@@ -142,6 +142,14 @@ class IOFutureStream:
         return f"<kvikpy.IOFutureStream stream={self.stream:#x} {state}>"
 
 
+def _reopen(path: str, flags: str) -> CuFile:
+    """A pickled :class:`CuFile` in the unpickling process: ``"w"`` modes become ``"r+"``
+    (keep the bytes, still writable), others stay."""
+    if flags.startswith("w"):
+        flags = "r+" + ("b" if "b" in flags else "")
+    return CuFile(path, flags)
+
+
 class CuFile:
     """A file opened for parallel reads and writes into host or GPU memory.
 
@@ -165,6 +173,12 @@ class CuFile:
     Reads that reach the end of the file return the short count (0 at or past the end);
     they never raise for it. All methods raise ``ValueError("I/O operation on closed
     file")`` after :meth:`close`. ``CuFile`` is a context manager.
+
+    An open ``CuFile`` pickles (to multiprocessing or Dask workers) as its absolute path
+    and mode, and the worker opens the file again; it has no file position to carry, as
+    every read and write names its offset. ``"w"`` and ``"w+"`` files are reopened
+    ``"r+"``, so that a worker never truncates the file; a closed ``CuFile`` refuses to
+    pickle (``TypeError``).
 
     Examples
     --------
@@ -228,6 +242,17 @@ class CuFile:
     def mode(self) -> str:
         """The mode the file was opened with (``"r"``, ``"w+"``...)."""
         return self._flags
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        """Pickle support (multiprocessing, Dask): the worker reopens the file by its
+        absolute path. A file opened with ``"w"`` or ``"w+"`` is reopened ``"r+"``, so
+        unpickling never truncates what was written before; a closed file refuses."""
+        if self.closed:
+            raise TypeError(
+                f"cannot pickle the closed {self!r}: there is nothing to reopen; pickle "
+                "its path instead, or pickle it while it is open"
+            )
+        return (_reopen, (os.path.abspath(self.path), self._flags))
 
     def __repr__(self) -> str:
         from kvikpy._display import cufile_repr
