@@ -70,6 +70,11 @@ def _resolve_dtype(dtype: object) -> _Dtype:
     try:
         dt = np.dtype(dtype)  # type: ignore[call-overload]
     except Exception as e:  # TypeError mostly; odd spellings give others
+        if spelled is not None:
+            raise ValueError(
+                f"torch.{spelled} has no numpy or DLPack type kvikpy can export; read the "
+                "bytes (dtype='uint8') and view them as that type in torch"
+            ) from e
         raise TypeError(
             f"dtype={dtype!r} is not a data type: pass a numpy dtype or its name "
             "('float16', '<i4'...), 'bfloat16', or a torch dtype (torch.float16)"
@@ -232,8 +237,17 @@ def read(
         returns at once, and work queued on ``stream`` afterwards sees the bytes. Without
         a stream the call returns when the bytes have landed.
     dtype, shape
-        How consumers see the bytes; the default is a 1-D ``uint8`` array. ``shape``
-        defaults to as many items as fit; the byte size must match exactly.
+        How consumers see the bytes; the default is a 1-D ``uint8`` array. ``dtype`` is a
+        numpy dtype or its name, ``"bfloat16"`` (or ``ml_dtypes.bfloat16``, JAX's), or a
+        torch dtype (``torch.float16``; recognised without importing torch). DLPack
+        carries booleans, integers, float16/32/64, bfloat16 and complex64/128 in native
+        byte order; anything else raises ``ValueError``. bfloat16 reaches torch and JAX
+        as their bfloat16 (DLPack's ``kDLBfloat``); numpy has none, so
+        :attr:`Buffer.dtype` is ``ml_dtypes.bfloat16`` where ml_dtypes is installed and
+        ``numpy.dtype('V2')`` (raw 2-byte items) otherwise. ``shape`` is an int or a
+        sequence of ints, one of which may be ``-1`` for as many items as fit (as in
+        numpy's ``reshape``); it defaults to all the items in one dimension, and the
+        byte size must match exactly.
     progress
         Show a tqdm progress bar (tqdm must be installed); not with ``stream``.
 
@@ -250,7 +264,10 @@ def read(
     FileNotFoundError, PermissionError, IsADirectoryError
         If the file cannot be opened.
     ValueError
-        For a range past the end of the file, or a dtype/shape that does not fit.
+        For a range past the end of the file, a dtype DLPack cannot carry, or a shape
+        that does not fit the range.
+    TypeError
+        For a ``dtype`` that is no data type, or a ``shape`` that is not made of ints.
 
     Examples
     --------
