@@ -155,10 +155,11 @@ def main() -> None:
             f"{name:12} off {r['off_s'] * 1e3:8.2f} ms  on {r['on_s'] * 1e3:8.2f} ms  "
             f"on/off {r['on_vs_off']:.3f}"
         )
+    ms = {key: value * 1e3 for key, value in first.items() if key.endswith("_s")}
     print(
-        f"first bar of a process: warm call without a bar {first['warm_off_s'] * 1e3:.2f} ms, "
-        f"first with a bar {first['first_on_s'] * 1e3:.2f} ms (+{first['first_overhead_s'] * 1e3:.2f}"
-        f" ms), second {first['second_on_s'] * 1e3:.2f} ms; median of {args.fresh} processes"
+        f"first bar of a process: warm call without a bar {ms['warm_off_s']:.2f} ms, "
+        f"first with a bar {ms['first_on_s']:.2f} ms (+{ms['first_overhead_s']:.2f} ms), "
+        f"second {ms['second_on_s']:.2f} ms; median of {args.fresh} processes"
     )
     if args.out:
         with open(args.out, "w") as fh:

@@ -5,15 +5,32 @@ from __future__ import annotations
 import math
 import operator
 import os
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, SupportsIndex, TypeAlias
 
 from kvikpy import _lib
 from kvikpy._streams import stream_handle
-from kvikpy.cufile import CuFile
+from kvikpy.cufile import BufferLike, CuFile, OpenMode
 from kvikpy.errors import CudaUnavailableError
 
 if TYPE_CHECKING:
     import numpy.typing as npt
+
+
+class TorchDtype(Protocol):
+    """A torch dtype (``torch.float16``...), described by what its type stubs declare, so
+    that annotations need not import torch."""
+
+    @property
+    def is_floating_point(self) -> bool: ...
+    @property
+    def itemsize(self) -> int: ...
+
+
+DTypeLike: TypeAlias = "npt.DTypeLike | TorchDtype"
+"""What ``read`` takes as ``dtype``: numpy's dtype spellings (``"bfloat16"`` too) and
+torch dtypes."""
+ShapeLike: TypeAlias = "SupportsIndex | Sequence[SupportsIndex]"
 
 __all__ = ["cuda_available", "device_count", "read", "write"]
 
@@ -106,7 +123,7 @@ def _parse_shape(shape: object) -> list[int]:
     if isinstance(shape, bool) or type(shape).__name__ == "bool_":
         raise wrong
     try:
-        dims = [operator.index(shape)]  # type: ignore[call-overload]
+        dims = [operator.index(shape)]  # type: ignore[arg-type]
     except TypeError:
         if isinstance(shape, str | bytes) or not hasattr(shape, "__iter__"):
             raise wrong from None
@@ -215,8 +232,8 @@ def read(
     size: int | None = None,
     device: str | int = "cuda",
     stream: Any = None,
-    dtype: npt.DTypeLike = "uint8",
-    shape: tuple[int, ...] | int | None = None,
+    dtype: DTypeLike = "uint8",
+    shape: ShapeLike | None = None,
     progress: bool = False,
 ) -> _lib.Buffer:
     """Read a file, or ``size`` bytes of it at ``offset``, into new GPU or host memory.
@@ -304,7 +321,7 @@ def read(
                 f"{os.fspath(path)!r}, which has {file_size} bytes; pass "
                 f"size={file_size - offset} or less (or leave size out to read to the end)"
             )
-        dims = _fit_shape(dims, size, dt)
+        fitted = _fit_shape(dims, size, dt)
         buf = _lib.Buffer.allocate(size, ordinal, False)
         got: int | None = None  # stream-ordered reads complete later, unchecked here
         if stream is not None and ordinal >= 0:
@@ -318,11 +335,11 @@ def read(
             got = f.read(buf, size, offset)
         if got is not None and got != size:
             raise OSError(f"{os.fspath(path)!r} shrank while being read: got {got} of {size} bytes")
-    return buf.view(dt.typestr, dt.code, dt.itemsize * 8, list(dims))
+    return buf.view(dt.typestr, dt.code, dt.itemsize * 8, list(fitted))
 
 
 def write(
-    path: str | os.PathLike[str], buf: Any, *, offset: int = 0, progress: bool = False
+    path: str | os.PathLike[str], buf: BufferLike, *, offset: int = 0, progress: bool = False
 ) -> int:
     """Write all of ``buf`` (host or GPU memory) to ``path`` at ``offset``.
 
@@ -351,7 +368,7 @@ def write(
     >>> kvikpy.write("weights.bin", torch.randn(1024, 1024, device="cuda"))
     4194304
     """
-    mode = "r+" if os.path.exists(path) else "w"
+    mode: OpenMode = "r+" if os.path.exists(path) else "w"
     with CuFile(path, mode) as f:
         if not progress:
             return f.write(buf, file_offset=offset)
@@ -377,6 +394,6 @@ def _nbytes(buf: Any) -> int | None:
     try:
         cai = buf.__cuda_array_interface__
         itemsize = int(cai["typestr"][2:])
-        return math.prod(cai["shape"]) * itemsize
+        return int(math.prod(cai["shape"])) * itemsize
     except Exception:  # not a CUDA array either
         return None

@@ -159,8 +159,13 @@ def defaults_html() -> str:
         else:
             shown = str(value)
         cells = (name, shown, _SETTING_VARIABLES.get(name, ""))
-        body += "<tr>" + "".join(
-            f"<td style='text-align:left;padding-right:1em'>{html.escape(c)}</td>" for c in cells
-        ) + "</tr>"
+        body += (
+            "<tr>"
+            + "".join(
+                f"<td style='text-align:left;padding-right:1em'>{html.escape(c)}</td>"
+                for c in cells
+            )
+            + "</tr>"
+        )
     caption = "<caption style='text-align:left'><b>kvikpy.defaults</b></caption>"
     return f"<table>{caption}<tr>{head}</tr>{body}</table>"

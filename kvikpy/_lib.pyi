@@ -3,6 +3,9 @@ from collections.abc import Callable
 from os import PathLike
 from typing import Any, final
 
+import numpy as np
+import numpy.typing as npt
+
 __all__ = [
     "BatchDeviceMeta",
     "Buffer",
@@ -133,8 +136,11 @@ class Buffer:
     @property
     def typestr(self) -> str: ...
     @property
-    def dtype(self) -> Any: ...
-    def to_numpy(self) -> Any: ...
+    def dtype(self) -> np.dtype[Any]: ...
+    def to_numpy(self) -> npt.NDArray[Any]: ...
+    def __reduce_ex__(self, protocol: int, /) -> tuple[Any, tuple[Any, ...]]: ...  # type: ignore[override]
+    @staticmethod
+    def _from_pickle(data: Any, typestr: str, code: int, bits: int, shape: list[int]) -> Buffer: ...
     @property
     def shape(self) -> tuple[int, ...]: ...
     @property

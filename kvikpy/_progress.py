@@ -66,7 +66,7 @@ def _bar_class(kind: str) -> Any:
             "install it (pip install tqdm) or leave progress off"
         ) from None
 
-    class KvikpyBar(base):  # type: ignore[misc,valid-type]
+    class KvikpyBar(base):  # type: ignore[misc]
         monitor_interval = 0
 
     KvikpyBar.set_lock(threading.RLock())

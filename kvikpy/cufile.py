@@ -6,7 +6,7 @@ import contextlib
 import os
 from collections.abc import Callable, Generator, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from kvikpy import _lib
 from kvikpy._streams import stream_handle
@@ -14,7 +14,30 @@ from kvikpy._streams import stream_handle
 if TYPE_CHECKING:
     import asyncio
 
+    from typing_extensions import Buffer as BufferProtocol  # collections.abc.Buffer in 3.12
+
 __all__ = ["CuFile", "IOFuture", "IOFutureStream", "wait_all"]
+
+OpenMode: TypeAlias = Literal["r", "rb", "r+", "r+b", "rb+", "w", "wb", "w+", "w+b"]
+"""The modes :class:`CuFile` opens files with."""
+
+
+class CudaArray(Protocol):
+    """GPU memory described by the CUDA Array Interface (CuPy, Numba, torch...)."""
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+
+
+class DLPackArray(Protocol):
+    """Memory exported through DLPack (numpy, torch, CuPy, JAX, :class:`kvikpy.Buffer`)."""
+
+    def __dlpack__(self) -> Any: ...
+
+
+BufferLike: TypeAlias = "BufferProtocol | CudaArray | DLPackArray"
+"""What reads and writes take: a buffer-protocol object (``bytes``, ``bytearray``,
+``memoryview``, numpy arrays), a CUDA array, or a DLPack exporter."""
 
 
 class IOFuture:
@@ -142,11 +165,11 @@ class IOFutureStream:
         return f"<kvikpy.IOFutureStream stream={self.stream:#x} {state}>"
 
 
-def _reopen(path: str, flags: str) -> CuFile:
+def _reopen(path: str, flags: OpenMode) -> CuFile:
     """A pickled :class:`CuFile` in the unpickling process: ``"w"`` modes become ``"r+"``
     (keep the bytes, still writable), others stay."""
     if flags.startswith("w"):
-        flags = "r+" + ("b" if "b" in flags else "")
+        flags = "r+b" if "b" in flags else "r+"
     return CuFile(path, flags)
 
 
@@ -193,9 +216,9 @@ class CuFile:
     100
     """
 
-    def __init__(self, file: str | os.PathLike[str], flags: str = "r") -> None:
+    def __init__(self, file: str | os.PathLike[str], flags: OpenMode = "r") -> None:
         self._handle = _lib.FileHandle(os.fspath(file), flags)
-        self._flags = flags
+        self._flags: OpenMode = flags
 
     def close(self) -> None:
         """Close the file. Idempotent; reads and writes still running finish first."""
@@ -239,11 +262,11 @@ class CuFile:
         return os.fspath(self._handle.path)
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> OpenMode:
         """The mode the file was opened with (``"r"``, ``"w+"``...)."""
         return self._flags
 
-    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+    def __reduce__(self) -> tuple[Any, tuple[str, OpenMode]]:
         """Pickle support (multiprocessing, Dask): the worker reopens the file by its
         absolute path. A file opened with ``"w"`` or ``"w+"`` is reopened ``"r+"``, so
         unpickling never truncates what was written before; a closed file refuses."""
@@ -266,7 +289,7 @@ class CuFile:
 
     def pread(
         self,
-        buf: Any,
+        buf: BufferLike,
         size: int | None = None,
         file_offset: int = 0,
         task_size: int | None = None,
@@ -296,7 +319,7 @@ class CuFile:
 
     def pwrite(
         self,
-        buf: Any,
+        buf: BufferLike,
         size: int | None = None,
         file_offset: int = 0,
         task_size: int | None = None,
@@ -310,7 +333,7 @@ class CuFile:
 
     def read(
         self,
-        buf: Any,
+        buf: BufferLike,
         size: int | None = None,
         file_offset: int = 0,
         task_size: int | None = None,
@@ -320,7 +343,7 @@ class CuFile:
 
     def write(
         self,
-        buf: Any,
+        buf: BufferLike,
         size: int | None = None,
         file_offset: int = 0,
         task_size: int | None = None,
@@ -329,7 +352,7 @@ class CuFile:
         return self._handle.write(buf, size, file_offset, task_size)
 
     def raw_read(
-        self, buf: Any, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
+        self, buf: BufferLike, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
     ) -> int:
         """Read into device memory in one call in this thread, without the thread pool.
 
@@ -339,7 +362,7 @@ class CuFile:
         return self._handle.raw_read(buf, size, file_offset, dev_offset)
 
     def raw_write(
-        self, buf: Any, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
+        self, buf: BufferLike, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
     ) -> int:
         """Write from device memory in one call in this thread, without the thread pool.
 
@@ -349,7 +372,7 @@ class CuFile:
 
     def raw_read_async(
         self,
-        buf: Any,
+        buf: BufferLike,
         stream: Any,
         size: int | None = None,
         file_offset: int = 0,
@@ -367,7 +390,7 @@ class CuFile:
 
     def raw_write_async(
         self,
-        buf: Any,
+        buf: BufferLike,
         stream: Any,
         size: int | None = None,
         file_offset: int = 0,

@@ -52,9 +52,17 @@ class TorchLike:
 
 @pytest.mark.parametrize(
     ("dtype", "code", "bits"),
-    [("int8", 0, 8), ("<i4", 0, 32), ("uint16", 1, 16), ("float16", 2, 16),
-     ("float64", 2, 64), ("complex64", 5, 64), ("complex128", 5, 128), ("bool", 6, 8),
-     (np.float32, 2, 32)],
+    [
+        ("int8", 0, 8),
+        ("<i4", 0, 32),
+        ("uint16", 1, 16),
+        ("float16", 2, 16),
+        ("float64", 2, 64),
+        ("complex64", 5, 64),
+        ("complex128", 5, 128),
+        ("bool", 6, 8),
+        (np.float32, 2, 32),
+    ],
 )
 def test_every_dlpack_type_reads(path, dtype, code, bits):
     buf = kvikpy.read(path, device="cpu", dtype=dtype)
@@ -79,7 +87,7 @@ def test_non_numeric_types_are_a_value_error(path, dtype):
 
 def test_the_other_byte_order_is_a_value_error(path):
     other = ">f4" if sys.byteorder == "little" else "<f4"
-    with pytest.raises(ValueError, match="byte order.*float32"):
+    with pytest.raises(ValueError, match=r"byte order.*float32"):
         kvikpy.read(path, device="cpu", dtype=other)
 
 
@@ -117,9 +125,16 @@ def test_bfloat16_with_ml_dtypes(path):
 
 @pytest.mark.parametrize(
     ("name", "numpy_name"),
-    [("float16", "float16"), ("float32", "float32"), ("float64", "float64"),
-     ("int8", "int8"), ("int64", "int64"), ("uint8", "uint8"), ("bool", "bool"),
-     ("complex64", "complex64")],
+    [
+        ("float16", "float16"),
+        ("float32", "float32"),
+        ("float64", "float64"),
+        ("int8", "int8"),
+        ("int64", "int64"),
+        ("uint8", "uint8"),
+        ("bool", "bool"),
+        ("complex64", "complex64"),
+    ],
 )
 def test_torch_dtypes_are_recognised_without_torch(path, name, numpy_name):
     buf = kvikpy.read(path, device="cpu", dtype=TorchLike(name))
@@ -134,8 +149,15 @@ def test_a_torch_type_numpy_lacks_is_a_value_error(path):
 
 @pytest.mark.parametrize(
     ("shape", "want"),
-    [(-1, (24,)), ((-1,), (24,)), ((4, -1), (4, 6)), ((-1, 3, 2), (4, 3, 2)),
-     (np.int64(24), (24,)), ((np.int32(2), 12), (2, 12)), ([2, 3, 4], (2, 3, 4))],
+    [
+        (-1, (24,)),
+        ((-1,), (24,)),
+        ((4, -1), (4, 6)),
+        ((-1, 3, 2), (4, 3, 2)),
+        (np.int64(24), (24,)),
+        ((np.int32(2), 12), (2, 12)),
+        ([2, 3, 4], (2, 3, 4)),
+    ],
 )
 def test_shapes_and_one_inferred_dimension(path, shape, want):
     buf = kvikpy.read(path, device="cpu", dtype="float32", shape=shape)
@@ -145,9 +167,15 @@ def test_shapes_and_one_inferred_dimension(path, shape, want):
 
 @pytest.mark.parametrize(
     ("shape", "match"),
-    [(-2, "negative"), ((-1, -1), "negative"), ((2, -3), "negative"),
-     ((5, -1), "cannot cover"), ((0, -1), "cannot cover"), (25, "needs 100 bytes"),
-     ((0, 1 << 70), "2\\*\\*63")],
+    [
+        (-2, "negative"),
+        ((-1, -1), "negative"),
+        ((2, -3), "negative"),
+        ((5, -1), "cannot cover"),
+        ((0, -1), "cannot cover"),
+        (25, "needs 100 bytes"),
+        ((0, 1 << 70), "2\\*\\*63"),
+    ],
 )
 def test_bad_shapes_are_a_value_error(path, shape, match):
     with pytest.raises(ValueError, match=match):
@@ -160,19 +188,59 @@ def test_non_integer_shapes_are_a_type_error(path, shape):
         kvikpy.read(path, device="cpu", dtype="float32", shape=shape)
 
 
-DTYPE_WORDS = ["bfloat16", "float16", "f2", "i8", "u1", "c16", "c32", "f16", "b1", "?", "V2",
-               "S3", "<f4", ">i2", "=u4", "|b1", "O", "M8", "m8[ns]", "torch.float16", "e",
-               "longdouble", "complex256", "(2,)f4", "f4,i4", "a", "U", "p", "P", "g"]
+DTYPE_WORDS = [
+    "bfloat16",
+    "float16",
+    "f2",
+    "i8",
+    "u1",
+    "c16",
+    "c32",
+    "f16",
+    "b1",
+    "?",
+    "V2",
+    "S3",
+    "<f4",
+    ">i2",
+    "=u4",
+    "|b1",
+    "O",
+    "M8",
+    "m8[ns]",
+    "torch.float16",
+    "e",
+    "longdouble",
+    "complex256",
+    "(2,)f4",
+    "f4,i4",
+    "a",
+    "U",
+    "p",
+    "P",
+    "g",
+]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
-    dtype=st.one_of(st.sampled_from(DTYPE_WORDS), st.text(max_size=8), st.none(),
-                    st.integers(), st.builds(TorchLike, st.sampled_from(DTYPE_WORDS))),
-    shape=st.one_of(st.none(), st.integers(-(1 << 70), 1 << 70),
-                    st.lists(st.integers(-3, 100), max_size=4).map(tuple),
-                    st.lists(st.integers(-(1 << 65), 1 << 65), max_size=3),
-                    st.text(max_size=3), st.floats(allow_nan=True)),
+    dtype=st.one_of(
+        st.sampled_from(DTYPE_WORDS),
+        st.text(max_size=8),
+        st.none(),
+        st.integers(),
+        st.builds(TorchLike, st.sampled_from(DTYPE_WORDS)),
+    ),
+    shape=st.one_of(
+        st.none(),
+        st.integers(-(1 << 70), 1 << 70),
+        st.lists(st.integers(-3, 100), max_size=4).map(tuple),
+        st.lists(st.integers(-(1 << 65), 1 << 65), max_size=3),
+        st.text(max_size=3),
+        st.floats(allow_nan=True),
+    ),
 )
 def test_any_dtype_and_shape_reads_or_raises_value_or_type_error(path, dtype, shape):
     try:

@@ -84,8 +84,10 @@ def test_a_closed_cufile_refuses(tmp_path):
         pickle.dumps(f)
 
 
-@pytest.mark.parametrize(("mode", "reopened"), [("r", "r"), ("rb", "rb"), ("r+", "r+"),
-                                                ("w", "r+"), ("w+", "r+"), ("wb", "r+b")])
+@pytest.mark.parametrize(
+    ("mode", "reopened"),
+    [("r", "r"), ("rb", "rb"), ("r+", "r+"), ("w", "r+"), ("w+", "r+"), ("wb", "r+b")],
+)
 def test_a_cufile_reopens_by_path_and_never_truncates(tmp_path, monkeypatch, mode, reopened):
     text = b"written before pickling"
     (tmp_path / "f.bin").write_bytes(b"an older, longer content to be replaced")
@@ -116,7 +118,7 @@ def test_a_cufile_opened_w_in_the_parent_and_closed_keeps_its_bytes(tmp_path):
     assert p.read_bytes() == b"12345678AB"
 
 
-WORKER = '''
+WORKER = """
 import json, multiprocessing as mp, sys
 import numpy as np
 import kvikpy
@@ -135,7 +137,7 @@ if __name__ == "__main__":
         with mp.get_context("spawn").Pool(2) as pool:
             results = pool.starmap(work, [(buf, f, 32), (buf, f, 32 + buf.nbytes)])
     print(json.dumps(results))
-'''
+"""
 
 
 def test_buffers_and_files_travel_to_a_spawned_worker(tmp_path):
@@ -147,13 +149,23 @@ def test_buffers_and_files_travel_to_a_spawned_worker(tmp_path):
     out = tmp_path / "out.bin"
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    r = subprocess.run([sys.executable, str(script), str(src), str(out)], capture_output=True,
-                       text=True, timeout=120, check=False)
+    r = subprocess.run(
+        [sys.executable, str(script), str(src), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     results = json.loads(r.stdout)
     for res in results:
-        assert res == {"sum": float(a.sum()), "shape": [8, 4], "dtype": "float64",
-                       "written": a.nbytes, "mode": "r+"}
+        assert res == {
+            "sum": float(a.sum()),
+            "shape": [8, 4],
+            "dtype": "float64",
+            "written": a.nbytes,
+            "mode": "r+",
+        }
     # The parent's header survived both workers' reopenings: nothing truncated the file.
     assert out.read_bytes() == b"head" * 8 + a.tobytes() + a.tobytes()
 

@@ -12,11 +12,10 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from conftest import run_python
 
 import kvikpy
 from kvikpy import _progress
-
-from conftest import run_python
 
 
 class FakeBar:
@@ -85,8 +84,9 @@ def test_batches_report_every_byte(data, bars):
 
 def test_read_many_skipping_failures_totals_what_it_reads(data, bars, tmp_path):
     p, blob = data
-    batch = kvikpy.read_many([p, tmp_path / "missing", p], device="cpu", errors="skip",
-                             progress=True)
+    batch = kvikpy.read_many(
+        [p, tmp_path / "missing", p], device="cpu", errors="skip", progress=True
+    )
     assert list(batch.failures) == [1]
     (b,) = bars
     assert (b.total, b.n, b.closed) == (2 * len(blob), 2 * len(blob), True)

@@ -622,14 +622,9 @@ impl Buffer {
         if this.code == DLPACK_BFLOAT {
             // numpy's DLPack import knows no bfloat16: take the bits as uint16, then
             // reinterpret them as the dtype.
-            let bits = host.get().view(
-                "<u2".into(),
-                1,
-                16,
-                this.shape.clone(),
-                0,
-                None,
-            )?;
+            let bits = host
+                .get()
+                .view("<u2".into(), 1, 16, this.shape.clone(), 0, None)?;
             let array = numpy.getattr("from_dlpack")?.call1((bits,))?;
             return array.call_method1("view", (this.dtype(py)?,));
         }
