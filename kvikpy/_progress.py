@@ -153,11 +153,13 @@ def follow_call(call: Callable[[Any], T], desc: str) -> T:
         with bar(progress.total, desc) as b:
             b.start_t = min(b.start_t, began)
             shown = 0
-            while worker.is_alive():
+            while True:  # one more update after the worker ends, whenever that was
                 worker.join(INTERVAL)
                 now = progress.bytes
                 b.update(now - shown)
                 shown = now
+                if not worker.is_alive():
+                    break
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]  # type: ignore[no-any-return]

@@ -156,7 +156,8 @@ impl Storage {
 /// ``__cuda_array_interface__``; to Arrow through the PyCapsule interface
 /// (``pyarrow.array(buf)`` for host buffers, ``__arrow_c_device_array__`` for GPU ones).
 /// Exports keep the memory alive. A ``Buffer`` is also a valid destination for
-/// ``CuFile.read``. Made by ``kvikpy.read``, batches and ``iter_chunks``.
+/// ``CuFile.read``. Made by ``kvikpy.read``, batches and ``iter_chunks``. Host buffers
+/// pickle (bytes, dtype and shape; unpickled as ordinary host memory); GPU buffers refuse.
 ///
 /// Examples
 /// --------
