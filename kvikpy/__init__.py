@@ -89,6 +89,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'kvikpy' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    """The public API (``__all__``) and the module's dunders: what tab completion and
+    ``dir(kvikpy)`` offer, without the helpers this module imports for itself."""
+    return sorted({*__all__, *(n for n in globals() if n.startswith("__") and n.endswith("__"))})
+
+
 # I/O threads still finishing an operation at exit may call back into Python (callbacks,
 # buffer releases); let them finish before the interpreter is torn down.
 atexit.register(_lib.wait_for_io, 30.0)

@@ -3,21 +3,177 @@
 from __future__ import annotations
 
 import math
+import operator
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, SupportsIndex, TypeAlias
 
 from kvikpy import _lib, _paths
 from kvikpy._streams import stream_handle
-from kvikpy.cufile import CuFile
+from kvikpy.cufile import BufferLike, CuFile, OpenMode
 from kvikpy.errors import CudaUnavailableError
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+
+class TorchDtype(Protocol):
+    """A torch dtype (``torch.float16``...), described by what its type stubs declare, so
+    that annotations need not import torch."""
+
+    @property
+    def is_floating_point(self) -> bool: ...
+    @property
+    def itemsize(self) -> int: ...
+
+
+DTypeLike: TypeAlias = "npt.DTypeLike | TorchDtype"
+"""What ``read`` takes as ``dtype``: numpy's dtype spellings (``"bfloat16"`` too) and
+torch dtypes."""
+ShapeLike: TypeAlias = "SupportsIndex | Sequence[SupportsIndex]"
+
 __all__ = ["cuda_available", "device_count", "read", "write"]
 
-# numpy dtype kind -> DLPack type code
-_DLPACK_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
+# numpy dtype kind -> (DLPack type code, the item sizes in bytes DLPack consumers take)
+_DLPACK_CODES = {
+    "i": (0, (1, 2, 4, 8)),
+    "u": (1, (1, 2, 4, 8)),
+    "f": (2, (2, 4, 8)),
+    "c": (5, (8, 16)),
+    "b": (6, (1,)),
+}
+_BFLOAT16 = 4  # DLPack's kDLBfloat
+# bfloat16's typestr: numpy has no bfloat16, so the items are raw 2-byte ones ('V2');
+# ``Buffer.dtype`` reports ``ml_dtypes.bfloat16`` where ml_dtypes is installed.
+BFLOAT16_TYPESTR = "<V2"
+_MAX_DIM = (1 << 63) - 1
+
+
+class _Dtype(NamedTuple):
+    """How ``read`` describes its items to consumers."""
+
+    name: str  # for messages
+    typestr: str  # numpy's array-interface spelling
+    code: int  # DLPack type code
+    itemsize: int
+
+
+def _torch_name(dtype: object) -> str | None:
+    """``"float16"`` for ``torch.float16`` (and its aliases such as ``torch.half``),
+    recognised by its string so that torch need not be imported; None for anything else."""
+    if isinstance(dtype, str):
+        return None
+    text = str(dtype)
+    prefix = "torch."
+    if text.startswith(prefix) and text[len(prefix) :].isidentifier():
+        return text[len(prefix) :]
+    return None
+
+
+def _resolve_dtype(dtype: object) -> _Dtype:
+    """The item type ``read`` exports for ``dtype``: a numpy dtype or its spelling,
+    ``"bfloat16"``, ``ml_dtypes.bfloat16`` (JAX's), or a torch dtype such as
+    ``torch.float16``. TypeError for something that is no data type, ValueError for a
+    data type that DLPack cannot carry."""
+    import numpy as np
+
+    spelled = _torch_name(dtype)
+    if spelled is not None:
+        dtype = spelled
+    if dtype is None:
+        dtype = "uint8"  # read's default
+    if isinstance(dtype, str) and dtype.strip().lower() in ("bfloat16", "bf16"):
+        return _Dtype("bfloat16", BFLOAT16_TYPESTR, _BFLOAT16, 2)
+    try:
+        dt = np.dtype(dtype)  # type: ignore[call-overload]
+    except Exception as e:  # TypeError mostly; odd spellings give others
+        if spelled is not None:
+            raise ValueError(
+                f"torch.{spelled} has no numpy or DLPack type kvikpy can export; read the "
+                "bytes (dtype='uint8') and view them as that type in torch"
+            ) from e
+        raise TypeError(
+            f"dtype={dtype!r} is not a data type: pass a numpy dtype or its name "
+            "('float16', '<i4'...), 'bfloat16', or a torch dtype (torch.float16)"
+        ) from e
+    if dt.name == "bfloat16" and dt.itemsize == 2:  # ml_dtypes.bfloat16 (JAX, TensorFlow)
+        return _Dtype("bfloat16", BFLOAT16_TYPESTR, _BFLOAT16, 2)
+    code, sizes = _DLPACK_CODES.get(dt.kind, (None, ()))
+    if code is None or dt.itemsize not in sizes or dt.fields is not None or dt.subdtype:
+        raise ValueError(
+            f"dtype {dt} ({dt.itemsize}-byte items) cannot be exported through DLPack, which "
+            "carries booleans, integers of 1 to 8 bytes, float16/32/64, bfloat16 and "
+            "complex64/128; read the bytes (dtype='uint8') and view them as that type in "
+            "your array library"
+        )
+    if not dt.isnative:
+        raise ValueError(
+            f"dtype {dt.str!r} is in the other byte order, which DLPack cannot describe; "
+            f"read with the native dtype {dt.newbyteorder('=').name!r} and swap the bytes "
+            "afterwards (numpy: arr.byteswap())"
+        )
+    typestr = dt.str if dt.itemsize > 1 else "|" + dt.str[1:]
+    return _Dtype(dt.name, typestr, code, dt.itemsize)
+
+
+def _parse_shape(shape: object) -> list[int]:
+    """``shape`` (an int or a sequence of ints, numpy integers included) as a list;
+    TypeError for anything else, ValueError for negative dimensions other than one -1."""
+    wrong = TypeError(f"shape must be an int or a sequence of ints, got {shape!r}")
+    if isinstance(shape, bool) or type(shape).__name__ == "bool_":
+        raise wrong
+    try:
+        dims = [operator.index(shape)]  # type: ignore[arg-type]
+    except TypeError:
+        if isinstance(shape, str | bytes) or not hasattr(shape, "__iter__"):
+            raise wrong from None
+        dims = []
+        for d in shape:
+            if isinstance(d, bool) or type(d).__name__ == "bool_":
+                raise wrong from None
+            try:
+                dims.append(operator.index(d))
+            except TypeError:
+                raise wrong from None
+    if any(d < -1 for d in dims) or dims.count(-1) > 1:
+        raise ValueError(
+            f"shape {tuple(dims)} has a negative dimension; dimensions are sizes (0 or more), "
+            "with at most one -1 standing for as many items as fit"
+        )
+    if any(d > _MAX_DIM for d in dims):
+        raise ValueError(f"shape {tuple(dims)} has a dimension above 2**63 - 1")
+    return dims
+
+
+def _fit_shape(dims: list[int] | None, size: int, dt: _Dtype) -> tuple[int, ...]:
+    """The dimensions of ``size`` bytes of ``dt`` items: ``dims`` as given, one ``-1``
+    inferred (as numpy's ``reshape`` does), or all the items in one dimension (None)."""
+    if dims is None:
+        if size % dt.itemsize:
+            raise ValueError(
+                f"{size} bytes are not a whole number of {dt.name} items ({dt.itemsize} bytes "
+                f"each); pass a size that is a multiple of {dt.itemsize}"
+            )
+        return (size // dt.itemsize,)
+    dims = list(dims)
+    if -1 in dims:
+        known = math.prod(d for d in dims if d != -1)
+        items, rest = divmod(size, dt.itemsize)
+        if known == 0 or rest or items % known:
+            raise ValueError(
+                f"shape {tuple(dims)} of {dt.name} cannot cover the range's {size} bytes "
+                f"({items} whole items): the other dimensions multiply to {known}; pass a "
+                "shape whose -1 works out to a whole number of items"
+            )
+        dims[dims.index(-1)] = items // known
+    needed = math.prod(dims) * dt.itemsize
+    if needed != size:
+        raise ValueError(
+            f"shape {tuple(dims)} of {dt.name} needs {needed} bytes, but the range has "
+            f"{size}; pass a shape of {size // dt.itemsize} items in all (or -1 for one "
+            f"dimension), or size={needed}"
+        )
+    return tuple(dims)
 
 
 def cuda_available() -> bool:
@@ -76,8 +232,8 @@ def read(
     size: int | None = None,
     device: str | int = "cuda",
     stream: Any = None,
-    dtype: npt.DTypeLike = "uint8",
-    shape: tuple[int, ...] | int | None = None,
+    dtype: DTypeLike = "uint8",
+    shape: ShapeLike | None = None,
     progress: bool = False,
 ) -> _lib.Buffer:
     """Read a file, or ``size`` bytes of it at ``offset``, into new GPU or host memory.
@@ -101,10 +257,17 @@ def read(
         returns at once, and work queued on ``stream`` afterwards sees the bytes. Without
         a stream the call returns when the bytes have landed.
     dtype
-        The element type consumers see (a numpy dtype or its name: integers, floats,
-        complex, ``bool``); default ``uint8``. The bytes are not converted.
+        The element type consumers see: a numpy dtype or its name, ``"bfloat16"`` (or
+        ``ml_dtypes.bfloat16``, JAX's), or a torch dtype (``torch.float16``; recognised
+        without importing torch); default ``uint8``. The bytes are not converted. DLPack
+        carries booleans, integers, float16/32/64, bfloat16 and complex64/128 in native
+        byte order; anything else raises ``ValueError``. bfloat16 reaches torch and JAX as
+        their bfloat16 (DLPack's ``kDLBfloat``); numpy has none, so :attr:`Buffer.dtype`
+        is ``ml_dtypes.bfloat16`` where ml_dtypes is installed and ``numpy.dtype('V2')``
+        (raw 2-byte items) otherwise.
     shape
-        The shape consumers see: a tuple, or an int for 1-D. ``None`` (the default) is
+        The shape consumers see: an int or a sequence of ints, one of which may be ``-1``
+        for as many items as fit (as in numpy's ``reshape``). ``None`` (the default) is
         1-D with as many items of ``dtype`` as the bytes hold; otherwise the shape times
         the item size must equal the bytes read exactly.
     progress
@@ -127,7 +290,10 @@ def read(
     IsADirectoryError
         If the path is a directory.
     ValueError
-        For a range past the end of the file, or a dtype/shape that does not fit.
+        For a range past the end of the file, a dtype DLPack cannot carry, or a shape
+        that does not fit the range.
+    TypeError
+        For a ``dtype`` that is no data type, or a ``shape`` that is not made of ints.
 
     Examples
     --------
@@ -145,14 +311,8 @@ def read(
 
     if offset < 0:
         raise ValueError(f"offset must be non-negative, got {offset}")
-    import numpy as np  # deferred: `import kvikpy` stays fast for torch/CuPy-only users
-
-    dt = np.dtype(dtype)
-    if dt.kind not in _DLPACK_CODES or dt.itemsize == 0:
-        raise ValueError(
-            f"dtype {dt} cannot be exported through DLPack; read the bytes (dtype='uint8') "
-            "and view them as that type in your array library"
-        )
+    dt = _resolve_dtype(dtype)  # imports numpy: deferred, so `import kvikpy` stays fast
+    dims = None if shape is None else _parse_shape(shape)  # a malformed one fails early
     with CuFile(path, "r") as f:
         # A pseudo-file (/proc, /sys) reports 0 bytes: host reads read it to its end,
         # device reads get a clear error from size_for instead of empty data.
@@ -175,21 +335,7 @@ def read(
                 f"{_paths.fspath(path)!r}, which has {file_size} bytes; pass "
                 f"size={file_size - offset} or less (or leave size out to read to the end)"
             )
-        if shape is None:
-            if size % dt.itemsize:
-                raise ValueError(
-                    f"{size} bytes are not a whole number of {dt} items ({dt.itemsize} bytes "
-                    f"each); pass a size that is a multiple of {dt.itemsize}"
-                )
-            dims: tuple[int, ...] = (size // dt.itemsize,)
-        else:
-            dims = (shape,) if isinstance(shape, int) else tuple(shape)
-            if math.prod(dims) * dt.itemsize != size:
-                raise ValueError(
-                    f"shape {dims} of {dt} needs {math.prod(dims) * dt.itemsize} bytes, "
-                    f"but the range has {size}; pass a shape of {size // dt.itemsize} items "
-                    f"in all, or size={math.prod(dims) * dt.itemsize}"
-                )
+        fitted = _fit_shape(dims, size, dt)
         buf = _lib.Buffer.allocate(size, ordinal, False)
         got: int | None = None  # stream-ordered reads complete later, unchecked here
         if content is not None:
@@ -209,12 +355,11 @@ def read(
             raise OSError(
                 f"{_paths.fspath(path)!r} shrank while being read: got {got} of {size} bytes"
             )
-    typestr = dt.str if dt.itemsize > 1 else "|" + dt.str[1:]
-    return buf.view(typestr, _DLPACK_CODES[dt.kind], dt.itemsize * 8, list(dims))
+    return buf.view(dt.typestr, dt.code, dt.itemsize * 8, list(fitted))
 
 
 def write(
-    path: str | os.PathLike[str], buf: Any, *, offset: int = 0, progress: bool = False
+    path: str | os.PathLike[str], buf: BufferLike, *, offset: int = 0, progress: bool = False
 ) -> int:
     """Write all of ``buf`` (host or GPU memory) to ``path`` at ``offset``.
 
@@ -244,7 +389,7 @@ def write(
     4194304
     """
     _lib.buffer_nbytes(buf)  # refuse a bad buffer before the file is created
-    mode = "r+" if os.path.exists(path) else "w"
+    mode: OpenMode = "r+" if os.path.exists(path) else "w"
     with CuFile(path, mode) as f:
         if not progress:
             return f.write(buf, file_offset=offset)
@@ -257,11 +402,19 @@ def write(
 
 
 def _nbytes(buf: Any) -> int | None:
-    """The size of a buffer for a progress bar's total (None when it cannot tell)."""
+    """The size of a buffer for a progress bar's total: its ``nbytes``, its buffer
+    protocol view's, or what its CUDA Array Interface describes (None when it cannot
+    tell, for a DLPack-only object: its capsule can be taken only once)."""
     n = getattr(buf, "nbytes", None)
     if isinstance(n, int):
         return n
     try:
         return memoryview(buf).nbytes
     except TypeError:
+        pass
+    try:
+        cai = buf.__cuda_array_interface__
+        itemsize = int(cai["typestr"][2:])
+        return int(math.prod(cai["shape"])) * itemsize
+    except Exception:  # not a CUDA array either
         return None

@@ -330,7 +330,7 @@ def _crc32_of_buffer(buf: Any, size: int) -> int:
         for start in range(0, size, VERIFY_CHUNK):
             n = min(VERIFY_CHUNK, size - start)
             chunk = buf.view("|u1", 1, 8, [n], start, n).to_numpy()
-            crc = zlib.crc32(memoryview(chunk), crc)
+            crc = zlib.crc32(chunk.data, crc)
         return crc
     view = memoryview(buf).cast("B")
     for start in range(0, size, VERIFY_CHUNK):

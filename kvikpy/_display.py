@@ -28,9 +28,13 @@ def html_table(title: str, rows: list[tuple[str, Any]]) -> str:
 
 
 def _dtype(buf: Any) -> str:
+    from kvikpy._api import BFLOAT16_TYPESTR
+
+    if buf.typestr == BFLOAT16_TYPESTR:  # numpy calls these raw items 'V2'
+        return "bfloat16"
     try:
         return str(buf.dtype)
-    except Exception:  # a typestr numpy does not know (bfloat16)
+    except Exception:  # a typestr numpy does not know
         return str(buf.typestr)
 
 
@@ -113,3 +117,60 @@ def batch_repr(b: Any) -> str:
     return (
         f"<kvikpy.Batch of {len(b):,} elements, {human_bytes(total)} on {b.buffer.device}{failed}>"
     )
+
+
+def future_rows(fut: Any) -> list[tuple[str, Any]]:
+    """State, bytes moved and (once finished) the result or error of an ``IOFuture``."""
+    handle = fut._handle
+    moved = handle.bytes_so_far
+    if not handle.done():
+        return [("state", "pending"), ("bytes so far", f"{human_bytes(moved)} ({moved:,} bytes)")]
+    try:
+        n = handle.get()
+    except Exception as e:  # the operation's own error, shown rather than raised
+        return [("state", "failed"), ("error", f"{type(e).__name__}: {e}")]
+    return [("state", "done"), ("bytes", f"{human_bytes(n)} ({n:,} bytes)")]
+
+
+# Environment variables of the settings, in `kvikpy.defaults`' table order.
+_SETTING_VARIABLES = {
+    "compat_mode": "KVIKIO_COMPAT_MODE",
+    "num_threads": "KVIKIO_NTHREADS",
+    "task_size": "KVIKIO_TASK_SIZE",
+    "gds_threshold": "KVIKIO_GDS_THRESHOLD",
+    "bounce_buffer_size": "KVIKIO_BOUNCE_BUFFER_SIZE",
+    "auto_direct_io_read": "KVIKIO_AUTO_DIRECT_IO_READ",
+    "auto_direct_io_write": "KVIKIO_AUTO_DIRECT_IO_WRITE",
+    "page_cache_dma": "KVIKPY_PAGE_CACHE_DMA",
+}
+
+
+def defaults_html() -> str:
+    """Every setting with its current value and environment variable, as a table of
+    three columns (``kvikpy.defaults`` in a notebook)."""
+    from kvikpy import _lib, defaults
+
+    head = "".join(
+        f"<th style='text-align:left;padding-right:1em'>{h}</th>"
+        for h in ("setting", "value", "environment variable")
+    )
+    body = ""
+    for name in _lib.setting_names():
+        value = defaults.get(name)
+        if isinstance(value, defaults.CompatMode):
+            shown = f"CompatMode.{value.name}"
+        elif name.endswith(("_size", "_threshold")):
+            shown = f"{value:,} ({human_bytes(value)})"
+        else:
+            shown = str(value)
+        cells = (name, shown, _SETTING_VARIABLES.get(name, ""))
+        body += (
+            "<tr>"
+            + "".join(
+                f"<td style='text-align:left;padding-right:1em'>{html.escape(c)}</td>"
+                for c in cells
+            )
+            + "</tr>"
+        )
+    caption = "<caption style='text-align:left'><b>kvikpy.defaults</b></caption>"
+    return f"<table>{caption}<tr>{head}</tr>{body}</table>"

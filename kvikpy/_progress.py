@@ -1,11 +1,21 @@
 """Progress bars for long operations (``progress=True``), drawn with tqdm when it is
-installed: a widget in Jupyter, text in a terminal. The bars follow the engine's byte
-counters from the calling thread while the I/O threads work, so they cost the read
-nothing but a counter load every tenth of a second."""
+installed: a widget in a Jupyter kernel that has ipywidgets, text elsewhere. The bars
+follow the engine's byte counters from the calling thread while the I/O threads work, so
+they cost the read nothing but a counter load every tenth of a second.
+
+The first bar of a process costs importing ``tqdm.std`` (about 10 ms) and nothing else
+that can be avoided: not ``tqdm.auto`` (which imports asyncio), not tqdm's
+multiprocessing write lock (importing :mod:`multiprocessing` and making a semaphore, which
+costs tens to hundreds of milliseconds on some machines), not tqdm's monitor thread.
+Every bar has a total, so it shows a percentage and an estimated time left, and its rate
+is the average over the whole operation."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -13,32 +23,77 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 INTERVAL = 0.1  # seconds between bar updates
 
+# The bar classes, made on first use: kvikpy's subclasses of tqdm's text and notebook bars.
+_classes: dict[str, Any] = {}
 
-def bar(total: int | None, desc: str) -> Any:
-    """A tqdm bar counting bytes, or a clear error when tqdm is missing.
 
-    In Jupyter, tqdm draws a widget, which needs ipywidgets; without it tqdm raises
-    ImportError when the bar is made, so the text bar is drawn instead (it renders in the
-    cell's output) rather than failing the read over a missing display package.
+def in_notebook() -> bool:
+    """Whether a Jupyter kernel (ipykernel) runs this code and ipywidgets, which tqdm's
+    widget bar needs, can be imported. Nothing is imported to find out."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None or "ipykernel" not in sys.modules:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:  # an IPython too old or half torn down: no kernel to draw in
+        return False
+    if shell is None or getattr(shell, "kernel", None) is None:
+        return False
+    return importlib.util.find_spec("ipywidgets") is not None
+
+
+def _bar_class(kind: str) -> Any:
+    """kvikpy's subclass of tqdm's ``"text"`` or ``"notebook"`` bar.
+
+    The subclass has its own thread lock, so tqdm never makes its multiprocessing lock
+    for it, and no monitor thread (the bars are updated every :data:`INTERVAL` anyway).
     """
+    cls = _classes.get(kind)
+    if cls is not None:
+        return cls
     try:
         with warnings.catch_warnings():
-            # In Jupyter without ipywidgets tqdm warns on import; the fallback below
-            # handles that case, so the warning would only be noise in the cell.
-            warnings.simplefilter("ignore")
-            from tqdm.auto import tqdm  # type: ignore[import-untyped]
+            warnings.simplefilter("ignore")  # tqdm's warnings about its optional parts
+            if kind == "notebook":
+                from tqdm.notebook import tqdm as base  # type: ignore[import-untyped]
+            else:
+                from tqdm.std import tqdm as base  # type: ignore[import-untyped]
     except ImportError:
+        if kind == "notebook":
+            raise
         raise ModuleNotFoundError(
             "progress=True draws a tqdm progress bar, and tqdm is not installed; "
             "install it (pip install tqdm) or leave progress off"
         ) from None
-    options = {"total": total, "desc": desc, "unit": "B", "unit_scale": True, "unit_divisor": 1024}
-    try:
-        return tqdm(**options)
-    except ImportError:  # a notebook without ipywidgets: tqdm's widget cannot be drawn
-        from tqdm.std import tqdm as text_tqdm  # type: ignore[import-untyped]
 
-        return text_tqdm(**options)
+    class KvikpyBar(base):  # type: ignore[misc]
+        monitor_interval = 0
+
+    KvikpyBar.set_lock(threading.RLock())
+    _classes[kind] = KvikpyBar
+    return KvikpyBar
+
+
+def bar(total: int | None, desc: str) -> Any:
+    """A tqdm bar counting bytes, or a clear error when tqdm is missing.
+
+    In a Jupyter kernel with ipywidgets this is tqdm's widget; elsewhere, and wherever the
+    widget cannot be drawn (tqdm raises ImportError when it is made), the text bar.
+    """
+    options = {
+        "total": total,
+        "desc": desc,
+        "unit": "B",
+        "unit_scale": True,
+        "unit_divisor": 1024,
+        "smoothing": 0,  # the rate is the average so far, not a moving one
+    }
+    if in_notebook():
+        try:
+            return _bar_class("notebook")(**options)
+        except ImportError:  # the widget cannot be drawn here: the text bar instead
+            pass
+    return _bar_class("text")(**options)
 
 
 def track(handle: Any, b: Any) -> int:
@@ -65,9 +120,15 @@ def follow_future(start: Callable[[], Any], total: int | None, desc: str) -> int
         return track(start(), b)
 
 
-def follow_call(call: Callable[[Any], T], total: int | None, desc: str) -> T:
+def follow_call(call: Callable[[Any], T], desc: str) -> T:
     """Run ``call(progress)`` in a worker thread (it releases the GIL), drawing the bytes
-    of its ``_lib.Progress`` counter; its result, or its exception."""
+    of its ``_lib.Progress`` counter against the total the call reports there once it
+    knows it (batches look up their sizes first); its result, or its exception.
+
+    The bar is made once the total is known, its clock set back to when the call began,
+    so it never shows without a total. A call that fails before it knows its total
+    draws no bar.
+    """
     from kvikpy import _lib
 
     progress = _lib.Progress()
@@ -80,14 +141,25 @@ def follow_call(call: Callable[[Any], T], total: int | None, desc: str) -> T:
             outcome["error"] = e
 
     worker = threading.Thread(target=work, name="kvikpy-progress", daemon=True)
-    with bar(total, desc) as b:
-        worker.start()
-        shown = 0
-        while worker.is_alive():
-            worker.join(INTERVAL)
-            now = progress.bytes
-            b.update(now - shown)
-            shown = now
+    began = time.time()  # tqdm's clock
+    worker.start()
+    wait = 0.0005
+    while progress.total is None and worker.is_alive():
+        worker.join(wait)  # the sizes come in milliseconds: look often, then less so
+        wait = min(2 * wait, INTERVAL)
+    if progress.total is None:  # the call ended (failed) before it knew its total
+        worker.join()
+    else:
+        with bar(progress.total, desc) as b:
+            b.start_t = min(b.start_t, began)
+            shown = 0
+            while True:  # one more update after the worker ends, whenever that was
+                worker.join(INTERVAL)
+                now = progress.bytes
+                b.update(now - shown)
+                shown = now
+                if not worker.is_alive():
+                    break
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]  # type: ignore[no-any-return]

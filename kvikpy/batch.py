@@ -207,7 +207,6 @@ def read_many(
 
         buffer, offsets, failed = follow_call(
             lambda p: _lib.read_files_batch(names, ordinal, skip, p),
-            None,
             f"read_many ({len(names):,} files)",
         )
     else:
@@ -267,7 +266,6 @@ def read_ranges(
 
         buffer, offsets, _ = follow_call(
             lambda p: _lib.read_ranges_batch(name, pairs, ordinal, p),
-            sum(size for _, size in pairs),
             f"read_ranges ({len(pairs):,} ranges)",
         )
     else:

@@ -6,7 +6,7 @@ import contextlib
 import os
 from collections.abc import Callable, Generator, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from kvikpy import _lib, _paths
 from kvikpy._streams import stream_handle
@@ -14,7 +14,30 @@ from kvikpy._streams import stream_handle
 if TYPE_CHECKING:
     import asyncio
 
+    from typing_extensions import Buffer as BufferProtocol  # collections.abc.Buffer in 3.12
+
 __all__ = ["CuFile", "IOFuture", "IOFutureStream", "wait_all"]
+
+OpenMode: TypeAlias = Literal["r", "rb", "r+", "r+b", "rb+", "w", "wb", "w+", "w+b"]
+"""The modes :class:`CuFile` opens files with."""
+
+
+class CudaArray(Protocol):
+    """GPU memory described by the CUDA Array Interface (CuPy, Numba, torch...)."""
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+
+
+class DLPackArray(Protocol):
+    """Memory exported through DLPack (numpy, torch, CuPy, JAX, :class:`kvikpy.Buffer`)."""
+
+    def __dlpack__(self) -> Any: ...
+
+
+BufferLike: TypeAlias = "BufferProtocol | CudaArray | DLPackArray"
+"""What reads and writes take: a buffer-protocol object (``bytes``, ``bytearray``,
+``memoryview``, numpy arrays), a CUDA array, or a DLPack exporter."""
 
 
 class IOFuture:
@@ -89,6 +112,13 @@ class IOFuture:
 
     def __repr__(self) -> str:
         return f"<kvikpy.IOFuture {'done' if self.done() else 'pending'}>"
+
+    def _repr_html_(self) -> str:
+        """A table for notebooks: pending with the bytes moved so far, or done with the
+        byte count, or failed with the error (shown, not raised)."""
+        from kvikpy._display import future_rows, html_table
+
+        return html_table("kvikpy.IOFuture", future_rows(self))
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
@@ -168,6 +198,14 @@ class IOFutureStream:
         return f"<kvikpy.IOFutureStream stream={self.stream:#x} {state}>"
 
 
+def _reopen(path: str, flags: OpenMode) -> CuFile:
+    """A pickled :class:`CuFile` in the unpickling process: ``"w"`` modes become ``"r+"``
+    (keep the bytes, still writable), others stay."""
+    if flags.startswith("w"):
+        flags = "r+b" if "b" in flags else "r+"
+    return CuFile(path, flags)
+
+
 class CuFile:
     """A file opened for parallel reads and writes into host or GPU memory.
 
@@ -198,6 +236,12 @@ class CuFile:
     they never raise for it. All methods raise ``ValueError("I/O operation on closed
     file")`` after :meth:`close`. ``CuFile`` is a context manager.
 
+    An open ``CuFile`` pickles (to multiprocessing or Dask workers) as its absolute path
+    and mode, and the worker opens the file again; it has no file position to carry, as
+    every read and write names its offset. ``"w"`` and ``"w+"`` files are reopened
+    ``"r+"``, so that a worker never truncates the file; a closed ``CuFile`` refuses to
+    pickle (``TypeError``).
+
     Examples
     --------
     >>> import numpy as np, kvikpy
@@ -211,9 +255,9 @@ class CuFile:
     100
     """
 
-    def __init__(self, file: str | os.PathLike[str], flags: str = "r") -> None:
+    def __init__(self, file: _paths.StrPath, flags: OpenMode = "r") -> None:
         self._handle = _lib.FileHandle(_paths.fspath(file), flags)
-        self._flags = flags
+        self._flags: OpenMode = flags
 
     def close(self) -> None:
         """Close the file. Idempotent; reads and writes still running finish first."""
@@ -257,9 +301,20 @@ class CuFile:
         return _paths.fspath(self._handle.path)
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> OpenMode:
         """The mode the file was opened with (``"r"``, ``"w+"``...)."""
         return self._flags
+
+    def __reduce__(self) -> tuple[Any, tuple[str, OpenMode]]:
+        """Pickle support (multiprocessing, Dask): the worker reopens the file by its
+        absolute path. A file opened with ``"w"`` or ``"w+"`` is reopened ``"r+"``, so
+        unpickling never truncates what was written before; a closed file refuses."""
+        if self.closed:
+            raise TypeError(
+                f"cannot pickle the closed {self!r}: there is nothing to reopen; pickle "
+                "its path instead, or pickle it while it is open"
+            )
+        return (_reopen, (os.path.abspath(self.path), self._flags))
 
     def __repr__(self) -> str:
         from kvikpy._display import cufile_repr
@@ -273,7 +328,7 @@ class CuFile:
 
     def pread(
         self,
-        buf: Any,
+        buf: BufferLike,
         size: int | None = None,
         file_offset: int = 0,
         task_size: int | None = None,
@@ -303,7 +358,7 @@ class CuFile:
 
     def pwrite(
         self,
-        buf: Any,
+        buf: BufferLike,
         size: int | None = None,
         file_offset: int = 0,
         task_size: int | None = None,
@@ -335,7 +390,7 @@ class CuFile:
 
     def read(
         self,
-        buf: Any,
+        buf: BufferLike,
         size: int | None = None,
         file_offset: int = 0,
         task_size: int | None = None,
@@ -363,7 +418,7 @@ class CuFile:
 
     def write(
         self,
-        buf: Any,
+        buf: BufferLike,
         size: int | None = None,
         file_offset: int = 0,
         task_size: int | None = None,
@@ -391,7 +446,7 @@ class CuFile:
         return self._handle.write(buf, size, file_offset, task_size)
 
     def raw_read(
-        self, buf: Any, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
+        self, buf: BufferLike, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
     ) -> int:
         """Read into device memory in one call in this thread, without the thread pool.
 
@@ -416,7 +471,7 @@ class CuFile:
         return self._handle.raw_read(buf, size, file_offset, dev_offset)
 
     def raw_write(
-        self, buf: Any, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
+        self, buf: BufferLike, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
     ) -> int:
         """Write from device memory in one call in this thread, without the thread pool.
 
@@ -442,7 +497,7 @@ class CuFile:
 
     def raw_read_async(
         self,
-        buf: Any,
+        buf: BufferLike,
         stream: Any,
         size: int | None = None,
         file_offset: int = 0,
@@ -478,7 +533,7 @@ class CuFile:
 
     def raw_write_async(
         self,
-        buf: Any,
+        buf: BufferLike,
         stream: Any,
         size: int | None = None,
         file_offset: int = 0,

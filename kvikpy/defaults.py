@@ -180,6 +180,14 @@ def set(*config: Any, **kwargs: Any) -> _Applied:
     return _Applied(previous)
 
 
+def _repr_html_() -> str:
+    """The settings as a table (what a notebook shows for ``kvikpy.defaults``): each
+    setting's current value and its environment variable."""
+    from kvikpy._display import defaults_html
+
+    return defaults_html()
+
+
 def is_compat_mode_preferred(mode: CompatMode | None = None) -> bool:
     """Whether ``mode`` (default: the current setting) resolves to POSIX I/O here.
 

@@ -47,3 +47,36 @@ def test_batch_repr_and_html(tmp_path):
     empty = kvikpy.read_many([], device="cpu")
     assert repr(empty) == "<kvikpy.Batch of 0 elements, 0 B on cpu>"
     assert "elements" in empty._repr_html_()
+
+
+def test_iofuture_html_pending_done_and_failed(tmp_path, slow_read):
+    from conftest import aligned_array
+
+    path, data = slow_read
+    with kvikpy.CuFile(path) as f:
+        fut = f.pread(aligned_array(len(data), 1))
+        pending = fut._repr_html_()
+        assert fut.get() == len(data)
+        done = fut._repr_html_()
+    assert pending.startswith("<table>") and "kvikpy.IOFuture" in pending
+    assert "pending" in pending and "bytes so far" in pending
+    assert "done" in done and f"{len(data):,} bytes" in done
+    with kvikpy.CuFile(tmp_path / "w.bin", "w") as f:
+        failed = f.pwrite(b"x" * 8192, file_offset=2**63 - 4096, task_size=4096)
+        html_text = failed._repr_html_()  # shown, not raised
+    assert "failed" in html_text and "Error" in html_text
+    with pytest.raises(OSError):
+        failed.get()
+
+
+def test_defaults_html_lists_every_setting_with_value_and_variable():
+    from IPython.core.formatters import HTMLFormatter
+
+    with kvikpy.defaults.set({"task_size": 1 << 20, "num_threads": 3}):
+        table = HTMLFormatter()(kvikpy.defaults)  # what a notebook shows for the module
+    assert table is not None and table.startswith("<table>")
+    for name in kvikpy._lib.setting_names():
+        assert f">{name}<" in table
+    assert "1,048,576 (1.0 MiB)" in table and ">3<" in table
+    assert "KVIKIO_TASK_SIZE" in table and "KVIKPY_PAGE_CACHE_DMA" in table
+    assert "CompatMode." in table

@@ -132,3 +132,25 @@ def test_import_is_light() -> None:
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[:2] == ["[]", "True"]
+
+
+def test_dir_shows_only_the_public_api():
+    names = dir(kvikpy)
+    public = [n for n in names if not n.startswith("__")]
+    assert public == sorted(n for n in kvikpy.__all__ if n != "__version__")
+    for helper in (
+        "Any",
+        "TYPE_CHECKING",
+        "annotations",
+        "atexit",
+        "importlib",
+        "_lib",
+        "_api",
+        "_bounce_buffer_free",
+        "cufile",
+        "batch",
+    ):
+        assert helper not in names, helper
+    assert {"__version__", "__doc__", "__name__", "__all__"} <= set(names)
+    assert names == sorted(names)
+    assert callable(kvikpy.numpy.fromfile)  # lazy submodules are listed and still load

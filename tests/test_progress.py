@@ -3,11 +3,16 @@ and tqdm stays optional (a clear error when it is missing)."""
 
 from __future__ import annotations
 
+import json
+import statistics
 import sys
+import threading
+import types
 from typing import ClassVar
 
 import numpy as np
 import pytest
+from conftest import run_python
 
 import kvikpy
 from kvikpy import _progress
@@ -18,6 +23,7 @@ class FakeBar:
 
     def __init__(self, total, desc):
         self.total, self.desc, self.n, self.closed = total, desc, 0, False
+        self.start_t = 1e18  # tqdm's clock; follow_call sets it back to when the call began
         FakeBar.made.append(self)
 
     def update(self, n):
@@ -69,15 +75,38 @@ def test_batches_report_every_byte(data, bars):
     assert np.from_dlpack(batch[1]).tobytes() == blob
     assert np.from_dlpack(ranges[1]).tobytes() == blob[5 : 5 + (1 << 20)]
     many, rng = bars
-    assert many.n == 2 * len(blob) and many.closed
+    # read_many's total comes from the engine once it has looked up the sizes: the bar is
+    # made with it (a percentage and a time left from the first draw).
+    assert (many.total, many.n, many.closed) == (2 * len(blob), 2 * len(blob), True)
     assert (rng.total, rng.n) == (100 + (1 << 20), 100 + (1 << 20))
+    assert many.start_t < 1e18 and rng.start_t < 1e18  # clocks set back to the call's start
+
+
+def test_read_many_skipping_failures_totals_what_it_reads(data, bars, tmp_path):
+    p, blob = data
+    batch = kvikpy.read_many(
+        [p, tmp_path / "missing", p], device="cpu", errors="skip", progress=True
+    )
+    assert list(batch.failures) == [1]
+    (b,) = bars
+    assert (b.total, b.n, b.closed) == (2 * len(blob), 2 * len(blob), True)
 
 
 def test_batch_errors_reach_the_caller(data, bars, tmp_path):
     p, _ = data
     with pytest.raises(FileNotFoundError):
         kvikpy.read_many([p, tmp_path / "missing"], device="cpu", progress=True)
-    assert bars[0].closed
+    # The sizes are looked up first, and a missing file fails the batch right there,
+    # before a total is known: no bar is drawn for it (a bar always has a total).
+    assert bars == []
+    with pytest.raises(ValueError, match="range 0"):
+        kvikpy.read_ranges(p, [(0, 1 << 40)], device="cpu", progress=True)
+    assert bars == []
+
+
+def test_the_engine_reports_the_batch_total():
+    progress = kvikpy._lib.Progress()
+    assert progress.total is None and progress.bytes == 0
 
 
 def test_iter_chunks_reports_each_chunk(data, bars):
@@ -99,8 +128,9 @@ def test_stream_and_progress_do_not_mix(data):
 
 def test_without_tqdm_the_error_says_what_to_do(data, monkeypatch):
     p, _ = data
-    monkeypatch.setitem(sys.modules, "tqdm", None)
-    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    monkeypatch.setattr(_progress, "_classes", {})
+    for name in ("tqdm", "tqdm.std", "tqdm.auto", "tqdm.notebook"):
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(ModuleNotFoundError, match="pip install tqdm"):
         kvikpy.read(p, device="cpu", progress=True)
     with pytest.raises(ModuleNotFoundError, match="pip install tqdm"):
@@ -115,20 +145,121 @@ def test_the_real_bar_draws_to_stderr(data, capsys):
     assert "read p.bin" in capsys.readouterr().err
 
 
-def test_a_notebook_without_ipywidgets_gets_the_text_bar(data, monkeypatch, capsys):
-    # tqdm.auto picks its widget bar in Jupyter, and that bar raises ImportError when it is
-    # made if ipywidgets is missing: the read must still run, with tqdm's text bar.
-    tqdm_auto = pytest.importorskip("tqdm.auto")
+def test_a_notebook_whose_widget_cannot_be_drawn_gets_the_text_bar(data, monkeypatch, capsys):
+    # tqdm's widget bar raises ImportError when it is made if the front end cannot show it:
+    # the read must still run, with tqdm's text bar.
+    pytest.importorskip("tqdm")
 
-    def widget_bar(*args, **kwargs):
+    def widget_bar(**options):
         raise ImportError("IProgress not found. Please update jupyter and ipywidgets.")
 
-    monkeypatch.setattr(tqdm_auto, "tqdm", widget_bar)
+    monkeypatch.setattr(_progress, "in_notebook", lambda: True)
+    monkeypatch.setitem(_progress._classes, "notebook", widget_bar)
     p, blob = data
     buf = kvikpy.read(p, device="cpu", progress=True)
     assert np.from_dlpack(buf).tobytes() == blob
     err = capsys.readouterr().err
     assert "read p.bin" in err and "100%" in err
+
+
+@pytest.fixture
+def kernel(monkeypatch):
+    """This process as Jupyter's kernel looks to ``in_notebook``: IPython's shell with a
+    kernel attribute, and ipykernel imported."""
+    shell = types.SimpleNamespace(kernel=object())
+    ipython = types.ModuleType("IPython")
+    ipython.get_ipython = lambda: shell  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", ipython)
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    return shell
+
+
+def test_the_widget_bar_needs_a_kernel_and_ipywidgets(kernel, monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        if name == "ipywidgets":
+            return found[0]
+        return real_find_spec(name, *args)
+
+    found = [None]
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    assert not _progress.in_notebook()  # a kernel, but no ipywidgets
+    found[0] = object()
+    assert _progress.in_notebook()
+    kernel.kernel = None  # IPython in a terminal: no kernel
+    assert not _progress.in_notebook()
+    monkeypatch.delitem(sys.modules, "ipykernel")
+    kernel.kernel = object()
+    assert not _progress.in_notebook()
+
+
+def test_a_plain_interpreter_is_not_a_notebook():
+    assert _progress.in_notebook() is False
+
+
+@pytest.mark.parametrize("kind", ["text", "notebook"])
+def test_the_bars_avoid_what_makes_tqdm_slow_to_start(kind):
+    tqdm_std = pytest.importorskip("tqdm.std")
+    cls = _progress._bar_class(kind)
+    assert issubclass(cls, tqdm_std.tqdm) and cls is _progress._bar_class(kind)
+    assert cls.monitor_interval == 0  # no monitor thread
+    # its own thread lock: tqdm's default makes a multiprocessing lock on first use
+    assert type(cls.get_lock()) is type(threading.RLock())
+
+
+def test_the_bar_always_shows_a_total_and_the_average_rate(data, capsys):
+    pytest.importorskip("tqdm")
+    p, blob = data
+    batch = kvikpy.read_many([p, p], device="cpu", progress=True)
+    assert batch.buffer.nbytes == 2 * len(blob)
+    err = capsys.readouterr().err
+    assert "read_many (2 files)" in err and "100%" in err
+    assert "?B/s" not in err.split("\r")[-1]  # the final line has a rate
+
+
+FIRST_CALL = r"""
+import json, statistics, sys, threading, time
+import kvikpy
+path = sys.argv[1]
+def timed(**kw):
+    t0 = time.perf_counter()
+    kvikpy.read(path, device="cpu", **kw)
+    return time.perf_counter() - t0
+for _ in range(3):
+    timed()
+warm = statistics.median(timed() for _ in range(7))
+first = timed(progress=True)
+second = timed(progress=True)
+print(json.dumps({"warm": warm, "first": first, "second": second,
+                  "multiprocessing": "multiprocessing" in sys.modules,
+                  "threads": sorted(t.name for t in threading.enumerate())}))
+"""
+
+
+def test_the_first_bar_of_a_process_costs_under_20_ms(tmp_path):
+    """The first progress=True call in a fresh process against a warm call without a bar:
+    under 20 ms more (it was ~320 ms with tqdm.auto and tqdm's multiprocessing lock and
+    monitor thread; numbers in docs/getting-started.md). Five fresh processes: the least
+    overhead of them is the cost itself (a busy machine only ever adds time) and must be
+    under 20 ms; the median must be under 60 ms, so no process pays the old price."""
+    pytest.importorskip("tqdm")
+    p = tmp_path / "first.bin"
+    p.write_bytes(np.random.default_rng(5).bytes(1 << 20))
+    runs = []
+    for _ in range(5):
+        r = run_python(FIRST_CALL, str(p))
+        assert r.returncode == 0, r.stderr
+        assert "100%" in r.stderr  # the bar was drawn
+        runs.append(json.loads(r.stdout))
+    overheads = sorted(run["first"] - run["warm"] for run in runs)
+    assert overheads[0] < 0.020, runs
+    assert statistics.median(overheads) < 0.060, runs
+    for run in runs:
+        assert not run["multiprocessing"], "tqdm's multiprocessing lock was made"
+        assert run["threads"] == ["MainThread"], run["threads"]  # no monitor thread left
 
 
 def test_bench_progress_covers_every_timed_read(data, bars, capsys):

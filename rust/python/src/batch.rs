@@ -24,11 +24,15 @@ fn to_py(e: Error) -> PyErr {
 }
 
 /// A byte counter a batch read advances as its pieces finish, which another Python thread
-/// reads to draw a progress bar.
+/// reads to draw a progress bar, and the batch's total once its sizes are known.
 #[pyclass(module = "kvikpy._lib", frozen)]
 pub struct Progress {
     bytes: Arc<AtomicU64>,
+    /// `UNKNOWN` until the batch has laid out its elements.
+    total: AtomicU64,
 }
+
+const UNKNOWN: u64 = u64::MAX;
 
 #[boundary]
 #[pymethods]
@@ -37,7 +41,14 @@ impl Progress {
     fn new() -> Self {
         Self {
             bytes: Arc::new(AtomicU64::new(0)),
+            total: AtomicU64::new(UNKNOWN),
         }
+    }
+
+    /// The bytes the batch will read, once known (its files' sizes are looked up first).
+    #[getter]
+    fn total(&self) -> Option<u64> {
+        Some(self.total.load(Ordering::Relaxed)).filter(|&t| t != UNKNOWN)
     }
 
     /// Bytes done so far.
@@ -140,6 +151,9 @@ fn run(
 ) -> PyResult<BatchResult> {
     let lengths: Vec<usize> = sources.iter().map(|(_, _, len)| *len).collect();
     let (starts, total) = layout(&lengths).map_err(to_py)?;
+    if let Some(p) = progress {
+        p.total.store(total as u64, Ordering::Relaxed);
+    }
     let buffer = Buffer::allocate(py, total, ordinal, false)?;
     let (span, _owner) = buffer.span();
     // Elements that already failed (their size could not be read) are not read again.

@@ -21,6 +21,8 @@ use crate::blocking::without_gil;
 use crate::dlpack::{self, Export, DEVICE_CPU, DEVICE_CUDA};
 
 const HOST_ALIGNMENT: usize = 4096;
+/// DLPack's type code of bfloat16 (`kDLBfloat`), which numpy has no dtype for.
+const DLPACK_BFLOAT: u8 = 4;
 /// From this size on, host allocations are aligned to and advised for 2 MiB transparent
 /// huge pages: a fresh buffer is first touched by the read filling it, and 4 KiB pages
 /// would cost a page fault each (32,768 for 128 MiB). numpy does the same for its arrays.
@@ -156,7 +158,8 @@ impl Storage {
 /// ``__cuda_array_interface__``; to Arrow through the PyCapsule interface
 /// (``pyarrow.array(buf)`` for host buffers, ``__arrow_c_device_array__`` for GPU ones).
 /// Exports keep the memory alive. A ``Buffer`` is also a valid destination for
-/// ``CuFile.read``. Made by ``kvikpy.read``, batches and ``iter_chunks``.
+/// ``CuFile.read``. Made by ``kvikpy.read``, batches and ``iter_chunks``. Host buffers
+/// pickle (bytes, dtype and shape; unpickled as ordinary host memory); GPU buffers refuse.
 ///
 /// Examples
 /// --------
@@ -603,25 +606,103 @@ impl Buffer {
         }
     }
 
-    /// The numpy dtype of the elements.
+    /// The numpy dtype of the elements. numpy has no bfloat16: for bfloat16 buffers this
+    /// is ``ml_dtypes.bfloat16`` where ml_dtypes is installed, else ``numpy.dtype('V2')``
+    /// (raw 2-byte items; view them as ``uint16`` for their bits).
     #[getter]
     fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        py.import("numpy")?
-            .getattr("dtype")?
-            .call1((&self.typestr,))
+        let numpy_dtype = py.import("numpy")?.getattr("dtype")?;
+        if self.code == DLPACK_BFLOAT {
+            if let Ok(ml_dtypes) = py.import("ml_dtypes") {
+                return numpy_dtype.call1((ml_dtypes.getattr("bfloat16")?,));
+            }
+        }
+        numpy_dtype.call1((&self.typestr,))
     }
 
     /// A numpy array of the contents: a zero-copy view for host buffers, a copy for GPU
-    /// buffers.
+    /// buffers. bfloat16 items come as :attr:`dtype` (``ml_dtypes.bfloat16`` or ``V2``).
     fn to_numpy<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let numpy = py.import("numpy")?;
         let this = slf.get();
-        if this.storage.ordinal().is_none() {
-            return numpy.getattr("from_dlpack")?.call1((slf,));
+        let host = if this.storage.ordinal().is_none() {
+            slf.clone()
+        } else {
+            Bound::new(py, this.host_copy(py)?)?
+        };
+        if this.code == DLPACK_BFLOAT {
+            // numpy's DLPack import knows no bfloat16: take the bits as uint16, then
+            // reinterpret them as the dtype.
+            let bits = host
+                .get()
+                .view("<u2".into(), 1, 16, this.shape.clone(), 0, None)?;
+            let array = numpy.getattr("from_dlpack")?.call1((bits,))?;
+            return array.call_method1("view", (this.dtype(py)?,));
         }
-        let host = Bound::new(py, this.host_copy(py)?)?;
         numpy.getattr("from_dlpack")?.call1((host,))
+    }
+
+    /// Pickle support for host buffers: the bytes (out of band with pickle protocol 5),
+    /// dtype and shape; they come back as ordinary (unpinned) host memory. GPU buffers
+    /// refuse with ``TypeError``: copy to the host (``to_numpy``) or send the file's path.
+    fn __reduce_ex__<'py>(
+        slf: &Bound<'py, Self>,
+        protocol: i64,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let this = slf.get();
+        if let Some(ordinal) = this.storage.ordinal() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "a kvikpy.Buffer in the memory of GPU {ordinal} cannot be pickled (another \
+                 process cannot see this GPU allocation); pickle buf.to_numpy() (a host copy) \
+                 or send the file's path and read it where it is needed"
+            )));
+        }
+        let storage = Arc::clone(&this.storage);
+        without_gil(py, move || storage.wait_ready_on(None))?;
+        let bytes = this.view("|u1".into(), 1, 8, vec![this.nbytes as i64], 0, None)?;
+        let payload = if protocol >= 5 {
+            py.import("pickle")?
+                .getattr("PickleBuffer")?
+                .call1((Bound::new(py, bytes)?,))?
+        } else {
+            // SAFETY: host memory of `nbytes` bytes at `ptr`, kept alive by `this`.
+            let data = unsafe { std::slice::from_raw_parts(this.ptr() as *const u8, this.nbytes) };
+            pyo3::types::PyBytes::new(py, data).into_any()
+        };
+        let rebuild = py.get_type::<Self>().getattr("_from_pickle")?;
+        let args = PyTuple::new(
+            py,
+            [
+                payload,
+                this.typestr.clone().into_pyobject(py)?.into_any(),
+                this.code.into_pyobject(py)?.into_any(),
+                this.bits.into_pyobject(py)?.into_any(),
+                PyTuple::new(py, &this.shape)?.into_any(),
+            ],
+        )?;
+        Ok((rebuild, args))
+    }
+
+    /// Rebuild a pickled host buffer in new host memory (see ``__reduce_ex__``).
+    #[staticmethod]
+    fn _from_pickle(
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        typestr: String,
+        code: u8,
+        bits: u8,
+        shape: Vec<i64>,
+    ) -> PyResult<Self> {
+        let source = pyo3::buffer::PyBuffer::<u8>::get(data)?;
+        let nbytes = source.len_bytes();
+        let buffer = Self::allocate(py, nbytes, -1, false)?;
+        // SAFETY: fresh host memory of `nbytes` bytes owned by `buffer`, which nothing else
+        // can see yet.
+        let dst = unsafe { std::slice::from_raw_parts_mut(buffer.ptr() as *mut u8, nbytes) };
+        source.copy_to_slice(py, dst)?;
+        buffer.view(typestr, code, bits, shape, 0, None)
     }
 
     /// One line with human units (formatted in `kvikpy._display`, the one place that
@@ -667,6 +748,8 @@ fn numpy_format(typestr: &str) -> String {
         (b'f', 8) => "d",
         (b'c', 8) => "Zf",
         (b'c', 16) => "Zd",
+        // bfloat16 ("<V2"): the buffer protocol has no such type; its bits as uint16.
+        (b'V', 2) => "H",
         _ => "B",
     };
     let order = if order == "|" { "" } else { order };
