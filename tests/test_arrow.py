@@ -288,7 +288,10 @@ def test_a_zero_dimensional_buffer_is_one_element_long(tmp_path):
         (">f4", "byte order"),
         (">i8", "byte order"),
         (">u2", "byte order"),
-        *([(np.dtype(np.longdouble).str, "no Arrow type")] * (np.dtype(np.longdouble).itemsize > 8)),
+        *(
+            [(np.dtype(np.longdouble).str, "no Arrow type")]
+            * (np.dtype(np.longdouble).itemsize > 8)
+        ),
     ],
 )
 def test_dtypes_arrow_lacks_raise_type_error(tmp_path, dtype, match):

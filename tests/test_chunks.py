@@ -198,10 +198,11 @@ def test_a_requested_uint8_schema_gives_plain_uint8_chunks(tmp_path):
 def test_stream_errors_reach_the_consumer(tmp_path):
     p, _ = random_file(tmp_path, 64)
     typed = kvikpy.read(p, dtype="float32", device="cpu")
-    for items, match in [([object()], "Buffer"), ([typed], "chunk of Arrow type Float32 in a stream of UInt8")]:
-        reader = pa.RecordBatchReader._import_from_c_capsule(
-            _lib.host_stream_capsule(iter(items))
-        )
+    for items, match in [
+        ([object()], "Buffer"),
+        ([typed], "chunk of Arrow type Float32 in a stream of UInt8"),
+    ]:
+        reader = pa.RecordBatchReader._import_from_c_capsule(_lib.host_stream_capsule(iter(items)))
         with pytest.raises(OSError, match=match):  # pyarrow turns EIO into OSError
             reader.read_next_batch()
 
