@@ -18,6 +18,8 @@ from test_arrow import ArrowDeviceArray, struct_of
 import kvikpy
 from kvikpy import _lib
 
+pa = pytest.importorskip("pyarrow")
+
 
 def host_bytes(chunk) -> bytes:
     return np.from_dlpack(chunk).tobytes()
@@ -148,7 +150,6 @@ def test_an_unconsumed_device_stream_releases_its_iterator(tmp_path):
     assert _lib.live_buffers() == base
 
 
-pa = pytest.importorskip("pyarrow")
 CHUNK_SCHEMA = pa.schema([pa.field("bytes", pa.uint8(), nullable=False)])
 
 
