@@ -115,6 +115,23 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         self._fill()  # start the next reads before the caller works on this chunk
         return view
 
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        """The remaining chunks of a host iterator (``device="cpu"``) as an Arrow C stream
+        (``arrow_array_stream`` capsule), without a copy: record batches with one
+        ``uint8`` column, ``bytes``, one batch per chunk, so
+        ``pyarrow.RecordBatchReader.from_stream(it)`` and ``pyarrow.table(it)`` work; or
+        plain ``uint8`` arrays when ``requested_schema`` asks for ``uint8``
+        (``pyarrow.chunked_array(it, type=pyarrow.uint8())``). The consumer's
+        ``get_next`` advances this same iterator. GPU iterators raise ``BufferError``:
+        use ``__arrow_c_device_stream__``."""
+        if self._ordinal >= 0:
+            raise BufferError(
+                f"this iterator reads into the memory of GPU {self._ordinal}, which the "
+                "Arrow C stream interface cannot describe; use __arrow_c_device_stream__, "
+                'or iterate with device="cpu"'
+            )
+        return _lib.host_stream_capsule(self, requested_schema)
+
     def __arrow_c_device_stream__(self, requested_schema: Any = None, **kwargs: Any) -> Any:
         """The remaining chunks as an Arrow C device stream (``arrow_device_array_stream``
         capsule) of ``uint8`` arrays, one per chunk, on this iterator's device. The

@@ -1,6 +1,7 @@
 """iter_chunks into host memory (runs without a GPU): the chunks tile the file, a plain
-loop cycles through depth + 2 buffers, and chunks the caller keeps are never
-overwritten."""
+loop cycles through depth + 2 buffers, chunks the caller keeps are never overwritten, and
+the iterator is an Arrow C stream (record batches or plain uint8 arrays) and C device
+stream."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ import gc
 import numpy as np
 import pytest
 from conftest import random_file
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_arrow import ArrowDeviceArray, struct_of
 
 import kvikpy
 from kvikpy import _lib
+
+pa = pytest.importorskip("pyarrow")
 
 
 def host_bytes(chunk) -> bytes:
@@ -143,3 +148,93 @@ def test_an_unconsumed_device_stream_releases_its_iterator(tmp_path):
     del it, capsule
     gc.collect()
     assert _lib.live_buffers() == base
+
+
+CHUNK_SCHEMA = pa.schema([pa.field("bytes", pa.uint8(), nullable=False)])
+
+
+@pytest.mark.parametrize(("n", "chunk"), [(10 * 1000 + 3, 1000), (0, 100), (100, 100)])
+def test_record_batch_reader_from_stream_reads_the_chunks(tmp_path, n, chunk):
+    p, data = random_file(tmp_path, n)
+    base = _lib.live_buffers()
+    it = kvikpy.iter_chunks(p, chunk, device="cpu")
+    reader = pa.RecordBatchReader.from_stream(it)
+    assert reader.schema == CHUNK_SCHEMA
+    batches = list(reader)
+    assert [b.num_rows for b in batches] == [min(chunk, n - o) for o in range(0, n, chunk)]
+    assert b"".join(b.column(0).to_numpy().tobytes() for b in batches) == data
+    assert it.allocations == len(batches)  # every batch still holds its chunk: no copy
+    del reader, it, batches
+    gc.collect()
+    assert _lib.live_buffers() == base
+
+
+def test_pyarrow_table_and_chunked_array_take_the_stream(tmp_path):
+    p, data = random_file(tmp_path, 5 * 4096 + 1)
+    table = pa.table(kvikpy.iter_chunks(p, 4096, device="cpu"))
+    assert table.schema == CHUNK_SCHEMA and table.column("bytes").num_chunks == 6
+    assert table.column("bytes").to_numpy().tobytes() == data
+    structs = pa.chunked_array(kvikpy.iter_chunks(p, 4096, device="cpu"))
+    assert structs.type == pa.struct(CHUNK_SCHEMA) and structs.num_chunks == 6
+    assert b"".join(c.field(0).to_numpy().tobytes() for c in structs.chunks) == data
+
+
+def test_a_requested_uint8_schema_gives_plain_uint8_chunks(tmp_path):
+    p, data = random_file(tmp_path, 7 * 1000 + 9)
+    it = kvikpy.iter_chunks(p, 1000, device="cpu")
+    first = next(it)  # the stream continues where the iterator is
+    column = pa.chunked_array(it, type=pa.uint8())
+    assert column.type == pa.uint8() and column.num_chunks == 7
+    assert [len(c) for c in column.chunks] == [1000] * 6 + [9]
+    assert host_bytes(first) + column.to_numpy().tobytes() == data
+    # Any other request keeps the record batches (a producer may keep its own schema).
+    capsule = kvikpy.iter_chunks(p, 1000, device="cpu").__arrow_c_stream__(
+        pa.int64().__arrow_c_schema__()
+    )
+    assert pa.RecordBatchReader._import_from_c_capsule(capsule).schema == CHUNK_SCHEMA
+    with pytest.raises(TypeError, match="arrow_schema capsule"):
+        kvikpy.iter_chunks(p, 1000, device="cpu").__arrow_c_stream__("uint8")
+
+
+def test_stream_errors_reach_the_consumer(tmp_path):
+    p, _ = random_file(tmp_path, 64)
+    typed = kvikpy.read(p, dtype="float32", device="cpu")
+    for items, match in [
+        ([object()], "Buffer"),
+        ([typed], "chunk of Arrow type Float32 in a stream of UInt8"),
+    ]:
+        reader = pa.RecordBatchReader._import_from_c_capsule(_lib.host_stream_capsule(iter(items)))
+        with pytest.raises(OSError, match=match):  # pyarrow turns EIO into OSError
+            reader.read_next_batch()
+
+
+def test_an_unconsumed_stream_releases_its_iterator(tmp_path):
+    p, _ = random_file(tmp_path, 5000)
+    base = _lib.live_buffers()
+    it = kvikpy.iter_chunks(p, 1000, device="cpu")
+    next(it)
+    capsule = it.__arrow_c_stream__()
+    del it, capsule
+    gc.collect()
+    assert _lib.live_buffers() == base
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    chunk=st.integers(1, 9_000),
+    whole=st.integers(0, 30),
+    part=st.floats(0, 1, exclude_max=True),
+    seed=st.integers(0, 1 << 16),
+)
+def test_stream_chunks_hold_the_files_bytes(tmp_path, chunk, whole, part, seed):
+    n = chunk * whole + int(part * chunk)  # up to 30 whole chunks and a shorter last one
+    p, data = random_file(tmp_path, n, seed)
+    batches = list(pa.RecordBatchReader.from_stream(kvikpy.iter_chunks(p, chunk, device="cpu")))
+    assert [b.num_rows for b in batches] == [min(chunk, n - o) for o in range(0, n, chunk)]
+    assert b"".join(b.column(0).to_numpy().tobytes() for b in batches) == data
+    column = pa.chunked_array(kvikpy.iter_chunks(p, chunk, device="cpu"), type=pa.uint8())
+    assert column.to_numpy().tobytes() == data

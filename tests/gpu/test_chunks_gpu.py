@@ -40,3 +40,14 @@ def test_gpu_chunks_as_an_arrow_device_stream(tmp_path):
     assert device_type == 2 and fmt == "C"  # ARROW_DEVICE_CUDA
     assert b"".join(chunks) == data
     assert devices == [(2, 0, 2)] * 4
+
+
+def test_gpu_chunks_refuse_the_host_stream_interface(tmp_path):
+    p, data = random_file(tmp_path, 1000)
+    it = kvikpy.iter_chunks(p, 100)
+    with pytest.raises(BufferError, match="__arrow_c_device_stream__"):
+        it.__arrow_c_stream__()
+    pa = pytest.importorskip("pyarrow")
+    with pytest.raises(BufferError, match="GPU 0"):
+        pa.RecordBatchReader.from_stream(it)
+    assert b"".join(cupy.asnumpy(cupy.from_dlpack(c)).tobytes() for c in it) == data  # intact

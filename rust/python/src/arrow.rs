@@ -1,6 +1,7 @@
-//! The Arrow C Data and C Device Data interfaces for kvikpy buffers, as PyCapsules
-//! (`arrow_schema`, `arrow_array`, `arrow_device_array`): a buffer's bytes become an Arrow
-//! `uint8` array without a copy, on the host or on its GPU.
+//! The Arrow C Data, C Device Data and C (Device) Stream interfaces for kvikpy buffers, as
+//! PyCapsules (`arrow_schema`, `arrow_array`, `arrow_device_array`, `arrow_array_stream`,
+//! `arrow_device_array_stream`): a buffer becomes an Arrow array of its dtype (nested
+//! fixed-size lists for 2-D and higher shapes) without a copy, on the host or on its GPU.
 //!
 //! The schema comes from arrow-rs (`FFI_ArrowSchema`); arrow-rs has no device interface,
 //! so the array structs are declared here, with their layout checked at compile time.
@@ -13,9 +14,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use arrow_schema::ffi::FFI_ArrowSchema;
-use arrow_schema::DataType;
+use arrow_schema::{DataType, Field, Fields};
 use kvikpy_core::cuda::{DeviceAllocation, StreamEvent};
-use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError};
+use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -70,6 +71,10 @@ const _: () = {
 struct ArrayPrivate {
     /// Buffer pointers; `ArrowArray::buffers` points here.
     buffers: Vec<*const c_void>,
+    /// The child arrays (each with its own release and owner, so a consumer may move one
+    /// out), and the pointers `ArrowArray::children` points at.
+    children: Vec<ArrowArray>,
+    child_pointers: Vec<*mut ArrowArray>,
     /// The event consumers wait on (device arrays), and the handle `sync_event` points at.
     _event: Option<StreamEvent>,
     event_handle: Box<usize>,
@@ -77,7 +82,18 @@ struct ArrayPrivate {
     _owner: Box<dyn std::any::Any + Send>,
 }
 
-/// An Arrow array to export: its element count, buffers and what keeps them alive.
+impl Drop for ArrayPrivate {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            // SAFETY: each child was made by `build_array`; one a consumer moved out has
+            // its release cleared here, so `release_array` leaves it alone.
+            unsafe { release_array(child) };
+        }
+    }
+}
+
+/// An Arrow array to export: its element count, buffers, children and what keeps them
+/// alive.
 pub struct ArrayExport {
     pub format: DataType,
     pub length: i64,
@@ -85,7 +101,124 @@ pub struct ArrayExport {
     pub null_count: i64,
     /// Buffer addresses in Arrow's order (validity first, may be null).
     pub buffers: Vec<u64>,
+    /// Child arrays (a fixed-size list's values, a struct's columns).
+    pub children: Vec<ArrayExport>,
     pub owner: Box<dyn std::any::Any + Send>,
+}
+
+/// The Arrow type of one element of a buffer, from its DLPack type code and bit width and
+/// its numpy typestr (for the byte order). Booleans (one byte each) export as `uint8`:
+/// Arrow's boolean is bit-packed, which would need a copy.
+pub fn element_type(code: u8, bits: u8, typestr: &str) -> PyResult<DataType> {
+    let (other, order) = if cfg!(target_endian = "little") {
+        (b'>', "little")
+    } else {
+        (b'<', "big")
+    };
+    if bits > 8 && typestr.as_bytes().first() == Some(&other) {
+        return Err(PyTypeError::new_err(format!(
+            "the buffer's items ({typestr:?}) are not in this machine's byte order, and \
+             Arrow arrays hold items in it ({order}-endian); read with the native dtype \
+             and swap the bytes (numpy's byteswap), or read with dtype='uint8' to export \
+             the bytes"
+        )));
+    }
+    Ok(match (code, bits) {
+        (0, 8) => DataType::Int8,
+        (0, 16) => DataType::Int16,
+        (0, 32) => DataType::Int32,
+        (0, 64) => DataType::Int64,
+        (1, 8) | (6, 8) => DataType::UInt8,
+        (1, 16) => DataType::UInt16,
+        (1, 32) => DataType::UInt32,
+        (1, 64) => DataType::UInt64,
+        (2, 16) => DataType::Float16,
+        (2, 32) => DataType::Float32,
+        (2, 64) => DataType::Float64,
+        (5, bits) => {
+            return Err(PyTypeError::new_err(format!(
+                "complex{bits} has no Arrow type (Arrow has no complex numbers); read with \
+                 dtype='float{}' and a shape ending in 2 to export (real, imaginary) \
+                 pairs as a fixed-size list, or with dtype='uint8' to export the bytes",
+                bits / 2
+            )))
+        }
+        (code, bits) => {
+            let kind = match code {
+                0 => "int".to_owned(),
+                1 => "uint".to_owned(),
+                2 => "float".to_owned(),
+                4 => "bfloat".to_owned(),
+                6 => "bool".to_owned(),
+                _ => format!("DLPack type code {code}, bits "),
+            };
+            return Err(PyTypeError::new_err(format!(
+                "{kind}{bits} ({typestr:?}) has no Arrow type; read with dtype='uint8' to \
+                 export the bytes"
+            )));
+        }
+    })
+}
+
+/// The Arrow type of a buffer of `element`s with `shape`: the element type for 0-D and
+/// 1-D buffers (a 0-D buffer is one element long), nested fixed-size lists of it for
+/// more dimensions, one level per dimension after the first, so `(n, a, b)` becomes
+/// `fixed_size_list<fixed_size_list<element>[b]>[a]` of length `n`.
+pub fn buffer_type(element: DataType, shape: &[i64]) -> PyResult<DataType> {
+    let mut t = element;
+    for &d in shape.iter().skip(1).rev() {
+        let size = i32::try_from(d).map_err(|_| {
+            PyValueError::new_err(format!(
+                "dimension {d} of shape {shape:?} is longer than an Arrow fixed-size list \
+                 can be (2^31 - 1); view the buffer with fewer, shorter inner dimensions"
+            ))
+        })?;
+        t = DataType::FixedSizeList(Arc::new(Field::new_list_field(t, true)), size);
+    }
+    Ok(t)
+}
+
+/// The export of `length` values of type `format` whose elements start at `ptr`: a
+/// primitive array, or a fixed-size list whose child holds `length * size` values. Every
+/// level owns a reference to `owner`.
+fn typed_level<T: Send + Sync + 'static>(
+    format: &DataType,
+    length: i64,
+    ptr: u64,
+    owner: &Arc<T>,
+) -> PyResult<ArrayExport> {
+    let (buffers, children) = match format {
+        DataType::FixedSizeList(field, size) => {
+            let values = length.checked_mul(i64::from(*size)).ok_or_else(|| {
+                PyValueError::new_err(format!("{length} lists of {size} values overflow"))
+            })?;
+            (
+                vec![0],
+                vec![typed_level(field.data_type(), values, ptr, owner)?],
+            )
+        }
+        _ => (vec![0, ptr], Vec::new()),
+    };
+    Ok(ArrayExport {
+        format: format.clone(),
+        length,
+        null_count: 0,
+        buffers,
+        children,
+        owner: Box::new(Arc::clone(owner)),
+    })
+}
+
+/// The typed Arrow export of a buffer's memory at `ptr` (see [`element_type`] and
+/// [`buffer_type`]), kept alive by `owner`; no copy.
+pub fn buffer_export<T: Send + Sync + 'static>(
+    ptr: u64,
+    (code, bits, typestr): (u8, u8, &str),
+    shape: &[i64],
+    owner: &Arc<T>,
+) -> PyResult<ArrayExport> {
+    let format = buffer_type(element_type(code, bits, typestr)?, shape)?;
+    typed_level(&format, shape.first().copied().unwrap_or(1), ptr, owner)
 }
 
 unsafe extern "C" fn release_array(array: *mut ArrowArray) {
@@ -108,8 +241,18 @@ unsafe extern "C" fn release_array(array: *mut ArrowArray) {
 
 fn build_array(export: ArrayExport, event: Option<StreamEvent>) -> (ArrowArray, *mut c_void) {
     let event_handle = Box::new(event.as_ref().map_or(0, StreamEvent::handle));
+    // The children stay where they are (the Vec is never resized), so pointers to them
+    // stay valid while the private data lives.
+    let mut children: Vec<ArrowArray> = export
+        .children
+        .into_iter()
+        .map(|child| build_array(child, None).0)
+        .collect();
+    let child_pointers = children.iter_mut().map(|c| c as *mut _).collect();
     let mut private = Box::new(ArrayPrivate {
         buffers: export.buffers.iter().map(|&p| p as *const c_void).collect(),
+        children,
+        child_pointers,
         _event: event,
         event_handle,
         _owner: export.owner,
@@ -124,9 +267,13 @@ fn build_array(export: ArrayExport, event: Option<StreamEvent>) -> (ArrowArray, 
         null_count: export.null_count,
         offset: 0,
         n_buffers: private.buffers.len() as i64,
-        n_children: 0,
+        n_children: private.children.len() as i64,
         buffers: private.buffers.as_mut_ptr(),
-        children: std::ptr::null_mut(),
+        children: if private.children.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            private.child_pointers.as_mut_ptr()
+        },
         dictionary: std::ptr::null_mut(),
         release: Some(release_array),
         private_data: Box::into_raw(private).cast(),
@@ -354,6 +501,7 @@ pub fn batch_arrow(
                 length: count as i64,
                 null_count,
                 buffers,
+                children: Vec::new(),
                 owner: Box::new((owner, offsets, validity)),
             };
             if device {
@@ -375,6 +523,7 @@ pub fn batch_arrow(
                 length: count as i64,
                 null_count,
                 buffers: vec![meta.bitmap_at.map_or(0, |at| base + at as u64), base, data],
+                children: Vec::new(),
                 owner: Box::new((owner, Arc::clone(&meta.allocation))),
             };
             device_array_capsules(py, export, ARROW_DEVICE_CUDA, ordinal as i64, Some(event))
@@ -412,6 +561,7 @@ pub fn device_array_capsules(
 }
 
 const DEVICE_STREAM: &CStr = c"arrow_device_array_stream";
+const STREAM: &CStr = c"arrow_array_stream";
 
 /// `struct ArrowDeviceArrayStream` of the Arrow C device stream interface.
 #[repr(C)]
@@ -426,15 +576,65 @@ pub struct ArrowDeviceArrayStream {
     private_data: *mut c_void,
 }
 
+/// `struct ArrowArrayStream` of the Arrow C stream interface (host memory).
+#[repr(C)]
+pub struct ArrowArrayStream {
+    get_schema: Option<unsafe extern "C" fn(*mut ArrowArrayStream, *mut FFI_ArrowSchema) -> c_int>,
+    get_next: Option<unsafe extern "C" fn(*mut ArrowArrayStream, *mut ArrowArray) -> c_int>,
+    get_last_error: Option<unsafe extern "C" fn(*mut ArrowArrayStream) -> *const c_char>,
+    release: Option<unsafe extern "C" fn(*mut ArrowArrayStream)>,
+    private_data: *mut c_void,
+}
+
 const _: () = {
     assert!(std::mem::size_of::<ArrowDeviceArrayStream>() == 48);
     assert!(std::mem::offset_of!(ArrowDeviceArrayStream, get_schema) == 8);
     assert!(std::mem::offset_of!(ArrowDeviceArrayStream, private_data) == 40);
+    assert!(std::mem::size_of::<ArrowArrayStream>() == 40);
+    assert!(std::mem::offset_of!(ArrowArrayStream, release) == 24);
+    assert!(std::mem::offset_of!(ArrowArrayStream, private_data) == 32);
 };
 
-/// What a stream owns: the Python iterator of buffers, and the last error's text.
+/// What the two stream structs share, for the callbacks written once for both.
+trait StreamStruct: Sized {
+    /// The capsule name.
+    const NAME: &'static CStr;
+    fn private_data(&mut self) -> &mut *mut c_void;
+    fn is_released(&self) -> bool;
+    fn mark_released(&mut self);
+}
+
+impl StreamStruct for ArrowDeviceArrayStream {
+    const NAME: &'static CStr = DEVICE_STREAM;
+    fn private_data(&mut self) -> &mut *mut c_void {
+        &mut self.private_data
+    }
+    fn is_released(&self) -> bool {
+        self.release.is_none()
+    }
+    fn mark_released(&mut self) {
+        self.release = None;
+    }
+}
+
+impl StreamStruct for ArrowArrayStream {
+    const NAME: &'static CStr = STREAM;
+    fn private_data(&mut self) -> &mut *mut c_void {
+        &mut self.private_data
+    }
+    fn is_released(&self) -> bool {
+        self.release.is_none()
+    }
+    fn mark_released(&mut self) {
+        self.release = None;
+    }
+}
+
+/// What a stream owns: the Python iterator of buffers, the stream's schema, and the last
+/// error's text.
 struct StreamPrivate {
     iterator: Py<PyAny>,
+    schema: DataType,
     last_error: Option<CString>,
 }
 
@@ -442,28 +642,29 @@ struct StreamPrivate {
 const EIO: c_int = 5;
 const EINVAL: c_int = 22;
 
-unsafe fn stream_private<'a>(stream: *mut ArrowDeviceArrayStream) -> Option<&'a mut StreamPrivate> {
-    // SAFETY: (caller) `stream` is null or a stream made by `device_stream_capsule`,
-    // whose private data is a live `StreamPrivate` until release.
+unsafe fn stream_private<'a, S: StreamStruct>(stream: *mut S) -> Option<&'a mut StreamPrivate> {
+    // SAFETY: (caller) `stream` is null or a stream made by `stream_capsule`, whose
+    // private data is a live `StreamPrivate` until release (null after).
     unsafe {
-        stream
-            .as_mut()?
-            .private_data
+        (*stream.as_mut()?.private_data())
             .cast::<StreamPrivate>()
             .as_mut()
     }
 }
 
-unsafe extern "C" fn stream_get_schema(
-    stream: *mut ArrowDeviceArrayStream,
+unsafe extern "C" fn stream_get_schema<S: StreamStruct>(
+    stream: *mut S,
     out: *mut FFI_ArrowSchema,
 ) -> c_int {
     catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the consumer passes the stream it was given.
-        if out.is_null() || unsafe { stream_private(stream) }.is_none() {
+        let Some(private) = (unsafe { stream_private(stream) }) else {
+            return EINVAL;
+        };
+        if out.is_null() {
             return EINVAL;
         }
-        match FFI_ArrowSchema::try_from(&DataType::UInt8) {
+        match FFI_ArrowSchema::try_from(&private.schema) {
             // SAFETY: `out` is the consumer's uninitialised schema, which it now owns.
             Ok(schema) => unsafe {
                 std::ptr::write(out, schema);
@@ -475,31 +676,63 @@ unsafe extern "C" fn stream_get_schema(
     .unwrap_or(EIO)
 }
 
-unsafe extern "C" fn stream_get_next(
-    stream: *mut ArrowDeviceArrayStream,
-    out: *mut ArrowDeviceArray,
+/// The body of both `get_next` callbacks: find the stream's private data, run `next`
+/// with the GIL, and keep an error's text for `get_last_error`.
+fn stream_next<S: StreamStruct>(
+    stream: *mut S,
+    out_is_null: bool,
+    next: impl FnOnce(Python<'_>, &Bound<'_, PyAny>, &DataType) -> PyResult<()>,
 ) -> c_int {
     catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the consumer passes the stream it was given.
         let Some(private) = (unsafe { stream_private(stream) }) else {
             return EINVAL;
         };
-        if out.is_null() {
+        if out_is_null {
             return EINVAL;
         }
-        Python::attach(|py| {
-            let outcome = next_device_array(py, private.iterator.bind(py), out);
-            match outcome {
+        Python::attach(
+            |py| match next(py, private.iterator.bind(py), &private.schema) {
                 Ok(()) => 0,
                 Err(e) => {
                     let text = e.to_string().replace('\0', " ");
                     private.last_error = CString::new(text).ok();
                     EIO
                 }
-            }
-        })
+            },
+        )
     }))
     .unwrap_or(EIO)
+}
+
+unsafe extern "C" fn device_stream_get_next(
+    stream: *mut ArrowDeviceArrayStream,
+    out: *mut ArrowDeviceArray,
+) -> c_int {
+    stream_next(stream, out.is_null(), |py, iterator, _| {
+        next_device_array(py, iterator, out)
+    })
+}
+
+unsafe extern "C" fn host_stream_get_next(
+    stream: *mut ArrowArrayStream,
+    out: *mut ArrowArray,
+) -> c_int {
+    stream_next(stream, out.is_null(), |py, iterator, schema| {
+        next_host_array(py, iterator, schema, out)
+    })
+}
+
+/// The iterator's next item, or None at its end.
+fn next_item<'py>(
+    py: Python<'py>,
+    iterator: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    match iterator.call_method0("__next__") {
+        Ok(item) => Ok(Some(item)),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyStopIteration>(py) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Advance the iterator and move the next chunk's device array into `out`; at the end,
@@ -509,14 +742,10 @@ fn next_device_array(
     iterator: &Bound<'_, PyAny>,
     out: *mut ArrowDeviceArray,
 ) -> PyResult<()> {
-    let item = match iterator.call_method0("__next__") {
-        Ok(item) => item,
-        Err(e) if e.is_instance_of::<pyo3::exceptions::PyStopIteration>(py) => {
-            // SAFETY: `out` is the consumer's array to fill; all-zero is a released array.
-            unsafe { std::ptr::write_bytes(out, 0, 1) };
-            return Ok(());
-        }
-        Err(e) => return Err(e),
+    let Some(item) = next_item(py, iterator)? else {
+        // SAFETY: `out` is the consumer's array to fill; all-zero is a released array.
+        unsafe { std::ptr::write_bytes(out, 0, 1) };
+        return Ok(());
     };
     let (_, capsule) = item
         .call_method0("__arrow_c_device_array__")?
@@ -538,7 +767,56 @@ fn next_device_array(
     Ok(())
 }
 
-unsafe extern "C" fn stream_get_last_error(stream: *mut ArrowDeviceArrayStream) -> *const c_char {
+/// Advance the iterator (of host buffers) and write the next chunk's array into `out`:
+/// the chunk's own array when the stream's schema is its type, or a struct array with it
+/// as the one column; at the end, a released (zeroed) array.
+fn next_host_array(
+    py: Python<'_>,
+    iterator: &Bound<'_, PyAny>,
+    schema: &DataType,
+    out: *mut ArrowArray,
+) -> PyResult<()> {
+    let Some(item) = next_item(py, iterator)? else {
+        // SAFETY: `out` is the consumer's array to fill; all-zero is a released array.
+        unsafe { std::ptr::write_bytes(out, 0, 1) };
+        return Ok(());
+    };
+    let buffer: PyRef<'_, crate::memory::Buffer> = item.extract()?;
+    if let (_, Some(ordinal), _) = buffer.parts() {
+        return Err(pyo3::exceptions::PyBufferError::new_err(format!(
+            "a chunk in the memory of GPU {ordinal} cannot go into an Arrow C stream (host \
+             memory); use __arrow_c_device_stream__"
+        )));
+    }
+    let chunk = buffer.arrow_export()?;
+    let column = match schema {
+        DataType::Struct(fields) if fields.len() == 1 => fields[0].data_type(),
+        other => other,
+    };
+    if &chunk.format != column {
+        return Err(PyTypeError::new_err(format!(
+            "a chunk of Arrow type {} in a stream of {column}",
+            chunk.format
+        )));
+    }
+    let export = match schema {
+        DataType::Struct(_) => ArrayExport {
+            format: schema.clone(),
+            length: chunk.length,
+            null_count: 0,
+            buffers: vec![0],
+            children: vec![chunk],
+            owner: Box::new(()),
+        },
+        _ => chunk,
+    };
+    let (array, _) = build_array(export, None);
+    // SAFETY: `out` is the consumer's uninitialised array, which it now owns.
+    unsafe { std::ptr::write(out, array) };
+    Ok(())
+}
+
+unsafe extern "C" fn stream_get_last_error<S: StreamStruct>(stream: *mut S) -> *const c_char {
     // SAFETY: the consumer passes the stream it was given.
     match unsafe { stream_private(stream) } {
         Some(StreamPrivate {
@@ -549,32 +827,31 @@ unsafe extern "C" fn stream_get_last_error(stream: *mut ArrowDeviceArrayStream) 
     }
 }
 
-unsafe extern "C" fn stream_release(stream: *mut ArrowDeviceArrayStream) {
+unsafe extern "C" fn stream_release<S: StreamStruct>(stream: *mut S) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the consumer passes the stream it was given; a released one is skipped.
         let Some(stream) = (unsafe { stream.as_mut() }) else {
             return;
         };
-        if stream.release.is_none() {
+        if stream.is_released() {
             return;
         }
-        let private = stream.private_data.cast::<StreamPrivate>();
-        stream.private_data = std::ptr::null_mut();
-        stream.release = None;
+        let private =
+            std::mem::replace(stream.private_data(), std::ptr::null_mut()).cast::<StreamPrivate>();
+        stream.mark_released();
         if !private.is_null() {
-            // SAFETY: the Box leaked in `device_stream_capsule`, freed once (release
-            // was cleared above). Dropping the iterator needs the GIL.
+            // SAFETY: the Box leaked in `stream_capsule`, freed once (release was
+            // cleared above). Dropping the iterator needs the GIL.
             let private = unsafe { Box::from_raw(private) };
             Python::attach(|_| drop(private));
         }
     }));
 }
 
-unsafe extern "C" fn destroy_device_stream(capsule: *mut ffi::PyObject) {
-    // SAFETY: as in `destroy_array`, for the Box<ArrowDeviceArrayStream>.
+unsafe extern "C" fn destroy_stream<S: StreamStruct>(capsule: *mut ffi::PyObject) {
+    // SAFETY: as in `destroy_array`, for the Box<S> leaked in `stream_capsule`.
     unsafe {
-        let p = ffi::PyCapsule_GetPointer(capsule, DEVICE_STREAM.as_ptr())
-            .cast::<ArrowDeviceArrayStream>();
+        let p = ffi::PyCapsule_GetPointer(capsule, S::NAME.as_ptr()).cast::<S>();
         if p.is_null() {
             ffi::PyErr_Clear();
             return;
@@ -584,9 +861,32 @@ unsafe extern "C" fn destroy_device_stream(capsule: *mut ffi::PyObject) {
     }
 }
 
+/// Put a stream struct, made by `make` around its private data, in a capsule.
+fn stream_capsule<S: StreamStruct>(
+    py: Python<'_>,
+    iterator: Bound<'_, PyAny>,
+    schema: DataType,
+    make: impl FnOnce(*mut c_void) -> S,
+) -> PyResult<Py<PyAny>> {
+    let private = Box::new(StreamPrivate {
+        iterator: iterator.unbind(),
+        schema,
+        last_error: None,
+    });
+    let ptr = Box::into_raw(Box::new(make(Box::into_raw(private).cast())));
+    capsule(py, ptr.cast(), S::NAME, destroy_stream::<S>, || {
+        // SAFETY: the capsule was not made: release and free the stream ourselves.
+        unsafe {
+            stream_release(ptr);
+            drop(Box::from_raw(ptr));
+        }
+    })
+}
+
 /// An `arrow_device_array_stream` capsule over `iterator`, a Python iterator of kvikpy
-/// buffers on device type `device_type` (`ARROW_DEVICE_CUDA` or `ARROW_DEVICE_CPU`):
-/// each `get_next` advances the iterator and hands over the next chunk's array.
+/// `uint8` buffers on device type `device_type` (`ARROW_DEVICE_CUDA` or
+/// `ARROW_DEVICE_CPU`): each `get_next` advances the iterator and hands over the next
+/// chunk's array.
 #[boundary]
 #[pyfunction]
 #[pyo3(signature = (iterator, on_gpu))]
@@ -595,28 +895,79 @@ pub fn device_stream_capsule(
     iterator: Bound<'_, PyAny>,
     on_gpu: bool,
 ) -> PyResult<Py<PyAny>> {
-    let private = Box::new(StreamPrivate {
-        iterator: iterator.unbind(),
-        last_error: None,
-    });
-    let stream = Box::new(ArrowDeviceArrayStream {
-        device_type: if on_gpu {
-            ARROW_DEVICE_CUDA
-        } else {
-            ARROW_DEVICE_CPU
-        },
-        get_schema: Some(stream_get_schema),
-        get_next: Some(stream_get_next),
-        get_last_error: Some(stream_get_last_error),
-        release: Some(stream_release),
-        private_data: Box::into_raw(private).cast(),
-    });
-    let ptr = Box::into_raw(stream);
-    capsule(py, ptr.cast(), DEVICE_STREAM, destroy_device_stream, || {
-        // SAFETY: the capsule was not made: release and free the stream ourselves.
-        unsafe {
-            stream_release(ptr);
-            drop(Box::from_raw(ptr));
+    stream_capsule(py, iterator, DataType::UInt8, |private_data| {
+        ArrowDeviceArrayStream {
+            device_type: if on_gpu {
+                ARROW_DEVICE_CUDA
+            } else {
+                ARROW_DEVICE_CPU
+            },
+            get_schema: Some(stream_get_schema::<ArrowDeviceArrayStream>),
+            get_next: Some(device_stream_get_next),
+            get_last_error: Some(stream_get_last_error::<ArrowDeviceArrayStream>),
+            release: Some(stream_release::<ArrowDeviceArrayStream>),
+            private_data,
         }
+    })
+}
+
+/// The format string of an `arrow_schema` capsule, or a TypeError for anything else.
+fn requested_format(py: Python<'_>, requested: &Bound<'_, PyAny>) -> PyResult<String> {
+    // SAFETY: PyCapsule_GetPointer checks the object is a capsule of that name (setting an
+    // error otherwise); such a capsule holds a `struct ArrowSchema`, whose first field is
+    // its format, a C string (null only once released), live while the capsule is.
+    unsafe {
+        let p = ffi::PyCapsule_GetPointer(requested.as_ptr(), SCHEMA.as_ptr());
+        if p.is_null() {
+            let cause = PyErr::fetch(py);
+            let e = PyTypeError::new_err(format!(
+                "requested_schema must be an arrow_schema capsule or None, got {}",
+                requested.get_type().name()?
+            ));
+            e.set_cause(py, Some(cause));
+            return Err(e);
+        }
+        let format = *p.cast::<*const c_char>();
+        if format.is_null() {
+            return Err(PyValueError::new_err(
+                "requested_schema is a released arrow_schema",
+            ));
+        }
+        Ok(CStr::from_ptr(format).to_string_lossy().into_owned())
+    }
+}
+
+/// The schema of a host chunk stream by default: a struct (a record batch) of one
+/// `uint8` column, `bytes`.
+fn chunk_struct() -> DataType {
+    DataType::Struct(Fields::from(vec![Field::new(
+        "bytes",
+        DataType::UInt8,
+        false,
+    )]))
+}
+
+/// An `arrow_array_stream` capsule (the Arrow C stream interface) over `iterator`, a
+/// Python iterator of host `uint8` buffers: record batches of one `uint8` column,
+/// `bytes`, one per chunk, or plain `uint8` arrays when `requested_schema` asks for
+/// `uint8`. Each `get_next` advances the iterator and hands over the next chunk.
+#[boundary]
+#[pyfunction]
+#[pyo3(signature = (iterator, requested_schema=None))]
+pub fn host_stream_capsule(
+    py: Python<'_>,
+    iterator: Bound<'_, PyAny>,
+    requested_schema: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let schema = match requested_schema {
+        Some(r) if !r.is_none() && requested_format(py, r)? == "C" => DataType::UInt8,
+        _ => chunk_struct(),
+    };
+    stream_capsule(py, iterator, schema, |private_data| ArrowArrayStream {
+        get_schema: Some(stream_get_schema::<ArrowArrayStream>),
+        get_next: Some(host_stream_get_next),
+        get_last_error: Some(stream_get_last_error::<ArrowArrayStream>),
+        release: Some(stream_release::<ArrowArrayStream>),
+        private_data,
     })
 }

@@ -9,7 +9,6 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arrow_schema::DataType;
 use kvikpy_core::cuda::{self, DeviceAllocation, PinnedHostAllocation, StreamEvent};
 use kvikpy_core::{DeviceSpan, HostSpan, Span};
 use pyo3::exceptions::{PyBufferError, PyValueError};
@@ -208,14 +207,14 @@ impl Buffer {
         )
     }
 
-    fn arrow_export(&self) -> arrow::ArrayExport {
-        arrow::ArrayExport {
-            format: DataType::UInt8,
-            length: self.nbytes as i64,
-            null_count: 0,
-            buffers: vec![0, self.ptr()],
-            owner: Box::new(Arc::clone(&self.storage)),
-        }
+    /// The typed Arrow export of the memory (see `arrow::buffer_export`), no copy.
+    pub fn arrow_export(&self) -> PyResult<arrow::ArrayExport> {
+        arrow::buffer_export(
+            self.ptr(),
+            (self.code, self.bits, &self.typestr),
+            &self.shape,
+            &self.storage,
+        )
     }
 
     fn dlpack_device(&self) -> (i32, i32) {
@@ -452,12 +451,14 @@ impl Buffer {
         Arc::strong_count(&self.storage)
     }
 
-    /// The Arrow schema of the buffer's bytes (``uint8``), as an ``arrow_schema`` capsule.
+    /// The Arrow type of the buffer (its dtype; nested fixed-size lists for 2-D and higher
+    /// shapes), as an ``arrow_schema`` capsule. ``TypeError`` for dtypes Arrow lacks.
     fn __arrow_c_schema__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        arrow::schema_capsule(py, &DataType::UInt8)
+        let element = arrow::element_type(self.code, self.bits, &self.typestr)?;
+        arrow::schema_capsule(py, &arrow::buffer_type(element, &self.shape)?)
     }
 
-    /// The bytes of a host buffer as an Arrow ``uint8`` array (``arrow_schema`` and
+    /// A host buffer as an Arrow array of its dtype and shape (``arrow_schema`` and
     /// ``arrow_array`` capsules), without a copy: ``pyarrow.array(buf)``.
     #[pyo3(signature = (requested_schema=None))]
     fn __arrow_c_array__(
@@ -473,10 +474,10 @@ impl Buffer {
                  nanoarrow.device.c_device_array(buf)), or read with device=\"cpu\""
             )));
         }
-        arrow::array_capsules(py, self.arrow_export())
+        arrow::array_capsules(py, self.arrow_export()?)
     }
 
-    /// The bytes as an Arrow ``uint8`` array on the buffer's device (``arrow_schema`` and
+    /// The buffer as an Arrow array of its dtype and shape on its device (``arrow_schema`` and
     /// ``arrow_device_array`` capsules, the Arrow C device data interface): CUDA with
     /// ``device_id`` the GPU and ``sync_event`` an event to wait on, or CPU.
     #[pyo3(signature = (requested_schema=None, **kwargs))]
@@ -491,7 +492,7 @@ impl Buffer {
         match self.storage.ordinal() {
             None => arrow::device_array_capsules(
                 py,
-                self.arrow_export(),
+                self.arrow_export()?,
                 arrow::ARROW_DEVICE_CPU,
                 -1,
                 None,
@@ -503,7 +504,7 @@ impl Buffer {
                 let event = without_gil(py, move || cuda::StreamEvent::record(ordinal, stream))?;
                 arrow::device_array_capsules(
                     py,
-                    self.arrow_export(),
+                    self.arrow_export()?,
                     arrow::ARROW_DEVICE_CUDA,
                     ordinal as i64,
                     Some(event),
