@@ -226,7 +226,7 @@ def _device(device: str | int, option: str = "device") -> int:
 
 
 def read(
-    path: str | os.PathLike[str],
+    path: _paths.StrPath,
     *,
     offset: int = 0,
     size: int | None = None,
@@ -358,9 +358,7 @@ def read(
     return buf.view(dt.typestr, dt.code, dt.itemsize * 8, list(fitted))
 
 
-def write(
-    path: str | os.PathLike[str], buf: BufferLike, *, offset: int = 0, progress: bool = False
-) -> int:
+def write(path: _paths.StrPath, buf: BufferLike, *, offset: int = 0, progress: bool = False) -> int:
     """Write all of ``buf`` (host or GPU memory) to ``path`` at ``offset``.
 
     The file is created if missing and otherwise not truncated, so bytes outside

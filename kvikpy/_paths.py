@@ -12,9 +12,10 @@
 from __future__ import annotations
 
 import os
-from typing import Union
+from typing import TypeAlias
 
-StrPath = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+#: Every spelling of a path that Python's ``open`` accepts.
+StrPath: TypeAlias = "str | bytes | os.PathLike[str] | os.PathLike[bytes]"
 
 _PIECE = 1 << 20
 

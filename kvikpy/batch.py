@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -135,7 +134,7 @@ class Batch(Sequence[_lib.Buffer]):
 
 
 def read_many(
-    paths: Iterable[str | os.PathLike[str]],
+    paths: Iterable[_paths.StrPath],
     *,
     device: str | int = "cuda",
     stream: Any = None,
@@ -215,7 +214,7 @@ def read_many(
 
 
 def read_ranges(
-    path: str | os.PathLike[str],
+    path: _paths.StrPath,
     ranges: Iterable[tuple[int, int]] | tuple[Any, Any],
     *,
     device: str | int = "cuda",

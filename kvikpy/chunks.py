@@ -163,7 +163,7 @@ class ChunkIterator(Iterator[_lib.Buffer]):
 
 
 def iter_chunks(
-    path: str | os.PathLike[str],
+    path: _paths.StrPath,
     chunk_size: int,
     *,
     device: str | int = "cuda",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -15,7 +14,7 @@ __all__ = ["fromfile", "tofile"]
 
 
 def fromfile(
-    file: str | os.PathLike[str],
+    file: _paths.StrPath,
     dtype: npt.DTypeLike = float,
     count: int = -1,
     sep: str = "",
@@ -77,7 +76,7 @@ def fromfile(
     return out
 
 
-def tofile(ary: Any, file: str | os.PathLike[str]) -> None:
+def tofile(ary: Any, file: _paths.StrPath) -> None:
     """Write ``ary`` to ``file`` in C order, replacing the file, like ``ndarray.tofile``.
 
     Arrays that are not C-contiguous (Fortran-ordered, strided) are copied to C order

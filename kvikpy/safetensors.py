@@ -43,7 +43,7 @@ _DTYPES: dict[str, tuple[str, str | None, int]] = {
 _MAX_HEADER = 100_000_000
 
 
-def read_header(path: str | os.PathLike[str]) -> tuple[int, dict[str, Any], dict[str, str]]:
+def read_header(path: _paths.StrPath) -> tuple[int, dict[str, Any], dict[str, str]]:
     """Parse and validate a safetensors header.
 
     Parameters
@@ -113,7 +113,7 @@ def read_header(path: str | os.PathLike[str]) -> tuple[int, dict[str, Any], dict
 
 
 def load_file(
-    path: str | os.PathLike[str], device: str | int = "cuda", *, framework: str = "torch"
+    path: _paths.StrPath, device: str | int = "cuda", *, framework: str = "torch"
 ) -> dict[str, Any]:
     """Load every tensor of a safetensors file, in one parallel read.
 

@@ -221,7 +221,7 @@ def test_read_rows_have_their_own_types_and_defaults(reference):
     _, type_, _, default = rows["dtype"]
     assert type_ == "DTypeLike" and default == "'uint8'", rows["dtype"]
     _, type_, _, default = rows["shape"]
-    assert type_.replace(" ", "") == "tuple[int,...]|int|None", rows["shape"]
+    assert type_.replace(" ", "") == "ShapeLike|None", rows["shape"]
     assert default == "None", rows["shape"]
     descriptions = [row[2] for row in rows.values()]
     assert len(set(descriptions)) == len(descriptions)
