@@ -271,7 +271,8 @@ def read(
         1-D with as many items of ``dtype`` as the bytes hold; otherwise the shape times
         the item size must equal the bytes read exactly.
     progress
-        Show a tqdm progress bar (tqdm must be installed); not with ``stream``.
+        Show a progress bar (text on stderr; tqdm's widget in Jupyter with ipywidgets);
+        not with ``stream``.
 
     Returns
     -------
@@ -374,7 +375,7 @@ def write(path: _paths.StrPath, buf: BufferLike, *, offset: int = 0, progress: b
     offset
         Where in the file the first byte goes.
     progress
-        Show a tqdm progress bar of the bytes written (tqdm must be installed).
+        Show a progress bar of the bytes written (see :func:`read`).
 
     Returns
     -------

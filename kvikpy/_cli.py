@@ -164,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--progress",
         action="store_true",
-        help="draw a progress bar of the bytes read (on stderr; needs tqdm)",
+        help="draw a progress bar of the bytes read (on stderr)",
     )
     bench.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -302,7 +302,7 @@ def _timed_reads(path: str, buf: Any, size: int, runs: int, progress: bool = Fal
     ``CuFile.read`` blocks until the bytes have landed, in GPU memory too (the copies
     from its pinned staging buffers are synchronized before it returns), so the clock
     is read after the data is in place. With ``progress``, each read is a ``pread``
-    whose engine byte counter feeds one tqdm bar over all the reads; its wait returns
+    whose engine byte counter feeds one bar over all the reads; its wait returns
     the moment the read completes, so the clock still times the read.
     """
     seconds = []
@@ -378,7 +378,7 @@ def run_bench(
     verify
         Compare a CRC-32 of the bytes read with one of a plain-Python read of the file.
     progress
-        Draw a tqdm bar of the bytes read over all the reads (tqdm must be installed).
+        Draw a bar of the bytes read over all the reads.
 
     Returns
     -------

@@ -1,14 +1,15 @@
-"""Progress bars for long operations (``progress=True``), drawn with tqdm when it is
-installed: a widget in a Jupyter kernel that has ipywidgets, text elsewhere. The bars
-follow the engine's byte counters from the calling thread while the I/O threads work, so
-they cost the read nothing but a counter load every tenth of a second.
+"""Progress bars for long operations (``progress=True``): tqdm's widget in a Jupyter
+kernel that has ipywidgets, kvikpy's own text bar (:mod:`kvikpy._textbar`, on stderr)
+everywhere else. The bars follow the engine's byte counters from the calling thread while
+the I/O threads work, so they cost the read nothing but a counter load every tenth of a
+second.
 
-The first bar of a process costs importing ``tqdm.std`` (about 10 ms) and nothing else
-that can be avoided: not ``tqdm.auto`` (which imports asyncio), not tqdm's
-multiprocessing write lock (importing :mod:`multiprocessing` and making a semaphore, which
-costs tens to hundreds of milliseconds on some machines), not tqdm's monitor thread.
-Every bar has a total, so it shows a percentage and an estimated time left, and its rate
-is the average over the whole operation."""
+The first text bar of a process imports nothing but kvikpy's own small module, so it
+costs about a millisecond (tqdm's import alone costs 15-30 ms). The widget bar imports
+``tqdm.notebook`` and ipywidgets when first shown, as any widget does, but never
+``tqdm.auto``, tqdm's multiprocessing write lock or its monitor thread. Every bar has a
+total, so it shows a percentage and an estimated time left, and its rate is the average
+over the whole operation."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 INTERVAL = 0.1  # seconds between bar updates
 
-# The bar classes, made on first use: kvikpy's subclasses of tqdm's text and notebook bars.
+# The widget bar class, made on first use: kvikpy's subclass of tqdm's notebook bar.
 _classes: dict[str, Any] = {}
 
 
@@ -42,58 +43,46 @@ def in_notebook() -> bool:
     return importlib.util.find_spec("ipywidgets") is not None
 
 
-def _bar_class(kind: str) -> Any:
-    """kvikpy's subclass of tqdm's ``"text"`` or ``"notebook"`` bar.
+def _widget_class() -> Any:
+    """kvikpy's subclass of tqdm's notebook bar (``ImportError`` without tqdm).
 
     The subclass has its own thread lock, so tqdm never makes its multiprocessing lock
     for it, and no monitor thread (the bars are updated every :data:`INTERVAL` anyway).
     """
-    cls = _classes.get(kind)
+    cls = _classes.get("notebook")
     if cls is not None:
         return cls
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # tqdm's warnings about its optional parts
-            if kind == "notebook":
-                from tqdm.notebook import tqdm as base  # type: ignore[import-untyped]
-            else:
-                from tqdm.std import tqdm as base  # type: ignore[import-untyped]
-    except ImportError:
-        if kind == "notebook":
-            raise
-        raise ModuleNotFoundError(
-            "progress=True draws a tqdm progress bar, and tqdm is not installed; "
-            "install it (pip install tqdm) or leave progress off"
-        ) from None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tqdm's warnings about its optional parts
+        from tqdm.notebook import tqdm as base  # type: ignore[import-untyped]
 
-    class KvikpyBar(base):  # type: ignore[misc]
+    class KvikpyWidgetBar(base):  # type: ignore[misc]
         monitor_interval = 0
 
-    KvikpyBar.set_lock(threading.RLock())
-    _classes[kind] = KvikpyBar
-    return KvikpyBar
+    KvikpyWidgetBar.set_lock(threading.RLock())
+    _classes["notebook"] = KvikpyWidgetBar
+    return KvikpyWidgetBar
 
 
 def bar(total: int | None, desc: str) -> Any:
-    """A tqdm bar counting bytes, or a clear error when tqdm is missing.
-
-    In a Jupyter kernel with ipywidgets this is tqdm's widget; elsewhere, and wherever the
-    widget cannot be drawn (tqdm raises ImportError when it is made), the text bar.
-    """
-    options = {
-        "total": total,
-        "desc": desc,
-        "unit": "B",
-        "unit_scale": True,
-        "unit_divisor": 1024,
-        "smoothing": 0,  # the rate is the average so far, not a moving one
-    }
+    """A bar counting bytes: in a Jupyter kernel with ipywidgets and tqdm, tqdm's widget;
+    elsewhere, and wherever the widget cannot be drawn (tqdm missing, or tqdm raising
+    ImportError when the front end cannot show widgets), kvikpy's text bar on stderr."""
     if in_notebook():
         try:
-            return _bar_class("notebook")(**options)
-        except ImportError:  # the widget cannot be drawn here: the text bar instead
+            return _widget_class()(
+                total=total,
+                desc=desc,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                smoothing=0,  # the rate is the average so far, not a moving one
+            )
+        except ImportError:  # no tqdm, or the widget cannot be drawn here: text instead
             pass
-    return _bar_class("text")(**options)
+    from kvikpy._textbar import TextBar
+
+    return TextBar(total, desc)
 
 
 def track(handle: Any, b: Any) -> int:
@@ -141,7 +130,7 @@ def follow_call(call: Callable[[Any], T], desc: str) -> T:
             outcome["error"] = e
 
     worker = threading.Thread(target=work, name="kvikpy-progress", daemon=True)
-    began = time.time()  # tqdm's clock
+    began = time.time()  # the bars' clock
     worker.start()
     wait = 0.0005
     while progress.total is None and worker.is_alive():

@@ -167,7 +167,7 @@ def read_many(
         its place with unspecified bytes; either way ``batch[i]`` raises its error and the
         Arrow export marks it null.
     progress
-        Show a tqdm progress bar of the bytes read (tqdm must be installed).
+        Show a progress bar of the bytes read (see :func:`kvikpy.read`).
 
     Returns
     -------
@@ -236,7 +236,7 @@ def read_ranges(
     device
         ``"cuda"`` (the current GPU), ``"cuda:N"``, an int, or ``"cpu"``.
     progress
-        Show a tqdm progress bar of the bytes read (tqdm must be installed).
+        Show a progress bar of the bytes read (see :func:`kvikpy.read`).
 
     Returns
     -------

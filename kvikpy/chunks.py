@@ -29,7 +29,7 @@ class ChunkIterator(Iterator[_lib.Buffer]):
     depth
         How many chunks are read ahead.
     progress
-        Show a tqdm progress bar of the bytes read.
+        Show a progress bar of the bytes read.
     """
 
     def __init__(
@@ -191,7 +191,7 @@ def iter_chunks(
     depth
         Chunks read ahead (at least 1).
     progress
-        Show a tqdm progress bar of the bytes delivered (tqdm must be installed).
+        Show a progress bar of the bytes delivered (see :func:`kvikpy.read`).
 
     Examples
     --------

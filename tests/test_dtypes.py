@@ -143,7 +143,8 @@ def test_torch_dtypes_are_recognised_without_torch(path, name, numpy_name):
 
 
 def test_a_torch_type_numpy_lacks_is_a_value_error(path):
-    with pytest.raises(ValueError, match=r"torch\.float8_e4m3fn"):
+    # Named as torch spells it, or as ml_dtypes does where it is installed (JAX brings it).
+    with pytest.raises(ValueError, match=r"float8_e4m3fn"):
         kvikpy.read(path, device="cpu", dtype=TorchLike("float8_e4m3fn"))
 
 

@@ -1,0 +1,108 @@
+"""kvikpy's text progress bar: one line on stderr, redrawn in place, with a percentage,
+the bytes done and in all, elapsed and remaining time and the average rate.
+
+It is kvikpy's own rather than tqdm's because a bar must be cheap to show the first time:
+importing tqdm costs 15-30 ms (it imports logging, inspect and its command line), more
+than the read it would follow. It imports nothing beyond the standard library modules a
+Python process has already loaded."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from types import TracebackType
+from typing import TextIO
+
+_WIDTH = 24  # characters of the bar itself
+_BLOCKS = " ▏▎▍▌▋▊▉█"
+_MIN_REDRAW = 0.1  # seconds between redraws; the last state is always drawn on close
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes:02d}:{seconds:02d}"
+
+
+class TextBar:
+    """A byte-counting bar with tqdm's small interface: ``update(n)``, ``close()``, use as
+    a context manager, and the attributes ``n``, ``total``, ``desc`` and ``start_t``
+    (the clock's start, which a caller may set back to when its operation began)."""
+
+    def __init__(self, total: int | None, desc: str, file: TextIO | None = None) -> None:
+        self.total = total
+        self.desc = desc
+        self.n = 0
+        self.start_t = time.time()
+        self.closed = False
+        self._file = file
+        self._drawn = 0.0
+        self._lock = threading.Lock()
+        self._draw(final=False)
+
+    def format(self, now: float | None = None) -> str:
+        """The bar's line as it stands."""
+        elapsed = max((time.time() if now is None else now) - self.start_t, 0.0)
+        rate = self.n / elapsed if elapsed > 0 else 0.0
+        speed = f"{_size(rate)}/s" if rate else "?/s"
+        if not self.total:
+            return f"{self.desc}: {_size(self.n)} [{_clock(elapsed)}, {speed}]"
+        fraction = min(self.n / self.total, 1.0)
+        eighths = int(fraction * _WIDTH * 8)
+        full, part = divmod(eighths, 8)
+        bar = "█" * full + (_BLOCKS[part] if full < _WIDTH else "")
+        left = (self.total - self.n) / rate if rate else None
+        remaining = _clock(left) if left is not None else "?"
+        return (
+            f"{self.desc}: {fraction * 100:3.0f}%|{bar:<{_WIDTH}}| {_size(self.n)}/"
+            f"{_size(self.total)} [{_clock(elapsed)}<{remaining}, {speed}]"
+        )
+
+    def _draw(self, final: bool) -> None:
+        now = time.time()
+        if not final and now - self._drawn < _MIN_REDRAW and self._drawn:
+            return
+        self._drawn = now
+        out = self._file or sys.stderr
+        try:
+            out.write("\r" + self.format(now) + ("\n" if final else ""))
+            out.flush()
+        except (OSError, ValueError):  # a closed or broken stream: the read goes on
+            pass
+
+    def update(self, n: int) -> None:
+        """Count ``n`` more bytes done."""
+        with self._lock:
+            if self.closed or not n:
+                return
+            self.n += n
+            self._draw(final=False)
+
+    def close(self) -> None:
+        """Draw the final state and end the line. Idempotent."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            self._draw(final=True)
+
+    def __enter__(self) -> TextBar:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
