@@ -7,11 +7,11 @@ import html
 from typing import Any
 
 
-def human_bytes(n: float) -> str:
-    """``1536`` -> ``"1.5 KiB"``; whole bytes below 1 KiB."""
+def human_bytes(n: float, digits: int = 1) -> str:
+    """``1536`` -> ``"1.5 KiB"`` (``digits`` decimals); whole bytes below 1 KiB."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.{digits}f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
 

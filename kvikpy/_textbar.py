@@ -3,8 +3,8 @@ the bytes done and in all, elapsed and remaining time and the average rate.
 
 It is kvikpy's own rather than tqdm's because a bar must be cheap to show the first time:
 importing tqdm costs 15-30 ms (it imports logging, inspect and its command line), more
-than the read it would follow. It imports nothing beyond the standard library modules a
-Python process has already loaded."""
+than the read it would follow. It imports nothing but the standard library and kvikpy's
+own display helpers."""
 
 from __future__ import annotations
 
@@ -14,17 +14,15 @@ import time
 from types import TracebackType
 from typing import TextIO
 
+from kvikpy._display import human_bytes
+
 _WIDTH = 24  # characters of the bar itself
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 _MIN_REDRAW = 0.1  # seconds between redraws; the last state is always drawn on close
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
+    return human_bytes(n, digits=2)
 
 
 def _clock(seconds: float) -> str:

@@ -604,31 +604,26 @@ trait StreamStruct: Sized {
     fn mark_released(&mut self);
 }
 
-impl StreamStruct for ArrowDeviceArrayStream {
-    const NAME: &'static CStr = DEVICE_STREAM;
-    fn private_data(&mut self) -> &mut *mut c_void {
-        &mut self.private_data
-    }
-    fn is_released(&self) -> bool {
-        self.release.is_none()
-    }
-    fn mark_released(&mut self) {
-        self.release = None;
-    }
+/// Both stream structs keep `private_data` and `release` under the same names.
+macro_rules! stream_struct {
+    ($type:ty, $name:expr) => {
+        impl StreamStruct for $type {
+            const NAME: &'static CStr = $name;
+            fn private_data(&mut self) -> &mut *mut c_void {
+                &mut self.private_data
+            }
+            fn is_released(&self) -> bool {
+                self.release.is_none()
+            }
+            fn mark_released(&mut self) {
+                self.release = None;
+            }
+        }
+    };
 }
 
-impl StreamStruct for ArrowArrayStream {
-    const NAME: &'static CStr = STREAM;
-    fn private_data(&mut self) -> &mut *mut c_void {
-        &mut self.private_data
-    }
-    fn is_released(&self) -> bool {
-        self.release.is_none()
-    }
-    fn mark_released(&mut self) {
-        self.release = None;
-    }
-}
+stream_struct!(ArrowDeviceArrayStream, DEVICE_STREAM);
+stream_struct!(ArrowArrayStream, STREAM);
 
 /// What a stream owns: the Python iterator of buffers, the stream's schema, and the last
 /// error's text.
