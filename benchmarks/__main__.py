@@ -5,7 +5,8 @@ checkpoint (safetensors), host (into numpy), smoke (per-call cost of small reads
 startup (import to the first 1 MiB on the GPU), ranges (random byte ranges), sizes
 (throughput against file size into device, pinned and host memory), batch (read_many
 and read_ranges against per-file loops), progress (what progress=True costs), tasks
-(kvikpy's own throughput at several task sizes).
+(kvikpy's own throughput at several task sizes), wheels (two builds of kvikpy side by
+side).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -28,6 +29,7 @@ SCRIPTS = {
     "batch": "benchmarks.batch",
     "progress": "benchmarks.progress",
     "tasks": "benchmarks.tasks",
+    "wheels": "benchmarks.wheels",
 }
 
 
