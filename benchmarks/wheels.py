@@ -34,31 +34,38 @@ import kvikpy
 big, folder = sys.argv[1], sys.argv[2]
 expected_big, expected_small, runs = map(int, sys.argv[3:6])
 paths = sorted(os.path.join(folder, n) for n in os.listdir(folder))
-def timed(f):
-    f()  # warm up: contexts, pools, page cache
-    best = []
+def timed(f, check):
+    check(f())  # warm up (contexts, pools, page cache) and verify the bytes
+    times = []
     for _ in range(runs):
-        torch.cuda.synchronize(); t = time.perf_counter(); f(); torch.cuda.synchronize()
-        best.append(time.perf_counter() - t)
-    return sorted(best)[len(best) // 2]
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        result = f()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    check(result)  # outside the clock: the last timed run's bytes too
+    return sorted(times)[len(times) // 2]
 out = {}
-def large():
-    t = torch.from_dlpack(kvikpy.read(big))
-    assert int(t.sum(dtype=torch.int64)) == expected_big
+def check_big(buf):
+    assert int(torch.from_dlpack(buf).sum(dtype=torch.int64)) == expected_big
 size = os.path.getsize(big)
-out["large"] = size / timed(large) / 1e9
+out["large"] = size / timed(lambda: kvikpy.read(big), check_big) / 1e9
 with kvikpy.defaults.set(num_threads=1):
-    out["large-1t"] = size / timed(large) / 1e9
-def small():
-    b = kvikpy.read_many(paths)
-    assert int(torch.from_dlpack(b.buffer).sum(dtype=torch.int64)) == expected_small
-out["small"] = len(paths) / timed(small)
-tiny_buf = torch.empty(4096, dtype=torch.uint8, device="cuda")
+    out["large-1t"] = size / timed(lambda: kvikpy.read(big), check_big) / 1e9
+def check_small(batch):
+    assert int(torch.from_dlpack(batch.buffer).sum(dtype=torch.int64)) == expected_small
+out["small"] = len(paths) / timed(lambda: kvikpy.read_many(paths), check_small)
+tiny_buf = torch.empty(2000 * 4096, dtype=torch.uint8, device="cuda")
+views = [tiny_buf[i * 4096 : (i + 1) * 4096] for i in range(2000)]
 f = kvikpy.CuFile(big)
 def tiny():
-    for i in range(2000):
-        f.read(tiny_buf, file_offset=i * 4096)
-out["tiny"] = 2000 / timed(tiny)
+    for i, view in enumerate(views):
+        f.read(view, file_offset=i * 4096)
+    return tiny_buf
+def check_tiny(buf):
+    head = np.fromfile(big, dtype=np.uint8, count=buf.numel())
+    assert int(buf.sum(dtype=torch.int64)) == int(head.sum(dtype=np.int64))
+out["tiny"] = 2000 / timed(tiny, check_tiny)
 print(json.dumps(out))
 """
 
