@@ -22,6 +22,8 @@ _PIECE = 1 << 20
 
 def fspath(path: StrPath) -> str:
     """``path`` as a ``str`` naming the same file; ``TypeError`` for anything else."""
+    if type(path) is str:  # the common case, on every path of a many-file batch
+        return path
     try:
         name = os.fspath(path)
     except TypeError:
