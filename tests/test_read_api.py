@@ -136,3 +136,10 @@ def test_stream_handles() -> None:
         stream_handle(-1)
     with pytest.raises(TypeError):
         stream_handle(True)
+
+
+def test_a_host_allocation_that_cannot_be_made_is_a_memory_error():
+    from kvikpy import _lib
+
+    with pytest.raises(MemoryError):
+        _lib.Buffer.allocate(1 << 60, -1, False)

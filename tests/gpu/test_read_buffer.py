@@ -260,3 +260,13 @@ def test_multi_gpu(tmp_path: Path) -> None:
         out = tmp_path / f"o{ordinal}.bin"
         kvikpy.write(out, t2)
         assert out.read_bytes() == data
+
+
+def test_out_of_gpu_memory_is_a_memory_error(tmp_path: Path) -> None:
+    """A device allocation the GPU cannot satisfy is MemoryError, as on the host."""
+    free, _ = torch.cuda.mem_get_info()
+    p = tmp_path / "huge.bin"
+    with open(p, "wb") as f:
+        f.truncate(free * 4)  # sparse: a size, no data written
+    with pytest.raises(MemoryError, match="out of GPU memory"):
+        kvikpy.read(p)

@@ -35,7 +35,7 @@ impl BounceAllocator for PageAlignedAllocator {
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc::alloc(layout) };
         NonNull::new(ptr).ok_or_else(|| {
-            Error::InvalidArgument(format!(
+            Error::OutOfMemory(format!(
                 "could not allocate a {size}-byte bounce buffer; lower bounce_buffer_size"
             ))
         })

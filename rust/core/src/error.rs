@@ -52,6 +52,10 @@ pub enum Error {
         code: i32,
         name: String,
     },
+    /// Host or device memory could not be allocated (a GPU out of memory, pinned memory
+    /// the driver refused, a host allocation that failed). The message says how much,
+    /// where, and what to do. Mapped to `MemoryError` on host and device alike.
+    OutOfMemory(String),
     /// A bug: engine code panicked. The panic is caught at the task or call boundary
     /// and reported as `kvikpy.InternalError` instead of crossing into Python.
     Panic(String),
@@ -130,6 +134,7 @@ impl Clone for Error {
                 name: name.clone(),
             },
             Self::Panic(m) => Self::Panic(m.clone()),
+            Self::OutOfMemory(m) => Self::OutOfMemory(m.clone()),
         }
     }
 }
@@ -171,6 +176,7 @@ impl fmt::Display for Error {
             Self::Cuda { call, code, name } => {
                 write!(f, "CUDA driver call {call} failed with {name} ({code})")
             }
+            Self::OutOfMemory(m) => write!(f, "{m}"),
             Self::Panic(m) => write!(f, "internal error in kvikpy (a bug, please report it): {m}"),
         }
     }

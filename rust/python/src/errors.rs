@@ -5,7 +5,7 @@
 //! kvikpy's own failures use the `kvikpy.errors` hierarchy rooted at `KvikpyError`.
 
 use kvikpy_core::Error;
-use pyo3::exceptions::{PyKeyError, PyOSError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyMemoryError, PyOSError, PyValueError};
 use pyo3::PyErr;
 
 pyo3::import_exception!(io, UnsupportedOperation);
@@ -43,6 +43,7 @@ impl From<EngineError> for PyErr {
             Error::UnknownSetting(_) => PyKeyError::new_err(e.to_string()),
             Error::MalformedEnv { .. } => ConfigError::new_err(e.to_string()),
             Error::Panic(_) => InternalError::new_err(e.to_string()),
+            Error::OutOfMemory(_) => PyMemoryError::new_err(e.to_string()),
             Error::CudaUnavailable(_) => CudaUnavailableError::new_err(e.to_string()),
             Error::Cuda { .. } => CudaError::new_err(e.to_string()),
             Error::InvalidArgument(_) | Error::InvalidSetting { .. } | Error::Closed => {

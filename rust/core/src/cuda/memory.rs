@@ -82,7 +82,7 @@ impl DeviceAllocation {
         // SAFETY: the device's context is current; `ptr` is an out-pointer.
         let rc = unsafe { sys::cuMemAlloc_v2(&mut ptr, size.max(1)) };
         if rc == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::OutOfMemory(format!(
                 "out of GPU memory allocating {size} bytes on cuda:{ordinal}; read a smaller \
                  range or free GPU memory"
             )));
@@ -126,9 +126,16 @@ fn host_alloc(ordinal: usize, size: usize, flags: u32) -> Result<NonNull<u8>> {
     let mut ptr: *mut c_void = std::ptr::null_mut();
     // SAFETY: a context is current; `ptr` is an out-pointer. PORTABLE makes the memory
     // pinned for every context, so any device can DMA from it.
-    check("cuMemHostAlloc", unsafe {
+    let rc = unsafe {
         sys::cuMemHostAlloc(&mut ptr, size.max(1), flags | sys::CU_MEMHOSTALLOC_PORTABLE)
-    })?;
+    };
+    if rc == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        return Err(Error::OutOfMemory(format!(
+            "could not pin {size} bytes of host memory for cuda:{ordinal}; lower \
+             bounce_buffer_size or num_threads, or free host memory"
+        )));
+    }
+    check("cuMemHostAlloc", rc)?;
     NonNull::new(ptr.cast())
         .ok_or_else(|| Error::InvalidArgument("cuMemHostAlloc returned NULL".into()))
 }
