@@ -39,8 +39,11 @@ pub enum Source {
 /// One element: its source, its length, and where it lands in the destination.
 #[derive(Debug, Clone)]
 pub struct Element {
+    /// The file, or the offset in the batch's shared file, the bytes come from.
     pub source: Source,
+    /// How many bytes the element reads.
     pub len: usize,
+    /// Byte offset in the destination where the element's bytes land.
     pub dst: usize,
 }
 

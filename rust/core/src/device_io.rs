@@ -337,8 +337,7 @@ pub fn submit_stream_ordered(
         outcome.map(|()| done)
     };
     let pool = crate::pool::pool(settings.num_threads)?;
-    let (future, mut reporters) = crate::IoFuture::new(1, keepalive);
-    let reporter = reporters.pop().expect("one reporter");
+    let (future, reporter) = crate::IoFuture::single(keepalive);
     pool.spawn(move || reporter.report(crate::future::run_caught(job)));
     Ok(future)
 }

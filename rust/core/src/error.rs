@@ -14,8 +14,11 @@ pub enum Error {
     /// `"open"` or `"pread"`), `path` which file, and `source` carries the errno.
     /// Mapped to `OSError` and its errno-specific subclasses (`FileNotFoundError`, ...).
     Os {
+        /// What kvikpy was doing, such as `"open"` or `"pread"`.
         op: &'static str,
+        /// The file the call was about.
         path: PathBuf,
+        /// The operating system's error, carrying the errno.
         source: io::Error,
     },
     /// An argument is out of range or inconsistent (a size larger than the buffer, a
@@ -31,15 +34,21 @@ pub enum Error {
     UnknownSetting(String),
     /// A setting was given a value it cannot take. Mapped to `ValueError`.
     InvalidSetting {
+        /// The setting's name.
         name: String,
+        /// The refused value, as given.
         value: String,
+        /// What the setting accepts, for the message.
         expected: &'static str,
     },
     /// An environment variable holds a value that cannot be parsed. Mapped to
     /// `kvikpy.ConfigError` (a `ValueError`), naming the variable.
     MalformedEnv {
+        /// The environment variable's name.
         var: &'static str,
+        /// The variable's value, as found.
         value: String,
+        /// What the variable accepts, for the message.
         expected: &'static str,
     },
     /// No usable CUDA driver or device (no libcuda, no GPU, driver too old). Mapped to
@@ -48,8 +57,11 @@ pub enum Error {
     /// A CUDA driver call failed. `call` names it, `code`/`name` give the `CUresult`.
     /// Mapped to `kvikpy.CudaError`.
     Cuda {
+        /// The driver call that failed, such as `"cuMemcpyHtoDAsync"`.
         call: &'static str,
+        /// The numeric `CUresult`.
         code: i32,
+        /// The `CUresult`'s name, such as `"CUDA_ERROR_INVALID_VALUE"`.
         name: String,
     },
     /// Host or device memory could not be allocated (a GPU out of memory, pinned memory

@@ -12,7 +12,9 @@ use crate::error::{Error, Result};
 /// optional `b`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpenFlags {
+    /// The mode allows reading (`r`, `r+`, `w+`).
     pub readable: bool,
+    /// The mode allows writing (`r+`, `w`, `w+`).
     pub writable: bool,
     /// `w` modes create the file and truncate it.
     pub create_truncate: bool,

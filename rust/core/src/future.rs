@@ -63,6 +63,20 @@ impl IoFuture {
     /// A future expecting `tasks` reports, keeping `keepalive` alive until it and every
     /// reporter are gone. With zero tasks it is complete at once with 0 bytes.
     pub fn new(tasks: usize, keepalive: Option<Box<dyn Any + Send>>) -> (Self, Vec<TaskReporter>) {
+        let future = Self::expecting(tasks, keepalive);
+        let reporters = (0..tasks).map(|_| future.reporter()).collect();
+        (future, reporters)
+    }
+
+    /// A future expecting one report, and the reporter for it; otherwise as [`IoFuture::new`].
+    pub fn single(keepalive: Option<Box<dyn Any + Send>>) -> (Self, TaskReporter) {
+        let future = Self::expecting(1, keepalive);
+        let reporter = future.reporter();
+        (future, reporter)
+    }
+
+    /// A future expecting `tasks` reports, without its reporters yet.
+    fn expecting(tasks: usize, keepalive: Option<Box<dyn Any + Send>>) -> Self {
         if tasks > 0 {
             *in_flight() += 1;
         }
@@ -76,18 +90,20 @@ impl IoFuture {
             finished: Condvar::new(),
             _keepalive: Mutex::new(keepalive),
         });
-        let reporters = (0..tasks)
-            .map(|_| TaskReporter {
-                state: Some(Arc::clone(&state)),
-            })
-            .collect();
-        (Self { state }, reporters)
+        Self { state }
+    }
+
+    /// A reporter for one of this future's tasks.
+    fn reporter(&self) -> TaskReporter {
+        TaskReporter {
+            state: Some(Arc::clone(&self.state)),
+        }
     }
 
     /// A future that is already complete with `result`.
     pub fn ready(result: Result<usize>, keepalive: Option<Box<dyn Any + Send>>) -> Self {
-        let (future, mut reporters) = Self::new(1, keepalive);
-        reporters.pop().expect("one reporter").report(result);
+        let (future, reporter) = Self::single(keepalive);
+        reporter.report(result);
         future
     }
 

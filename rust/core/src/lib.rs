@@ -4,6 +4,8 @@
 //! The Python binding (`rust/python`) only converts types and maps [`Error`] to Python
 //! exceptions; everything that decides *how* bytes move lives here.
 
+#![deny(missing_docs)]
+
 pub mod batch;
 pub mod bounce;
 pub mod ceiling;

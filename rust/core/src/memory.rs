@@ -74,8 +74,11 @@ impl HostSpan {
 /// Like [`HostSpan`], an address range whose owner is kept alive by the operation's future.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceSpan {
+    /// The device address of the first byte.
     pub ptr: u64,
+    /// The span's length in bytes.
     pub len: usize,
+    /// The CUDA device ordinal of the GPU the memory belongs to.
     pub ordinal: usize,
 }
 

@@ -124,11 +124,13 @@ pub fn read_resident(
             pinned.pieces.pop_front(); // its DMA is done: unpin
         }
         let end = (start + piece).min(mapping.len());
-        // SAFETY: `start..end` lies inside the live mapping, which outlives `pinned`
-        // (declared before it); `Pinned` waits for the stream before unpinning.
-        let registration = unsafe {
-            HostRegistration::read_only(span.ordinal, mapping.base().add(start), end - start)
-        };
+        // SAFETY: `start < end <= mapping.len()`, so the offset stays inside the mapping.
+        let piece_start = unsafe { mapping.base().add(start) };
+        // SAFETY: `piece_start..piece_start + (end - start)` lies inside the live mapping,
+        // which outlives `pinned` (declared before it); `Pinned` waits for the stream
+        // before unpinning.
+        let registration =
+            unsafe { HostRegistration::read_only(span.ordinal, piece_start, end - start) };
         let Ok(registration) = registration else {
             drop(pinned); // waits for what was queued
             BYTES_MOVED.fetch_add(done as u64, Ordering::Relaxed);
@@ -140,17 +142,12 @@ pub fn read_resident(
         };
         let from = start.max(head);
         let count = end - from;
+        // SAFETY: `from <= end <= mapping.len()`, so the offset stays inside the mapping.
+        let source = unsafe { mapping.base().add(from) };
         // SAFETY: the source pages are pinned until this piece's event has completed (or
         // the stream drained); the destination lies inside `span` (`done + count <= len
         // <= span.len`).
-        unsafe {
-            cuda::copy_htod(
-                span.ptr + done as u64,
-                mapping.base().add(from),
-                count,
-                stream,
-            )?
-        };
+        unsafe { cuda::copy_htod(span.ptr + done as u64, source, count, stream)? };
         cuda::record_raw(events.0[slot], stream)?;
         pinned.pieces.push_back((registration, slot));
         done += count;

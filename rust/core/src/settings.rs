@@ -45,8 +45,12 @@ impl CompatMode {
 /// A setting's value as seen from outside the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SettingValue {
+    /// A switch (`auto_direct_io_read`, `auto_direct_io_write`, `page_cache_dma`).
     Bool(bool),
+    /// A count or a size in bytes (`num_threads`, `task_size`, `gds_threshold`,
+    /// `bounce_buffer_size`).
     Int(u64),
+    /// `compat_mode`.
     Mode(CompatMode),
 }
 
@@ -85,12 +89,19 @@ fn too_many_threads(n: u64) -> String {
 /// A snapshot of all settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
+    /// Whether cuFile may be used (kvikpy accepts and reports it; every path is POSIX).
     pub compat_mode: CompatMode,
+    /// Threads of the I/O pool, 1 to [`MAX_NUM_THREADS`].
     pub num_threads: usize,
+    /// The largest piece of a request one pool task handles, in bytes.
     pub task_size: usize,
+    /// Non-blocking requests up to this many bytes run in the calling thread.
     pub gds_threshold: usize,
+    /// The size of each pooled aligned staging buffer, in bytes.
     pub bounce_buffer_size: usize,
+    /// Read the aligned part of each task with O_DIRECT.
     pub auto_direct_io_read: bool,
+    /// Write the aligned part of each task with O_DIRECT.
     pub auto_direct_io_write: bool,
     /// kvikpy's own: DMA device reads of page-cache-resident ranges straight from the
     /// cached pages (pinned in place) instead of copying them through bounce buffers.

@@ -19,8 +19,11 @@ pub fn align_up(n: u64, align: usize) -> u64 {
 /// One piece of a request: `len` bytes at `file_offset`, to or from `buf_offset` of the buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Task {
+    /// Where the piece starts in the file.
     pub file_offset: u64,
+    /// Where the piece starts in the buffer.
     pub buf_offset: usize,
+    /// The piece's length in bytes.
     pub len: usize,
 }
 
@@ -81,8 +84,11 @@ impl Iterator for TaskIter {
 /// unaligned tail (each possibly empty), as lengths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AlignedSplit {
+    /// Bytes before the first multiple of the alignment.
     pub head: usize,
+    /// Bytes from the first to the last multiple of the alignment.
     pub middle: usize,
+    /// Bytes after the last multiple of the alignment.
     pub tail: usize,
 }
 

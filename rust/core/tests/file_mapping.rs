@@ -46,10 +46,9 @@ fn empty_ranges_and_unmappable_descriptors_are_refused() {
         FileMapping::map(fds[0], 0, 4096).is_none(),
         "pipes cannot be mapped"
     );
-    // SAFETY: closing the descriptors just created.
-    unsafe {
-        libc::close(fds[0]);
-        libc::close(fds[1]);
+    for fd in fds {
+        // SAFETY: closing a descriptor pipe() just created, once.
+        unsafe { libc::close(fd) };
     }
     std::fs::remove_file(path).unwrap();
 }

@@ -19,9 +19,15 @@ pub enum MemoryKind {
     /// Page-locked host memory (cudaHostAlloc / cuMemHostRegister).
     PinnedHost,
     /// Device memory of GPU `ordinal`.
-    Device { ordinal: usize },
+    Device {
+        /// The CUDA device ordinal of the GPU that owns the memory.
+        ordinal: usize,
+    },
     /// Managed (unified) memory associated with GPU `ordinal`.
-    Managed { ordinal: usize },
+    Managed {
+        /// The CUDA device ordinal the memory is associated with.
+        ordinal: usize,
+    },
 }
 
 /// The kind of memory at `ptr`.

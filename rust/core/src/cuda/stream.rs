@@ -23,14 +23,14 @@ impl Drop for ThreadCuda {
     fn drop(&mut self) {
         let _ = std::panic::catch_unwind(|| {
             if let Ok(_context) = bind(self.ordinal) {
-                // SAFETY: these handles were created on this device's context by this
-                // thread and are destroyed exactly once, here.
-                unsafe {
-                    for e in self.events {
-                        let _ = sys::cuEventDestroy_v2(e);
-                    }
-                    let _ = sys::cuStreamDestroy_v2(self.stream);
+                for e in self.events {
+                    // SAFETY: the event was created on this device's context by this
+                    // thread and is destroyed exactly once, here.
+                    let _ = unsafe { sys::cuEventDestroy_v2(e) };
                 }
+                // SAFETY: the stream was created on this device's context by this thread
+                // and is destroyed exactly once, here.
+                let _ = unsafe { sys::cuStreamDestroy_v2(self.stream) };
             }
         });
     }
@@ -238,14 +238,13 @@ impl Counter {
     pub fn acquire(ordinal: usize) -> Result<Option<Self>> {
         let _context = bind(ordinal)?;
         let mut guard = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
-        if guard.is_none() {
-            let memory = PinnedHostAllocation::new(ordinal, COUNTER_SLOTS * 4)?;
-            *guard = Some(CounterPage {
-                memory,
+        let page = match &mut *guard {
+            Some(page) => page,
+            empty @ None => empty.insert(CounterPage {
+                memory: PinnedHostAllocation::new(ordinal, COUNTER_SLOTS * 4)?,
                 free: (0..COUNTER_SLOTS).rev().collect(),
-            });
-        }
-        let page = guard.as_mut().expect("initialised above");
+            }),
+        };
         let Some(slot) = page.free.pop() else {
             return Ok(None); // over a thousand ordered transfers in flight: synchronise
         };
