@@ -4,6 +4,10 @@
 //!
 //! Run with `make bench-engine` (or `cargo bench -p kvikpy-core --bench host_path`).
 
+// Benchmark code is test code: a failed setup step stops the run loudly, as in the tests
+// (clippy.toml allows `expect` there, but clippy does not count a bench target as tests).
+#![allow(clippy::expect_used)]
+
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -282,45 +282,52 @@ fn build_array(export: ArrayExport, event: Option<StreamEvent>) -> (ArrowArray, 
 }
 
 unsafe extern "C" fn destroy_schema(capsule: *mut ffi::PyObject) {
-    // SAFETY: Python calls this with the GIL held on a capsule made in `schema_capsule`;
-    // the pointer is the Box leaked there. Dropping it runs the schema's release callback
-    // unless a consumer moved the schema out (release cleared).
-    unsafe {
-        let p = ffi::PyCapsule_GetPointer(capsule, SCHEMA.as_ptr());
-        if !p.is_null() {
-            drop(Box::from_raw(p.cast::<FFI_ArrowSchema>()));
-        } else {
-            ffi::PyErr_Clear();
-        }
+    // SAFETY: Python calls this with the GIL held on a capsule made in `schema_capsule`.
+    let p = unsafe { ffi::PyCapsule_GetPointer(capsule, SCHEMA.as_ptr()) };
+    if p.is_null() {
+        // SAFETY: the GIL is held; this clears the error the failed lookup set.
+        unsafe { ffi::PyErr_Clear() };
+        return;
     }
+    // SAFETY: the pointer is the Box leaked in `schema_capsule`, freed once, here.
+    // Dropping it runs the schema's release callback unless a consumer moved the schema
+    // out (release cleared).
+    drop(unsafe { Box::from_raw(p.cast::<FFI_ArrowSchema>()) });
 }
 
 unsafe extern "C" fn destroy_array(capsule: *mut ffi::PyObject) {
-    // SAFETY: as in `destroy_schema`, for the Box<ArrowArray> leaked in `array_capsule`;
-    // release runs only if the consumer did not take the array over.
-    unsafe {
-        let p = ffi::PyCapsule_GetPointer(capsule, ARRAY.as_ptr()).cast::<ArrowArray>();
-        if p.is_null() {
-            ffi::PyErr_Clear();
-            return;
-        }
-        release_array(p);
-        drop(Box::from_raw(p));
+    // SAFETY: Python calls this with the GIL held on a capsule made in `array_capsules`.
+    let p = unsafe { ffi::PyCapsule_GetPointer(capsule, ARRAY.as_ptr()) }.cast::<ArrowArray>();
+    if p.is_null() {
+        // SAFETY: the GIL is held; this clears the error the failed lookup set.
+        unsafe { ffi::PyErr_Clear() };
+        return;
     }
+    // SAFETY: `p` is the live array leaked in `array_capsules`; release does something
+    // only if the consumer did not take the array over (release cleared).
+    unsafe { release_array(p) };
+    // SAFETY: `p` is the Box<ArrowArray> leaked in `array_capsules`, freed once, here.
+    drop(unsafe { Box::from_raw(p) });
 }
 
 unsafe extern "C" fn destroy_device_array(capsule: *mut ffi::PyObject) {
-    // SAFETY: as in `destroy_array`, for the Box<ArrowDeviceArray>.
-    unsafe {
-        let p =
-            ffi::PyCapsule_GetPointer(capsule, DEVICE_ARRAY.as_ptr()).cast::<ArrowDeviceArray>();
-        if p.is_null() {
-            ffi::PyErr_Clear();
-            return;
-        }
-        release_array(&mut (*p).array);
-        drop(Box::from_raw(p));
+    // SAFETY: Python calls this with the GIL held on a capsule made in
+    // `device_array_capsules`.
+    let p = unsafe { ffi::PyCapsule_GetPointer(capsule, DEVICE_ARRAY.as_ptr()) }
+        .cast::<ArrowDeviceArray>();
+    if p.is_null() {
+        // SAFETY: the GIL is held; this clears the error the failed lookup set.
+        unsafe { ffi::PyErr_Clear() };
+        return;
     }
+    // SAFETY: `p` is the live Box<ArrowDeviceArray> leaked in `device_array_capsules`;
+    // this only takes the address of its array.
+    let array = unsafe { &raw mut (*p).array };
+    // SAFETY: `array` is live; release does something only if the consumer did not take
+    // the array over (release cleared).
+    unsafe { release_array(array) };
+    // SAFETY: `p` is the Box leaked in `device_array_capsules`, freed once, here.
+    drop(unsafe { Box::from_raw(p) });
 }
 
 /// Wrap a leaked Box in a capsule; on failure, `free` takes it back.
@@ -358,11 +365,10 @@ pub fn array_capsules(py: Python<'_>, export: ArrayExport) -> PyResult<(Py<PyAny
     let (array, _) = build_array(export, None);
     let ptr = Box::into_raw(Box::new(array));
     let array = capsule(py, ptr.cast(), ARRAY, destroy_array, || {
-        // SAFETY: the capsule was not made: release and free the array ourselves.
-        unsafe {
-            release_array(ptr);
-            drop(Box::from_raw(ptr));
-        }
+        // SAFETY: the capsule was not made, so the live array is still ours to release.
+        unsafe { release_array(ptr) };
+        // SAFETY: the capsule was not made, so the Box is still ours to free, once.
+        drop(unsafe { Box::from_raw(ptr) });
     })?;
     Ok((schema, array))
 }
@@ -551,11 +557,12 @@ pub fn device_array_capsules(
     });
     let ptr = Box::into_raw(device);
     let array = capsule(py, ptr.cast(), DEVICE_ARRAY, destroy_device_array, || {
-        // SAFETY: the capsule was not made: release and free the array ourselves.
-        unsafe {
-            release_array(&mut (*ptr).array);
-            drop(Box::from_raw(ptr));
-        }
+        // SAFETY: `ptr` is the live Box just leaked; this only takes its array's address.
+        let inner = unsafe { &raw mut (*ptr).array };
+        // SAFETY: the capsule was not made, so the live array is still ours to release.
+        unsafe { release_array(inner) };
+        // SAFETY: the capsule was not made, so the Box is still ours to free, once.
+        drop(unsafe { Box::from_raw(ptr) });
     })?;
     Ok((schema, array))
 }
@@ -638,13 +645,12 @@ const EIO: c_int = 5;
 const EINVAL: c_int = 22;
 
 unsafe fn stream_private<'a, S: StreamStruct>(stream: *mut S) -> Option<&'a mut StreamPrivate> {
-    // SAFETY: (caller) `stream` is null or a stream made by `stream_capsule`, whose
-    // private data is a live `StreamPrivate` until release (null after).
-    unsafe {
-        (*stream.as_mut()?.private_data())
-            .cast::<StreamPrivate>()
-            .as_mut()
-    }
+    // SAFETY: (caller) `stream` is null or a live stream made by `stream_capsule`.
+    let stream = unsafe { stream.as_mut() }?;
+    let private = (*stream.private_data()).cast::<StreamPrivate>();
+    // SAFETY: (caller) a stream made by `stream_capsule` has as private data a live
+    // `StreamPrivate` until release, and null after.
+    unsafe { private.as_mut() }
 }
 
 unsafe extern "C" fn stream_get_schema<S: StreamStruct>(
@@ -746,19 +752,24 @@ fn next_device_array(
         .call_method0("__arrow_c_device_array__")?
         .extract::<(Py<PyAny>, Py<PyAny>)>()?;
     let capsule = capsule.bind(py);
-    // SAFETY: the capsule was made by `device_array_capsules` (named as checked); its
-    // struct is moved to `out` and its release cleared, so the capsule's destructor
-    // only frees the emptied struct and the consumer owns the array.
-    unsafe {
-        let p = ffi::PyCapsule_GetPointer(capsule.as_ptr(), DEVICE_ARRAY.as_ptr())
-            .cast::<ArrowDeviceArray>();
-        if p.is_null() {
-            return Err(PyErr::fetch(py));
-        }
-        std::ptr::copy_nonoverlapping(p, out, 1);
-        (*p).array.release = None;
-        (*p).array.private_data = std::ptr::null_mut();
+    // SAFETY: the GIL is held; PyCapsule_GetPointer checks the object is a capsule of
+    // that name, setting an error otherwise.
+    let p = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), DEVICE_ARRAY.as_ptr()) }
+        .cast::<ArrowDeviceArray>();
+    if p.is_null() {
+        return Err(PyErr::fetch(py));
     }
+    // SAFETY: a capsule of that name was made by `device_array_capsules` and holds a live
+    // `ArrowDeviceArray`; the capsule (held in `capsule`) keeps it alive, and nothing
+    // else touches it while the GIL is held.
+    let device = unsafe { &mut *p };
+    // SAFETY: `out` is the consumer's array to fill, valid for one write and apart from
+    // the capsule's struct.
+    unsafe { std::ptr::copy_nonoverlapping(std::ptr::from_ref(device), out, 1) };
+    // The struct is moved to `out`: with release cleared, the capsule's destructor only
+    // frees the emptied struct and the consumer owns the array.
+    device.array.release = None;
+    device.array.private_data = std::ptr::null_mut();
     Ok(())
 }
 
@@ -844,16 +855,18 @@ unsafe extern "C" fn stream_release<S: StreamStruct>(stream: *mut S) {
 }
 
 unsafe extern "C" fn destroy_stream<S: StreamStruct>(capsule: *mut ffi::PyObject) {
-    // SAFETY: as in `destroy_array`, for the Box<S> leaked in `stream_capsule`.
-    unsafe {
-        let p = ffi::PyCapsule_GetPointer(capsule, S::NAME.as_ptr()).cast::<S>();
-        if p.is_null() {
-            ffi::PyErr_Clear();
-            return;
-        }
-        stream_release(p);
-        drop(Box::from_raw(p));
+    // SAFETY: Python calls this with the GIL held on a capsule made in `stream_capsule`.
+    let p = unsafe { ffi::PyCapsule_GetPointer(capsule, S::NAME.as_ptr()) }.cast::<S>();
+    if p.is_null() {
+        // SAFETY: the GIL is held; this clears the error the failed lookup set.
+        unsafe { ffi::PyErr_Clear() };
+        return;
     }
+    // SAFETY: `p` is the live stream leaked in `stream_capsule`; release does something
+    // only if the consumer did not take the stream over (release cleared).
+    unsafe { stream_release(p) };
+    // SAFETY: `p` is the Box<S> leaked in `stream_capsule`, freed once, here.
+    drop(unsafe { Box::from_raw(p) });
 }
 
 /// Put a stream struct, made by `make` around its private data, in a capsule.
@@ -870,11 +883,10 @@ fn stream_capsule<S: StreamStruct>(
     });
     let ptr = Box::into_raw(Box::new(make(Box::into_raw(private).cast())));
     capsule(py, ptr.cast(), S::NAME, destroy_stream::<S>, || {
-        // SAFETY: the capsule was not made: release and free the stream ourselves.
-        unsafe {
-            stream_release(ptr);
-            drop(Box::from_raw(ptr));
-        }
+        // SAFETY: the capsule was not made, so the live stream is still ours to release.
+        unsafe { stream_release(ptr) };
+        // SAFETY: the capsule was not made, so the Box is still ours to free, once.
+        drop(unsafe { Box::from_raw(ptr) });
     })
 }
 
@@ -908,28 +920,31 @@ pub fn device_stream_capsule(
 
 /// The format string of an `arrow_schema` capsule, or a TypeError for anything else.
 fn requested_format(py: Python<'_>, requested: &Bound<'_, PyAny>) -> PyResult<String> {
-    // SAFETY: PyCapsule_GetPointer checks the object is a capsule of that name (setting an
-    // error otherwise); such a capsule holds a `struct ArrowSchema`, whose first field is
-    // its format, a C string (null only once released), live while the capsule is.
-    unsafe {
-        let p = ffi::PyCapsule_GetPointer(requested.as_ptr(), SCHEMA.as_ptr());
-        if p.is_null() {
-            let cause = PyErr::fetch(py);
-            let e = PyTypeError::new_err(format!(
-                "requested_schema must be an arrow_schema capsule or None, got {}",
-                requested.get_type().name()?
-            ));
-            e.set_cause(py, Some(cause));
-            return Err(e);
-        }
-        let format = *p.cast::<*const c_char>();
-        if format.is_null() {
-            return Err(PyValueError::new_err(
-                "requested_schema is a released arrow_schema",
-            ));
-        }
-        Ok(CStr::from_ptr(format).to_string_lossy().into_owned())
+    // SAFETY: the GIL is held; PyCapsule_GetPointer checks the object is a capsule of
+    // that name, setting an error otherwise.
+    let p = unsafe { ffi::PyCapsule_GetPointer(requested.as_ptr(), SCHEMA.as_ptr()) };
+    if p.is_null() {
+        let cause = PyErr::fetch(py);
+        let e = PyTypeError::new_err(format!(
+            "requested_schema must be an arrow_schema capsule or None, got {}",
+            requested.get_type().name()?
+        ));
+        e.set_cause(py, Some(cause));
+        return Err(e);
     }
+    // SAFETY: such a capsule holds a `struct ArrowSchema`, whose first field is its
+    // format, a C string pointer, live while the capsule is.
+    let format = unsafe { *p.cast::<*const c_char>() };
+    if format.is_null() {
+        return Err(PyValueError::new_err(
+            "requested_schema is a released arrow_schema",
+        ));
+    }
+    // SAFETY: a format not yet released is a NUL-terminated C string, live while the
+    // capsule (borrowed as `requested`) is.
+    Ok(unsafe { CStr::from_ptr(format) }
+        .to_string_lossy()
+        .into_owned())
 }
 
 /// The schema of a host chunk stream by default: a struct (a record batch) of one

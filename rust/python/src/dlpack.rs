@@ -112,16 +112,22 @@ fn tensor_bytes(t: &DLTensor) -> PyResult<(usize, bool)> {
 pub fn inspect(capsule: &Bound<'_, PyAny>) -> PyResult<Imported> {
     let raw = capsule.as_ptr();
     // SAFETY: IsValid only inspects the object; it accepts any object.
-    let (tensor, read_only) = if unsafe { ffi::PyCapsule_IsValid(raw, VERSIONED.as_ptr()) } == 1 {
-        // SAFETY: the capsule is valid with this name, so it holds a DLManagedTensorVersioned.
-        let m = unsafe {
-            &*ffi::PyCapsule_GetPointer(raw, VERSIONED.as_ptr()).cast::<DLManagedTensorVersioned>()
-        };
+    let versioned = unsafe { ffi::PyCapsule_IsValid(raw, VERSIONED.as_ptr()) } == 1;
+    // SAFETY: IsValid only inspects the object; it accepts any object.
+    let legacy = !versioned && unsafe { ffi::PyCapsule_IsValid(raw, LEGACY.as_ptr()) } == 1;
+    let (tensor, read_only) = if versioned {
+        // SAFETY: the capsule is valid with this name, so this returns its pointer.
+        let p = unsafe { ffi::PyCapsule_GetPointer(raw, VERSIONED.as_ptr()) };
+        // SAFETY: a valid capsule of this name holds a live DLManagedTensorVersioned,
+        // kept alive by the capsule, which `capsule` borrows.
+        let m = unsafe { &*p.cast::<DLManagedTensorVersioned>() };
         (m.dl_tensor, m.flags.contains(DlpackFlags::READ_ONLY))
-    } else if unsafe { ffi::PyCapsule_IsValid(raw, LEGACY.as_ptr()) } == 1 {
-        // SAFETY: as above for the legacy struct.
-        let m =
-            unsafe { &*ffi::PyCapsule_GetPointer(raw, LEGACY.as_ptr()).cast::<DLManagedTensor>() };
+    } else if legacy {
+        // SAFETY: the capsule is valid with this name, so this returns its pointer.
+        let p = unsafe { ffi::PyCapsule_GetPointer(raw, LEGACY.as_ptr()) };
+        // SAFETY: a valid capsule of this name holds a live DLManagedTensor, kept alive
+        // by the capsule, which `capsule` borrows.
+        let m = unsafe { &*p.cast::<DLManagedTensor>() };
         (m.dl_tensor, false)
     } else {
         return Err(PyTypeError::new_err(
@@ -232,15 +238,21 @@ unsafe extern "C" fn delete_legacy(tensor: *mut DLManagedTensor) {
 unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
     // A consumer renames the capsule ("used_dltensor...") when it takes ownership; only an
     // unconsumed capsule still owns its tensor.
-    // SAFETY: called by Python with the GIL held on a capsule we created.
-    unsafe {
-        if ffi::PyCapsule_IsValid(capsule, VERSIONED.as_ptr()) == 1 {
-            let t = ffi::PyCapsule_GetPointer(capsule, VERSIONED.as_ptr());
-            delete_versioned(t.cast());
-        } else if ffi::PyCapsule_IsValid(capsule, LEGACY.as_ptr()) == 1 {
-            let t = ffi::PyCapsule_GetPointer(capsule, LEGACY.as_ptr());
-            delete_legacy(t.cast());
-        }
+    // SAFETY: called by Python with the GIL held on a capsule we created; IsValid only
+    // inspects the object.
+    let versioned = unsafe { ffi::PyCapsule_IsValid(capsule, VERSIONED.as_ptr()) } == 1;
+    // SAFETY: IsValid only inspects the object; it accepts any object.
+    let legacy = !versioned && unsafe { ffi::PyCapsule_IsValid(capsule, LEGACY.as_ptr()) } == 1;
+    if versioned {
+        // SAFETY: the capsule is valid with this name, so this returns its pointer.
+        let t = unsafe { ffi::PyCapsule_GetPointer(capsule, VERSIONED.as_ptr()) };
+        // SAFETY: an unconsumed capsule of ours owns this boxed tensor; freed once, here.
+        unsafe { delete_versioned(t.cast()) };
+    } else if legacy {
+        // SAFETY: the capsule is valid with this name, so this returns its pointer.
+        let t = unsafe { ffi::PyCapsule_GetPointer(capsule, LEGACY.as_ptr()) };
+        // SAFETY: an unconsumed capsule of ours owns this boxed tensor; freed once, here.
+        unsafe { delete_legacy(t.cast()) };
     }
 }
 
@@ -271,13 +283,12 @@ pub fn to_capsule(py: Python<'_>, export: Export, versioned: bool) -> PyResult<P
     // destructor frees the tensor unless a consumer took ownership.
     let capsule = unsafe { ffi::PyCapsule_New(ptr, name.as_ptr(), Some(destroy_capsule)) };
     if capsule.is_null() {
-        // SAFETY: the capsule was not created, so nobody else will free the tensor.
-        unsafe {
-            if versioned {
-                delete_versioned(ptr.cast());
-            } else {
-                delete_legacy(ptr.cast());
-            }
+        if versioned {
+            // SAFETY: the capsule was not created, so nobody else will free the tensor.
+            unsafe { delete_versioned(ptr.cast()) };
+        } else {
+            // SAFETY: the capsule was not created, so nobody else will free the tensor.
+            unsafe { delete_legacy(ptr.cast()) };
         }
         return Err(PyErr::fetch(py));
     }

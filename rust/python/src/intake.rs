@@ -295,9 +295,9 @@ fn route(py: Python<'_>, ptr: u64, nbytes: usize, hint_ordinal: Option<usize>) -
                 ordinal: hint_ordinal.unwrap_or(ordinal),
             })
         }
-        // SAFETY: host memory of `nbytes` bytes at `ptr`, as the producer's interface
-        // states; the producer object is kept alive with the span.
         MemoryKind::Host | MemoryKind::PinnedHost => {
+            // SAFETY: host memory of `nbytes` bytes at `ptr`, as the producer's interface
+            // states; the producer object is kept alive with the span.
             Span::Host(unsafe { HostSpan::new(ptr as *mut u8, nbytes) })
         }
     })

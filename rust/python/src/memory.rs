@@ -554,7 +554,13 @@ impl Buffer {
         let storage = Arc::clone(&this.storage);
         without_gil(slf.py(), move || storage.wait_ready_on(None))?;
         let itemsize = (this.bits as usize).div_ceil(8).max(1);
-        let format = CString::new(numpy_format(&this.typestr)).expect("no NUL");
+        let format = CString::new(numpy_format(&this.typestr)).map_err(|e| {
+            PyBufferError::new_err(format!(
+                "the buffer's element format {:?} contains a NUL byte and cannot be exported \
+                 through the buffer protocol; use DLPack instead",
+                String::from_utf8_lossy(&e.into_vec())
+            ))
+        })?;
         let shape: Box<[isize]> = this.shape.iter().map(|&d| d as isize).collect();
         let mut strides = vec![itemsize as isize; this.shape.len()];
         for i in (0..this.shape.len().saturating_sub(1)).rev() {
@@ -565,45 +571,46 @@ impl Buffer {
             shape,
             strides: strides.into_boxed_slice(),
         });
-        // SAFETY: `view` is the Py_buffer Python passed us to fill; every pointer we store
-        // stays valid until __releasebuffer__ (the extras box) or longer (the storage,
-        // kept alive by `view.obj`, a strong reference to this Buffer).
-        unsafe {
-            (*view).buf = this.ptr() as *mut c_void;
-            (*view).obj = slf.clone().into_any().into_ptr();
-            (*view).len = this.nbytes as isize;
-            (*view).readonly = 0;
-            (*view).itemsize = itemsize as isize;
-            (*view).ndim = this.shape.len() as c_int;
-            (*view).format = if flags & pyo3::ffi::PyBUF_FORMAT != 0 {
-                extras.format.as_ptr().cast_mut()
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).shape = if flags & pyo3::ffi::PyBUF_ND != 0 {
-                extras.shape.as_ptr().cast_mut()
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).strides = if flags & pyo3::ffi::PyBUF_STRIDES == pyo3::ffi::PyBUF_STRIDES {
-                extras.strides.as_ptr().cast_mut()
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).suboffsets = std::ptr::null_mut();
-            (*view).internal = Box::into_raw(extras).cast();
-        }
+        // SAFETY: `view` (not null, checked above) is the Py_buffer Python passed us to
+        // fill, and nothing else touches it during this call.
+        let view = unsafe { &mut *view };
+        // Every pointer stored stays valid until __releasebuffer__ (the extras box) or
+        // longer (the storage, kept alive by `view.obj`, a strong reference to this Buffer).
+        view.buf = this.ptr() as *mut c_void;
+        view.obj = slf.clone().into_any().into_ptr();
+        view.len = this.nbytes as isize;
+        view.readonly = 0;
+        view.itemsize = itemsize as isize;
+        view.ndim = this.shape.len() as c_int;
+        view.format = if flags & pyo3::ffi::PyBUF_FORMAT != 0 {
+            extras.format.as_ptr().cast_mut()
+        } else {
+            std::ptr::null_mut()
+        };
+        view.shape = if flags & pyo3::ffi::PyBUF_ND != 0 {
+            extras.shape.as_ptr().cast_mut()
+        } else {
+            std::ptr::null_mut()
+        };
+        view.strides = if flags & pyo3::ffi::PyBUF_STRIDES == pyo3::ffi::PyBUF_STRIDES {
+            extras.strides.as_ptr().cast_mut()
+        } else {
+            std::ptr::null_mut()
+        };
+        view.suboffsets = std::ptr::null_mut();
+        view.internal = Box::into_raw(extras).cast();
         Ok(())
     }
 
     unsafe fn __releasebuffer__(&self, view: *mut pyo3::ffi::Py_buffer) {
-        // SAFETY: `internal` holds the extras boxed in __getbuffer__, released once here.
-        unsafe {
-            let internal = (*view).internal;
-            if !internal.is_null() {
-                drop(Box::from_raw(internal.cast::<BufferExtras>()));
-                (*view).internal = std::ptr::null_mut();
-            }
+        // SAFETY: Python passes the Py_buffer that __getbuffer__ filled, and nothing else
+        // touches it during this call.
+        let view = unsafe { &mut *view };
+        let internal = std::mem::replace(&mut view.internal, std::ptr::null_mut());
+        if !internal.is_null() {
+            // SAFETY: `internal` holds the extras boxed in __getbuffer__, released once
+            // here (the field is cleared above).
+            drop(unsafe { Box::from_raw(internal.cast::<BufferExtras>()) });
         }
     }
 

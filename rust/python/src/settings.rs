@@ -34,7 +34,10 @@ fn convert(name: &str, value: &Bound<'_, PyAny>) -> Result<SettingValue, Error> 
         expected,
     };
     if value.is_instance_of::<PyBool>() {
-        return Ok(SettingValue::Bool(value.extract::<bool>().expect("a bool")));
+        return match value.extract::<bool>() {
+            Ok(b) => Ok(SettingValue::Bool(b)),
+            Err(_) => Err(invalid("a bool")),
+        };
     }
     if value.is_instance_of::<PyInt>() {
         return match value.extract::<u64>() {
