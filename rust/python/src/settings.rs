@@ -15,11 +15,11 @@ pub fn get_setting(py: Python<'_>, name: &str) -> BindResult<Py<PyAny>> {
     let value = settings::current()?.get(name)?;
     Ok(match value {
         SettingValue::Bool(b) => PyBool::new(py, b).to_owned().into_any().unbind(),
-        SettingValue::Int(n) => n
-            .into_pyobject(py)
-            .expect("u64 converts")
-            .into_any()
-            .unbind(),
+        SettingValue::Int(n) => {
+            // Converting a u64 cannot fail (its error type is `Infallible`).
+            let Ok(n) = n.into_pyobject(py);
+            n.into_any().unbind()
+        }
         SettingValue::Mode(m) => PyString::new(py, m.as_str()).into_any().unbind(),
     })
 }
