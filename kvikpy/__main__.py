@@ -1,4 +1,4 @@
-"""``python -m kvikpy``: the command line; see :mod:`kvikpy._cli`."""
+"""``python -m kvikpy``: the command line; see the package :mod:`kvikpy._cli`."""
 
 from __future__ import annotations
 

@@ -8,10 +8,9 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, SupportsIndex, TypeAlias
 
-from kvikpy import _lib, _paths
+from kvikpy import _devices, _lib, _paths
 from kvikpy._streams import stream_handle
-from kvikpy.cufile import BufferLike, CuFile, OpenMode
-from kvikpy.errors import CudaUnavailableError
+from kvikpy.cufile import BufferLike, CuFile
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -186,45 +185,6 @@ def device_count() -> int:
     return int(_lib.device_count())
 
 
-def _device(device: str | int, option: str = "device") -> int:
-    """The CUDA ordinal for ``device``, or -1 for host memory.
-
-    ``option`` is how the caller spells the argument in its errors: ``"device"`` for the
-    Python API (``device='cpu'``), ``"--device"`` for the command line (``--device cpu``).
-    """
-
-    def spelled(value: object) -> str:
-        return f"{option} {value}" if option.startswith("-") else f"{option}={value!r}"
-
-    if isinstance(device, bool):
-        raise TypeError("device must be 'cuda', 'cuda:N', an int or 'cpu', not a bool")
-    if isinstance(device, int):
-        ordinal = device
-    elif device == "cpu":
-        return -1
-    elif device == "cuda":
-        ordinal = None
-    elif isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit():
-        ordinal = int(device[5:])
-    else:
-        raise ValueError(f"device must be 'cuda', 'cuda:N', an int or 'cpu', got {device!r}")
-    if not _lib.cuda_available():
-        raise CudaUnavailableError(
-            f"{spelled(device)} needs a GPU, but CUDA is not available "
-            f"({_lib.cuda_unavailable_reason()}); use {spelled('cpu')} to read into host memory"
-        )
-    if ordinal is None:
-        return int(_lib.current_device())
-    count = _lib.device_count()
-    if not 0 <= ordinal < count:
-        valid = spelled("cuda:0") + ("" if count == 1 else f" to {spelled(f'cuda:{count - 1}')},")
-        raise ValueError(
-            f"CUDA device {ordinal} does not exist: this machine has {count} GPU(s); "
-            f"use {valid} or {spelled('cpu')}"
-        )
-    return ordinal
-
-
 def read(
     path: _paths.StrPath,
     *,
@@ -306,7 +266,7 @@ def read(
             "progress=True follows a blocking read, and with stream= the call returns at "
             "once; leave one of them out"
         )
-    ordinal = _device(device)
+    ordinal = _devices.resolve(device)
     if stream is not None and ordinal < 0:
         raise ValueError("stream= orders GPU reads; it cannot be used with device='cpu'")
 
@@ -388,8 +348,9 @@ def write(path: _paths.StrPath, buf: BufferLike, *, offset: int = 0, progress: b
     4194304
     """
     _lib.buffer_nbytes(buf)  # refuse a bad buffer before the file is created
-    mode: OpenMode = "r+" if os.path.exists(path) else "w"
-    with CuFile(path, mode) as f:
+    # One open with O_CREAT and without O_TRUNC: checking whether the file exists first
+    # would race with other processes creating or removing it.
+    with CuFile._create_keep(path) as f:
         if not progress:
             return f.write(buf, file_offset=offset)
         from kvikpy._progress import follow_future

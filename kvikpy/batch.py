@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from kvikpy import _lib, _paths
-from kvikpy._api import _device
+from kvikpy import _devices, _lib, _paths
 from kvikpy._streams import stream_handle
 
 if TYPE_CHECKING:
@@ -195,7 +194,7 @@ def read_many(
     if errors not in ("raise", "skip"):
         raise ValueError(f"errors must be 'raise' or 'skip', got {errors!r}")
     names = [_paths.fspath(p) for p in paths]
-    ordinal = _device(device)
+    ordinal = _devices.resolve(device)
     if stream is not None:
         if ordinal < 0:
             raise ValueError("stream= orders GPU reads; it cannot be used with device='cpu'")
@@ -258,7 +257,7 @@ def read_ranges(
     >>> batch = kvikpy.read_ranges("big.bin", (offsets, np.full(len(offsets), 4096)))
     """
     pairs = _pairs(ranges)
-    ordinal = _device(device)
+    ordinal = _devices.resolve(device)
     name = _paths.fspath(path)
     if progress:
         from kvikpy._progress import follow_call

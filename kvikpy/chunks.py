@@ -7,8 +7,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from kvikpy import _lib, _paths
-from kvikpy._api import _device
+from kvikpy import _devices, _lib, _paths
 from kvikpy.cufile import CuFile, IOFuture
 
 
@@ -202,7 +201,7 @@ def iter_chunks(
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     if depth < 1:
         raise ValueError(f"depth must be at least 1, got {depth}")
-    return ChunkIterator(_paths.fspath(path), chunk_size, _device(device), depth, progress)
+    return ChunkIterator(_paths.fspath(path), chunk_size, _devices.resolve(device), depth, progress)
 
 
 __all__ = ["ChunkIterator", "iter_chunks"]

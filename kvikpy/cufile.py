@@ -21,6 +21,10 @@ __all__ = ["CuFile", "IOFuture", "IOFutureStream", "wait_all"]
 OpenMode: TypeAlias = Literal["r", "rb", "r+", "r+b", "rb+", "w", "wb", "w+", "w+b"]
 """The modes :class:`CuFile` opens files with."""
 
+# kvikpy's own mode (the engine's OpenFlags::CREATE_KEEP), not one of kvikio's: read and
+# write, the file created if missing and never truncated (O_CREAT without O_TRUNC).
+_CREATE_KEEP = "r+:create"
+
 
 class CudaArray(Protocol):
     """GPU memory described by the CUDA Array Interface (CuPy, Numba, torch...)."""
@@ -258,6 +262,17 @@ class CuFile:
     def __init__(self, file: _paths.StrPath, flags: OpenMode = "r") -> None:
         self._handle = _lib.FileHandle(_paths.fspath(file), flags)
         self._flags: OpenMode = flags
+
+    @classmethod
+    def _create_keep(cls, file: _paths.StrPath) -> CuFile:
+        """Open ``file`` to read and write, creating it if missing and never truncating
+        it, in one ``open(2)`` (for :func:`kvikpy.write`: no other process can create or
+        remove the file between a check and the open). It reports, and pickles, as
+        ``"r+"``: the file exists once it is open."""
+        self = cls.__new__(cls)
+        self._handle = _lib.FileHandle(_paths.fspath(file), _CREATE_KEEP)
+        self._flags = "r+"
+        return self
 
     def close(self) -> None:
         """Close the file. Idempotent; reads and writes still running finish first."""

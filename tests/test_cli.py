@@ -133,10 +133,10 @@ def test_bench_no_verify(data_file, capsys):
 
 def test_bench_reports_bytes_that_differ(data_file, capsys, monkeypatch):
     """A read that returned wrong bytes is reported, and the exit status is 1."""
-    import kvikpy._cli as cli
+    from kvikpy._cli import bench
 
     path, _ = data_file
-    monkeypatch.setattr(cli, "_crc32_of_buffer", lambda buf, size: 0x12345678)
+    monkeypatch.setattr(bench, "crc32_of_buffer", lambda buf, size: 0x12345678)
     assert main(["bench", str(path), "--device", "cpu", "--repeat", "1"]) == 1
     out, err = capsys.readouterr()
     assert "BYTES DIFFER from the file (crc32 12345678 read" in out
@@ -146,16 +146,16 @@ def test_bench_reports_bytes_that_differ(data_file, capsys, monkeypatch):
 def test_the_setup_read_leaves_nothing_behind_and_is_optional(data_file, capsys, monkeypatch):
     """One-time setup is paid by reading a sparse file in /dev/shm, which is removed after;
     where that directory is unusable the benchmark runs without it."""
-    import kvikpy._cli as cli
+    from kvikpy._cli import bench
 
     path, _ = data_file
-    shm = Path(cli.SETUP_DIR)
+    shm = Path(bench.SETUP_DIR)
     before = set(shm.iterdir()) if shm.is_dir() else set()
     assert main(["bench", str(path), "--device", "cpu", "--repeat", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["setup_read"] is shm.is_dir()
     if shm.is_dir():
         assert not {p for p in set(shm.iterdir()) - before if "kvikpy-bench-" in p.name}
-    monkeypatch.setattr(cli, "SETUP_DIR", str(path.parent / "no-such-dir"))
+    monkeypatch.setattr(bench, "SETUP_DIR", str(path.parent / "no-such-dir"))
     assert main(["bench", str(path), "--device", "cpu", "--repeat", "1", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["setup_read"] is False and result["verified"] is True
@@ -165,14 +165,14 @@ def test_checksums_cover_several_chunks(file_with, monkeypatch):
     """The chunked CRCs of buffer and file agree with a one-shot CRC across chunk edges."""
     import numpy as np
 
-    import kvikpy._cli as cli
+    from kvikpy._cli import common
 
-    monkeypatch.setattr(cli, "VERIFY_CHUNK", 4096)
+    monkeypatch.setattr(common, "VERIFY_CHUNK", 4096)
     data = random_bytes(5 * 4096 + 123, seed=302)
     path = file_with(data)
-    assert cli._crc32_of_file(str(path)) == (zlib.crc32(data), len(data))
+    assert common.crc32_of_file(str(path)) == (zlib.crc32(data), len(data))
     buf = np.frombuffer(data, dtype=np.uint8)
-    assert cli._crc32_of_buffer(buf, len(data)) == zlib.crc32(data)
+    assert common.crc32_of_buffer(buf, len(data)) == zlib.crc32(data)
 
 
 @pytest.mark.parametrize(

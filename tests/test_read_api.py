@@ -143,3 +143,56 @@ def test_a_host_allocation_that_cannot_be_made_is_a_memory_error():
 
     with pytest.raises(MemoryError):
         _lib.Buffer.allocate(1 << 60, -1, False)
+
+
+def test_write_keeps_the_bytes_around_its_range(tmp_path: Path) -> None:
+    """An existing file is written in place: the bytes before and after the range stay."""
+    data = random_bytes(10_000, seed=61)
+    p = tmp_path / "keep.bin"
+    p.write_bytes(data)
+    assert kvikpy.write(p, np.full(100, 7, dtype=np.uint8), offset=4_000) == 100
+    assert p.read_bytes() == data[:4_000] + bytes([7] * 100) + data[4_100:]
+    assert kvikpy.write(p, b"tail", offset=len(data) + 2) == 4  # past the end: a hole
+    assert p.read_bytes() == data[:4_000] + bytes([7] * 100) + data[4_100:] + b"\0\0tail"
+
+
+def test_write_creates_a_missing_file(tmp_path: Path) -> None:
+    p = tmp_path / "new.bin"
+    assert kvikpy.write(p, b"abc", offset=3) == 3
+    assert p.read_bytes() == b"\0\0\0abc"
+    with pytest.raises(FileNotFoundError):
+        kvikpy.write(tmp_path / "no-such-dir" / "f.bin", b"abc")
+
+
+@pytest.mark.parametrize("exists", [True, False])
+def test_write_does_not_decide_from_a_look_at_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exists: bool
+) -> None:
+    """Another process may create or remove the file at any moment, so write opens it in
+    one call (O_CREAT without O_TRUNC) instead of choosing a mode from a check first. Here
+    every check lies, as a check made just before the other process acted would: a file
+    created meanwhile must not be truncated, one removed meanwhile must be created."""
+    import os
+
+    p = tmp_path / "raced.bin"
+    if exists:
+        p.write_bytes(b"0123456789")
+    monkeypatch.setattr(os.path, "exists", lambda path: not exists)
+    monkeypatch.setattr(os.path, "isfile", lambda path: not exists)
+    assert kvikpy.write(p, b"ab", offset=4) == 2
+    assert p.read_bytes() == (b"0123ab6789" if exists else b"\0\0\0\0ab")
+
+
+def test_write_opens_read_write_without_truncating(tmp_path: Path) -> None:
+    """The open kvikpy.write uses: read and write (O_RDWR), reported as mode ``r+``."""
+    import os
+
+    p = tmp_path / "f.bin"
+    p.write_bytes(b"xyz")
+    with kvikpy.CuFile._create_keep(p) as f:
+        assert f.open_flags() & os.O_ACCMODE == os.O_RDWR
+        assert f.mode == "r+"
+        assert f.nbytes() == 3  # not truncated by the open
+    with kvikpy.CuFile._create_keep(tmp_path / "g.bin") as f:
+        assert f.nbytes() == 0
+    assert (tmp_path / "g.bin").exists()

@@ -11,6 +11,7 @@ from conftest import random_file, run_cli
 
 import kvikpy
 import kvikpy._cli as cli
+from kvikpy._cli import common
 
 
 def test_bench_cuda_json_in_a_subprocess(tmp_path: Path) -> None:
@@ -34,7 +35,7 @@ def test_bench_auto_picks_the_gpu_and_checks_across_chunks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The GPU bytes are copied back in chunks for the check; chunk edges lose nothing."""
-    monkeypatch.setattr(cli, "VERIFY_CHUNK", 1 << 20)
+    monkeypatch.setattr(common, "VERIFY_CHUNK", 1 << 20)
     p, data = random_file(tmp_path, (5 << 20) + 4097, seed=402)
     assert cli.main(["bench", str(p), "--repeat", "1", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)

@@ -9,21 +9,36 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::error::{Error, Result};
 
 /// An open mode in kvikio's (and Python's) spelling: `r`, `r+`, `w`, `w+`, each with an
-/// optional `b`.
+/// optional `b`; or kvikpy's own [`OpenFlags::CREATE_KEEP`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpenFlags {
     /// The mode allows reading (`r`, `r+`, `w+`).
     pub readable: bool,
     /// The mode allows writing (`r+`, `w`, `w+`).
     pub writable: bool,
-    /// `w` modes create the file and truncate it.
-    pub create_truncate: bool,
+    /// Create the file if it is missing (O_CREAT): `w` modes and [`OpenFlags::CREATE_KEEP`].
+    pub create: bool,
+    /// Truncate the file (O_TRUNC): `w` modes.
+    pub truncate: bool,
 }
 
 impl OpenFlags {
-    /// Parse a mode string; anything but `r`, `r+`, `w`, `w+` (with at most one `b`) is an
-    /// [`Error::InvalidArgument`] that lists the accepted modes.
+    /// kvikpy's own mode, not one of kvikio's: read and write, the file created if missing
+    /// and never truncated (O_CREAT without O_TRUNC), in one `open(2)` so that no other
+    /// process can create or remove the file between a check and the open.
+    pub const CREATE_KEEP: &'static str = "r+:create";
+
+    /// Parse a mode string; anything but `r`, `r+`, `w`, `w+` (with at most one `b`) or
+    /// [`OpenFlags::CREATE_KEEP`] is an [`Error::InvalidArgument`] that lists kvikio's modes.
     pub fn parse(mode: &str) -> Result<Self> {
+        if mode == Self::CREATE_KEEP {
+            return Ok(Self {
+                readable: true,
+                writable: true,
+                create: true,
+                truncate: false,
+            });
+        }
         let invalid = |why: &str| {
             Error::InvalidArgument(format!(
                 "invalid open mode {mode:?}: {why}; use 'r', 'r+', 'w' or 'w+' (optionally with 'b')"
@@ -43,12 +58,14 @@ impl OpenFlags {
             'r' => Ok(Self {
                 readable: true,
                 writable: plus,
-                create_truncate: false,
+                create: false,
+                truncate: false,
             }),
             'w' => Ok(Self {
                 readable: plus,
                 writable: true,
-                create_truncate: true,
+                create: true,
+                truncate: true,
             }),
             'a' => Err(invalid(
                 "append mode is not supported (pwrite takes explicit offsets)",
@@ -210,8 +227,11 @@ impl FileHandle {
             Error::InvalidArgument(format!("path {:?} contains a NUL byte", path.display()))
         })?;
         let mut base = flags.libc_flags();
-        if flags.create_truncate {
-            base |= libc::O_CREAT | libc::O_TRUNC;
+        if flags.create {
+            base |= libc::O_CREAT;
+        }
+        if flags.truncate {
+            base |= libc::O_TRUNC;
         }
         let buffered = open_fd(&path, &cpath, base)?;
         // Reject directories up front (O_RDONLY opens them fine), as Python's open() does.
@@ -284,25 +304,28 @@ mod tests {
 
     #[test]
     fn modes() {
-        for (mode, r, w, c) in [
-            ("r", true, false, false),
-            ("rb", true, false, false),
-            ("r+", true, true, false),
-            ("r+b", true, true, false),
-            ("rb+", true, true, false),
-            ("w", false, true, true),
-            ("wb", false, true, true),
-            ("w+", true, true, true),
-            ("w+b", true, true, true),
+        for (mode, r, w, c, t) in [
+            ("r", true, false, false, false),
+            ("rb", true, false, false, false),
+            ("r+", true, true, false, false),
+            ("r+b", true, true, false, false),
+            ("rb+", true, true, false, false),
+            ("w", false, true, true, true),
+            ("wb", false, true, true, true),
+            ("w+", true, true, true, true),
+            ("w+b", true, true, true, true),
+            (OpenFlags::CREATE_KEEP, true, true, true, false),
         ] {
             let f = OpenFlags::parse(mode).unwrap();
             assert_eq!(
-                (f.readable, f.writable, f.create_truncate),
-                (r, w, c),
+                (f.readable, f.writable, f.create, f.truncate),
+                (r, w, c, t),
                 "{mode}"
             );
         }
-        for bad in ["", "a", "a+", "x", "rw", "r++", "rbb", "q", "R"] {
+        for bad in [
+            "", "a", "a+", "x", "rw", "r++", "rbb", "q", "R", "r+:", "r+:c", "r:create",
+        ] {
             assert!(OpenFlags::parse(bad).is_err(), "{bad}");
         }
     }
@@ -330,5 +353,21 @@ mod tests {
             Err(Error::Os { source, .. }) => assert_eq!(source.raw_os_error(), Some(libc::EISDIR)),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn create_keep_creates_a_missing_file_and_keeps_an_existing_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let h = FileHandle::open(&p, OpenFlags::CREATE_KEEP).unwrap();
+        assert_eq!(h.get().unwrap().size().unwrap(), 0);
+        h.close();
+        std::fs::write(&p, b"0123456789").unwrap();
+        let h = FileHandle::open(&p, OpenFlags::CREATE_KEEP).unwrap();
+        let open = h.get().unwrap();
+        assert_eq!(open.size().unwrap(), 10);
+        assert!(open.check_readable().is_ok() && open.check_writable().is_ok());
+        h.close();
+        assert_eq!(std::fs::read(&p).unwrap(), b"0123456789");
     }
 }
