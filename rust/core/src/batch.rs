@@ -278,7 +278,7 @@ impl Job<'_> {
     /// Read a segment's pieces into one pinned bounce buffer, then move it in one DMA.
     fn gather(&self, part: &[Piece], device: DeviceSpan, start: usize, end: usize) -> Result<()> {
         let context = crate::cuda::bind(device.ordinal)?;
-        let (stream, _) = crate::cuda::thread_stream(&context)?;
+        let lane = crate::cuda::thread_stream(&context)?;
         let size = crate::device_io::pinned_buffer_size(self.settings);
         let mut bounce = crate::cuda::pinned_pool(device.ordinal).acquire(size)?;
         let staged = HostSpan::from_slice(bounce.as_mut_slice());
@@ -289,15 +289,8 @@ impl Job<'_> {
         }
         // SAFETY: `staged` is pinned memory held until the stream is synchronised below;
         // the destination `start..end` lies inside `device`.
-        unsafe {
-            crate::cuda::copy_htod(
-                device.ptr + start as u64,
-                staged.as_ptr(),
-                end - start,
-                stream,
-            )?
-        };
-        crate::cuda::sync_stream_raw(stream)
+        unsafe { lane.copy_htod(device.ptr + start as u64, staged.as_ptr(), end - start)? };
+        lane.synchronize()
     }
 }
 

@@ -6,7 +6,7 @@
 //! pinned buffer, with no further copy.
 
 use crate::bounce::BounceBuffer;
-use crate::cuda::{self, StreamHandle, ThreadEvents};
+use crate::cuda::{self, Lane, Stream};
 use crate::error::Result;
 use crate::file::OpenFile;
 use crate::io::{transfer, Direction};
@@ -47,11 +47,11 @@ fn chunk_size(len: usize, settings: &Settings) -> usize {
 
 /// Waits for the stream on every exit path, so no DMA still reads or writes a bounce
 /// buffer when it goes back to the pool. Declared after the buffers: dropped first.
-struct DrainOnExit(StreamHandle);
+struct DrainOnExit<'a>(Lane<'a>);
 
-impl Drop for DrainOnExit {
+impl Drop for DrainOnExit<'_> {
     fn drop(&mut self) {
-        let _ = cuda::sync_stream_raw(self.0);
+        let _ = self.0.synchronize();
     }
 }
 
@@ -69,9 +69,9 @@ pub fn transfer_device(
     // Declared first, so dropped last: the stream drains before the caller's context
     // comes back.
     let context = cuda::bind(span.ordinal)?;
-    let (stream, events) = cuda::thread_stream(&context)?;
+    let lane = cuda::thread_stream(&context)?;
     let (span, offset, moved) = if direction == Direction::Read {
-        match read_resident(file, span, offset, settings, stream, events)? {
+        match read_resident(file, span, offset, settings, lane)? {
             Mapped::Complete(n) => return Ok(n),
             Mapped::Partial(n) => (span.sub(n, span.len - n), offset + n as u64, n),
             Mapped::NotUsed => (span, offset, 0),
@@ -86,28 +86,10 @@ pub fn transfer_device(
     let mut buffers: Vec<BounceBuffer> = (0..count)
         .map(|_| pool.acquire(size))
         .collect::<Result<_>>()?;
-    let drain = DrainOnExit(stream);
+    let drain = DrainOnExit(lane);
     let result = match direction {
-        Direction::Read => read(
-            file,
-            span,
-            offset,
-            settings,
-            chunk,
-            &mut buffers,
-            stream,
-            events,
-        ),
-        Direction::Write => write(
-            file,
-            span,
-            offset,
-            settings,
-            chunk,
-            &mut buffers,
-            stream,
-            events,
-        ),
+        Direction::Read => read(file, span, offset, settings, chunk, &mut buffers, lane),
+        Direction::Write => write(file, span, offset, settings, chunk, &mut buffers, lane),
     };
     drop(drain);
     result.map(|n| n + moved)
@@ -118,7 +100,6 @@ fn stage(buffer: &mut BounceBuffer, file_offset: u64, len: usize) -> HostSpan {
     HostSpan::from_slice(buffer.as_mut_slice()).sub(shift, len)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn read(
     file: &OpenFile,
     span: DeviceSpan,
@@ -126,8 +107,7 @@ fn read(
     settings: &Settings,
     chunk: usize,
     buffers: &mut [BounceBuffer],
-    stream: StreamHandle,
-    events: ThreadEvents,
+    lane: Lane<'_>,
 ) -> Result<usize> {
     let mut in_flight = [false; 2];
     let mut done = 0usize;
@@ -135,7 +115,7 @@ fn read(
     while done < span.len {
         let slot = k % buffers.len();
         if in_flight[slot] {
-            cuda::wait_event_raw(events.0[slot])?; // its previous DMA has drained
+            lane.wait(slot)?; // its previous DMA has drained
         }
         let len = chunk.min(span.len - done);
         let at = offset + done as u64;
@@ -144,8 +124,8 @@ fn read(
         if got > 0 {
             // SAFETY: `staged` is pinned memory we hold until the stream has drained (the
             // event wait above, or DrainOnExit); the destination lies inside `span`.
-            unsafe { cuda::copy_htod(span.ptr + done as u64, staged.as_ptr(), got, stream)? };
-            cuda::record_raw(events.0[slot], stream)?;
+            unsafe { lane.copy_htod(span.ptr + done as u64, staged.as_ptr(), got)? };
+            lane.record(slot)?;
             in_flight[slot] = true;
         }
         done += got;
@@ -154,11 +134,10 @@ fn read(
             break; // end of file
         }
     }
-    cuda::sync_stream_raw(stream)?;
+    lane.synchronize()?;
     Ok(done)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn write(
     file: &OpenFile,
     span: DeviceSpan,
@@ -166,8 +145,7 @@ fn write(
     settings: &Settings,
     chunk: usize,
     buffers: &mut [BounceBuffer],
-    stream: StreamHandle,
-    events: ThreadEvents,
+    lane: Lane<'_>,
 ) -> Result<usize> {
     let chunks = span.len.div_ceil(chunk);
     let bounds = |k: usize| {
@@ -180,8 +158,8 @@ fn write(
         let staged = stage(&mut buffers[slot], offset + start as u64, len);
         // SAFETY: `staged` is pinned memory we hold until the stream drains; the source
         // lies inside `span`.
-        unsafe { cuda::copy_dtoh(staged.as_ptr(), span.ptr + start as u64, len, stream)? };
-        cuda::record_raw(events.0[slot], stream)
+        unsafe { lane.copy_dtoh(staged.as_ptr(), span.ptr + start as u64, len)? };
+        lane.record(slot)
     };
     fetch(0, buffers)?;
     let mut done = 0usize;
@@ -190,7 +168,7 @@ fn write(
             fetch(k + 1, buffers)?; // overlaps the pwrite below
         }
         let slot = k % buffers.len();
-        cuda::wait_event_raw(events.0[slot])?;
+        lane.wait(slot)?;
         let (start, len) = bounds(k);
         let at = offset + start as u64;
         let staged = stage(&mut buffers[slot], at, len);
@@ -217,7 +195,7 @@ pub fn submit_stream_ordered(
     direction: Direction,
     span: DeviceSpan,
     file_offset: u64,
-    stream: StreamHandle,
+    stream: Stream,
     keepalive: Option<Box<dyn std::any::Any + Send>>,
 ) -> Result<crate::IoFuture> {
     let settings = crate::settings::current()?;
@@ -242,7 +220,7 @@ pub fn submit_stream_ordered(
     );
     let (Some(host_done), Some(gpu_done)) = counters else {
         let context = cuda::bind(span.ordinal)?;
-        cuda::sync_stream_raw(stream)?;
+        cuda::synchronize(&context, stream)?;
         drop(context);
         let result = crate::future::run_caught(|| {
             transfer_device(&file, direction, span, file_offset, &settings)
@@ -265,7 +243,7 @@ pub fn submit_stream_ordered(
     // waiting for chunks that will never come: release it, and keep the counters out of
     // the pool (the GPU may still look at them).
     let enqueue = |buffers: &mut [BounceBuffer]| -> Result<()> {
-        let _context = cuda::bind(span.ordinal)?;
+        let context = cuda::bind(span.ordinal)?;
         for k in 0..chunks {
             let (start, len) = piece(k);
             let at = file_offset + start as u64;
@@ -273,20 +251,20 @@ pub fn submit_stream_ordered(
             let device = span.ptr + start as u64;
             match direction {
                 Direction::Read => {
-                    host_done.enqueue_wait(stream, k as u32 + 1)?;
+                    host_done.enqueue_wait(&context, stream, k as u32 + 1)?;
                     // SAFETY: the bounce buffer stays out of the pool until the GPU has
                     // counted this copy done; the destination lies inside `span`.
-                    unsafe { cuda::copy_htod(device, staged.as_ptr(), len, stream)? };
+                    unsafe { cuda::copy_htod(&context, device, staged.as_ptr(), len, stream)? };
                 }
                 Direction::Write => {
                     if k >= ring {
-                        host_done.enqueue_wait(stream, (k - ring) as u32 + 1)?;
+                        host_done.enqueue_wait(&context, stream, (k - ring) as u32 + 1)?;
                     }
                     // SAFETY: as above, with the roles of host and device swapped.
-                    unsafe { cuda::copy_dtoh(staged.as_ptr(), device, len, stream)? };
+                    unsafe { cuda::copy_dtoh(&context, staged.as_ptr(), device, len, stream)? };
                 }
             }
-            gpu_done.enqueue_write(stream, k as u32 + 1)?;
+            gpu_done.enqueue_write(&context, stream, k as u32 + 1)?;
         }
         Ok(())
     };

@@ -20,7 +20,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::cuda::{self, HostRegistration, StreamHandle, ThreadEvents};
+use crate::cuda::{self, HostRegistration, Lane};
 use crate::error::Result;
 use crate::file::OpenFile;
 use crate::memory::DeviceSpan;
@@ -64,15 +64,15 @@ pub enum Mapped {
 
 /// Waits for the stream, then unpins, on every exit path: no DMA may still read a page
 /// when it is unpinned or unmapped. Declared after the mapping, so dropped before it.
-struct Pinned {
-    stream: StreamHandle,
+struct Pinned<'a> {
+    lane: Lane<'a>,
     pieces: VecDeque<(HostRegistration, usize)>,
 }
 
-impl Drop for Pinned {
+impl Drop for Pinned<'_> {
     fn drop(&mut self) {
         if !self.pieces.is_empty() {
-            let _ = cuda::sync_stream_raw(self.stream);
+            let _ = self.lane.synchronize();
             self.pieces.clear();
         }
     }
@@ -85,8 +85,7 @@ pub fn read_resident(
     span: DeviceSpan,
     offset: u64,
     settings: &Settings,
-    stream: StreamHandle,
-    events: ThreadEvents,
+    lane: Lane<'_>,
 ) -> Result<Mapped> {
     if !settings.page_cache_dma
         || settings.num_threads > MAX_THREADS
@@ -110,7 +109,7 @@ pub fn read_resident(
     let piece = align_down(PIECE.max(page) as u64, page) as usize;
     let head = mapping.head();
     let mut pinned = Pinned {
-        stream,
+        lane,
         pieces: VecDeque::with_capacity(PIECES_IN_FLIGHT),
     };
     let mut done = 0usize; // bytes of the request queued so far
@@ -120,7 +119,7 @@ pub fn read_resident(
         let slot = k % PIECES_IN_FLIGHT;
         if pinned.pieces.len() == PIECES_IN_FLIGHT {
             let (_, oldest_slot) = pinned.pieces[0];
-            cuda::wait_event_raw(events.0[oldest_slot])?;
+            lane.wait(oldest_slot)?;
             pinned.pieces.pop_front(); // its DMA is done: unpin
         }
         let end = (start + piece).min(mapping.len());
@@ -147,14 +146,14 @@ pub fn read_resident(
         // SAFETY: the source pages are pinned until this piece's event has completed (or
         // the stream drained); the destination lies inside `span` (`done + count <= len
         // <= span.len`).
-        unsafe { cuda::copy_htod(span.ptr + done as u64, source, count, stream)? };
-        cuda::record_raw(events.0[slot], stream)?;
+        unsafe { lane.copy_htod(span.ptr + done as u64, source, count)? };
+        lane.record(slot)?;
         pinned.pieces.push_back((registration, slot));
         done += count;
         start = end;
         k += 1;
     }
-    cuda::sync_stream_raw(stream)?;
+    lane.synchronize()?;
     drop(pinned);
     drop(mapping);
     BYTES_MOVED.fetch_add(done as u64, Ordering::Relaxed);

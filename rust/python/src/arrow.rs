@@ -523,7 +523,9 @@ pub fn batch_arrow(
                 )
             })?;
             let base = meta.allocation.ptr();
-            let event = crate::blocking::without_gil(py, move || StreamEvent::record(ordinal, 0))?;
+            let event = crate::blocking::without_gil(py, move || {
+                StreamEvent::record(ordinal, kvikpy_core::cuda::Stream::LEGACY)
+            })?;
             let export = ArrayExport {
                 format: DataType::LargeBinary,
                 length: count as i64,

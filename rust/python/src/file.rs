@@ -156,7 +156,14 @@ impl FileHandle {
         let inner = &self.inner;
         let keepalive = taken.keepalive;
         let future = without_gil(py, move || {
-            submit_stream_ordered(inner, direction, span, offset, stream, Some(keepalive))
+            submit_stream_ordered(
+                inner,
+                direction,
+                span,
+                offset,
+                kvikpy_core::cuda::Stream::from_raw(stream),
+                Some(keepalive),
+            )
         })?;
         Ok((
             StreamFuture::new(future, span.ordinal, stream),

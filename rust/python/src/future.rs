@@ -99,8 +99,8 @@ impl StreamFuture {
         let bytes = Future::from(self.inner.clone()).get(py)?;
         let (ordinal, stream) = (self.ordinal, self.stream);
         without_gil(py, move || {
-            let _context = kvikpy_core::cuda::bind(ordinal)?;
-            kvikpy_core::cuda::sync_stream_raw(stream)
+            let context = kvikpy_core::cuda::bind(ordinal)?;
+            kvikpy_core::cuda::synchronize(&context, kvikpy_core::cuda::Stream::from_raw(stream))
         })?;
         Ok(bytes)
     }

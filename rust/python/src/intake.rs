@@ -514,7 +514,9 @@ fn from_cuda_array_interface(
     // Version 3: work queued on `stream` may still be producing the data; wait for it.
     if let (Span::Device(d), Some(stream)) = (span, stream) {
         let ordinal = d.ordinal;
-        without_gil(py, move || cuda::record_and_wait(ordinal, stream))?;
+        without_gil(py, move || {
+            cuda::record_and_wait(ordinal, cuda::Stream::from_raw(stream))
+        })?;
     }
     Ok(Intake {
         span,
@@ -554,7 +556,9 @@ fn from_dlpack(obj: &Bound<'_, PyAny>, access: Access, stream: Option<i64>) -> P
     };
     if let (Span::Device(d), Some(stream)) = (span, stream) {
         let ordinal = d.ordinal;
-        without_gil(py, move || cuda::record_and_wait(ordinal, stream as usize))?;
+        without_gil(py, move || {
+            cuda::record_and_wait(ordinal, cuda::Stream::from_raw(stream as usize))
+        })?;
     }
     Ok(Intake {
         span,

@@ -144,7 +144,7 @@ impl Storage {
         let guard = self.ready.lock().unwrap_or_else(|e| e.into_inner());
         match (guard.as_ref(), stream) {
             (None, _) => Ok(()),
-            (Some((event, _)), Some(s)) => event.make_wait(s),
+            (Some((event, _)), Some(s)) => event.make_wait(cuda::Stream::from_raw(s)),
             (Some((event, _)), None) => event.synchronize(),
         }
     }
@@ -501,7 +501,9 @@ impl Buffer {
                 // An event after whatever last filled the buffer (its stream for a
                 // stream-ordered read; blocking reads have finished already).
                 let stream = self.storage.ordered_stream().unwrap_or(0);
-                let event = without_gil(py, move || cuda::StreamEvent::record(ordinal, stream))?;
+                let event = without_gil(py, move || {
+                    cuda::StreamEvent::record(ordinal, cuda::Stream::from_raw(stream))
+                })?;
                 arrow::device_array_capsules(
                     py,
                     self.arrow_export()?,
@@ -766,6 +768,9 @@ fn numpy_format(typestr: &str) -> String {
 
 /// Stream-ordering helper used by `kvikpy.read(..., stream=...)`.
 pub fn mark_ready(storage: &Storage, ordinal: usize, stream: usize) -> kvikpy_core::Result<()> {
-    storage.set_ready(cuda::StreamEvent::record(ordinal, stream)?, stream);
+    storage.set_ready(
+        cuda::StreamEvent::record(ordinal, cuda::Stream::from_raw(stream))?,
+        stream,
+    );
     Ok(())
 }

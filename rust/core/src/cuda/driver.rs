@@ -180,6 +180,17 @@ pub fn bind(ordinal: usize) -> Result<ContextGuard> {
     })
 }
 
+/// Run `free` (a destructor's driver calls) with device `ordinal`'s context current, then
+/// make the caller's context current again. Never panics: where the driver is gone (at
+/// interpreter exit) or the context cannot be bound, there is nothing left to free.
+pub fn free_under(ordinal: usize, free: impl FnOnce()) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if let Ok(_context) = bind(ordinal) {
+            free();
+        }
+    }));
+}
+
 /// The device of the calling thread's current context, or 0 when none is current.
 pub fn current_device() -> Result<usize> {
     ensure_driver()?;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
-use super::driver::{bind, check, ensure_driver};
+use super::driver::{bind, check, ensure_driver, free_under};
 use crate::bounce::{BounceAllocator, BouncePool};
 use crate::error::{Error, Result};
 
@@ -115,13 +115,10 @@ impl DeviceAllocation {
 
 impl Drop for DeviceAllocation {
     fn drop(&mut self) {
-        // Never panic in a destructor: at interpreter exit the driver may already be gone,
-        // and then there is nothing left to free.
-        let _ = std::panic::catch_unwind(|| {
-            if let Ok(_context) = bind(self.ordinal) {
-                // SAFETY: `ptr` came from cuMemAlloc in this context and is freed only here.
-                let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
-            }
+        let ptr = self.ptr;
+        free_under(self.ordinal, move || {
+            // SAFETY: `ptr` came from cuMemAlloc in this context and is freed only here.
+            let _ = unsafe { sys::cuMemFree_v2(ptr) };
         });
     }
 }
@@ -148,11 +145,10 @@ fn host_alloc(ordinal: usize, size: usize, flags: u32) -> Result<NonNull<u8>> {
 
 /// Free memory from [`host_alloc`] under the same device's context.
 fn host_free(ordinal: usize, ptr: NonNull<u8>) {
-    let _ = std::panic::catch_unwind(|| {
-        if let Ok(_context) = bind(ordinal) {
-            // SAFETY: `ptr` came from cuMemHostAlloc and is freed exactly once, here.
-            let _ = unsafe { sys::cuMemFreeHost(ptr.as_ptr().cast()) };
-        }
+    let address = ptr.as_ptr() as usize;
+    free_under(ordinal, move || {
+        // SAFETY: `address` came from cuMemHostAlloc and is freed exactly once, here.
+        let _ = unsafe { sys::cuMemFreeHost(address as *mut c_void) };
     });
 }
 
@@ -251,10 +247,10 @@ pub unsafe fn copy_host_to_device(
     len: usize,
 ) -> Result<()> {
     let context = bind(ordinal)?;
-    let (stream, _) = super::stream::thread_stream(&context)?;
+    let lane = super::stream::thread_stream(&context)?;
     // SAFETY: forwarded from the caller; we wait for the copy before returning.
-    unsafe { super::stream::copy_htod(dst, src, len, stream)? };
-    super::stream::sync_stream_raw(stream)
+    unsafe { super::stream::copy_htod(&context, dst, src, len, lane.stream)? };
+    super::stream::synchronize(&context, lane.stream)
 }
 
 /// Copy `len` bytes from device memory on `ordinal` to host memory, blocking until done.
@@ -268,8 +264,8 @@ pub unsafe fn copy_device_to_host(
     len: usize,
 ) -> Result<()> {
     let context = bind(ordinal)?;
-    let (stream, _) = super::stream::thread_stream(&context)?;
+    let lane = super::stream::thread_stream(&context)?;
     // SAFETY: forwarded from the caller; we wait for the copy before returning.
-    unsafe { super::stream::copy_dtoh(dst, src, len, stream)? };
-    super::stream::sync_stream_raw(stream)
+    unsafe { super::stream::copy_dtoh(&context, dst, src, len, lane.stream)? };
+    super::stream::synchronize(&context, lane.stream)
 }

@@ -12,8 +12,8 @@ mod register;
 mod stream;
 
 pub use driver::{
-    available, bind, check, current_device, device_count, ensure_driver, unavailable_reason,
-    ContextGuard,
+    available, bind, check, current_device, device_count, ensure_driver, free_under,
+    unavailable_reason, ContextGuard,
 };
 pub use memory::{
     copy_device_to_host, copy_host_to_device, free_idle_pinned, memory_kind, pinned_pool,
@@ -21,6 +21,6 @@ pub use memory::{
 };
 pub use register::{can_register_read_only, HostRegistration};
 pub use stream::{
-    copy_dtoh, copy_htod, record_and_wait, record_raw, sync_stream_raw, thread_stream,
-    wait_event_raw, Counter, StreamEvent, StreamHandle, ThreadEvents,
+    copy_dtoh, copy_htod, record, record_and_wait, synchronize, thread_stream, wait_event, Counter,
+    Event, Lane, Stream, StreamEvent,
 };

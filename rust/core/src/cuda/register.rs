@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use cudarc::driver::sys;
 
-use super::driver::{bind, check};
+use super::driver::{bind, check, free_under};
 use crate::error::Result;
 
 /// Per device: can it register read-only host memory (a file's pages mapped `PROT_READ`)?
@@ -81,12 +81,11 @@ impl HostRegistration {
 
 impl Drop for HostRegistration {
     fn drop(&mut self) {
-        let _ = std::panic::catch_unwind(|| {
-            if let Ok(_context) = bind(self.ordinal) {
-                // SAFETY: `ptr` was registered in `read_only` and is unregistered exactly
-                // once, here; the caller has waited for every copy that read it.
-                let _ = unsafe { sys::cuMemHostUnregister(self.ptr as *mut std::ffi::c_void) };
-            }
+        let ptr = self.ptr;
+        free_under(self.ordinal, move || {
+            // SAFETY: `ptr` was registered in `read_only` and is unregistered exactly once,
+            // here; the caller has waited for every copy that read it.
+            let _ = unsafe { sys::cuMemHostUnregister(ptr as *mut std::ffi::c_void) };
         });
     }
 }

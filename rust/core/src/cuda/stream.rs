@@ -8,9 +8,44 @@ use std::sync::Mutex;
 
 use cudarc::driver::sys;
 
-use super::driver::{bind, check, ContextGuard};
+use super::driver::{bind, check, free_under, ContextGuard};
 use super::memory::PinnedHostAllocation;
 use crate::error::Result;
+
+/// A CUDA stream handle (`CUstream`) as kvikpy passes it around: its own or a user's
+/// (from torch, CuPy or a raw integer; 0 is the legacy default stream). Calls that queue
+/// work on it take a [`ContextGuard`] to prove the device's context is current.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stream(usize);
+
+impl Stream {
+    /// CUDA's legacy default stream (`CUstream` 0) of the current context.
+    pub const LEGACY: Stream = Stream(0);
+
+    /// The stream whose raw `CUstream` value is `handle`.
+    pub fn from_raw(handle: usize) -> Self {
+        Self(handle)
+    }
+
+    /// The raw `CUstream` value.
+    pub fn raw(self) -> usize {
+        self.0
+    }
+
+    fn cu(self) -> sys::CUstream {
+        self.0 as sys::CUstream
+    }
+}
+
+/// A CUDA event handle (`CUevent`) owned by kvikpy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event(usize);
+
+impl Event {
+    fn cu(self) -> sys::CUevent {
+        self.0 as sys::CUevent
+    }
+}
 
 /// A thread's stream and two events on device `ordinal`.
 struct ThreadCuda {
@@ -21,17 +56,16 @@ struct ThreadCuda {
 
 impl Drop for ThreadCuda {
     fn drop(&mut self) {
-        let _ = std::panic::catch_unwind(|| {
-            if let Ok(_context) = bind(self.ordinal) {
-                for e in self.events {
-                    // SAFETY: the event was created on this device's context by this
-                    // thread and is destroyed exactly once, here.
-                    let _ = unsafe { sys::cuEventDestroy_v2(e) };
-                }
-                // SAFETY: the stream was created on this device's context by this thread
+        let (stream, events) = (self.stream as usize, self.events.map(|e| e as usize));
+        free_under(self.ordinal, move || {
+            for e in events {
+                // SAFETY: the event was created on this device's context by this thread
                 // and is destroyed exactly once, here.
-                let _ = unsafe { sys::cuStreamDestroy_v2(self.stream) };
+                let _ = unsafe { sys::cuEventDestroy_v2(e as sys::CUevent) };
             }
+            // SAFETY: the stream was created on this device's context by this thread and
+            // is destroyed exactly once, here.
+            let _ = unsafe { sys::cuStreamDestroy_v2(stream as sys::CUstream) };
         });
     }
 }
@@ -40,25 +74,62 @@ thread_local! {
     static THREAD_CUDA: RefCell<Vec<ThreadCuda>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A stream handle as an opaque integer (0 is the legacy default stream).
-pub type StreamHandle = usize;
-
-/// Events owned by the calling thread (opaque handles), used to pace double buffering.
+/// The calling thread's own stream and two events on one device, used while the context
+/// guard it borrows lives: every device pipeline queues its copies here and paces its
+/// double buffering with the two events.
 #[derive(Debug, Clone, Copy)]
-pub struct ThreadEvents(pub [usize; 2]);
+pub struct Lane<'a> {
+    /// The guard holding the device's context current.
+    pub context: &'a ContextGuard,
+    /// This thread's non-blocking stream on the device.
+    pub stream: Stream,
+    /// This thread's two events on the device.
+    pub events: [Event; 2],
+}
 
-/// This thread's stream (and events) on the device whose context `context` holds
-/// current, created on first use. Handles stay valid for the life of the thread; use them
-/// while the guard lives.
-pub fn thread_stream(context: &ContextGuard) -> Result<(StreamHandle, ThreadEvents)> {
+impl Lane<'_> {
+    /// Queue a host-to-device copy on this lane's stream.
+    ///
+    /// # Safety
+    /// As for [`copy_htod`].
+    pub unsafe fn copy_htod(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { copy_htod(self.context, dst, src, len, self.stream) }
+    }
+
+    /// Queue a device-to-host copy on this lane's stream.
+    ///
+    /// # Safety
+    /// As for [`copy_dtoh`].
+    pub unsafe fn copy_dtoh(&self, dst: *mut u8, src: u64, len: usize) -> Result<()> {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { copy_dtoh(self.context, dst, src, len, self.stream) }
+    }
+
+    /// Record event `slot` (0 or 1) on this lane's stream.
+    pub fn record(&self, slot: usize) -> Result<()> {
+        record(self.context, self.events[slot % 2], self.stream)
+    }
+
+    /// Block until event `slot` (0 or 1) has completed.
+    pub fn wait(&self, slot: usize) -> Result<()> {
+        wait_event(self.context, self.events[slot % 2])
+    }
+
+    /// Block until everything queued on this lane's stream has completed.
+    pub fn synchronize(&self) -> Result<()> {
+        synchronize(self.context, self.stream)
+    }
+}
+
+/// This thread's stream and events on the device whose context `context` holds current,
+/// created on first use; the handles stay valid for the life of the thread.
+pub fn thread_stream(context: &ContextGuard) -> Result<Lane<'_>> {
     let ordinal = context.ordinal();
-    THREAD_CUDA.with(|cell| {
+    let (stream, events) = THREAD_CUDA.with(|cell| -> Result<(usize, [usize; 2])> {
         let mut all = cell.borrow_mut();
         if let Some(t) = all.iter().find(|t| t.ordinal == ordinal) {
-            return Ok((
-                t.stream as usize,
-                ThreadEvents(t.events.map(|e| e as usize)),
-            ));
+            return Ok((t.stream as usize, t.events.map(|e| e as usize)));
         }
         let mut stream: sys::CUstream = std::ptr::null_mut();
         // SAFETY: the device's context is current; `stream` is an out-pointer.
@@ -80,7 +151,12 @@ pub fn thread_stream(context: &ContextGuard) -> Result<(StreamHandle, ThreadEven
             stream,
             events,
         });
-        Ok((stream as usize, ThreadEvents(events.map(|e| e as usize))))
+        Ok((stream as usize, events.map(|e| e as usize)))
+    })?;
+    Ok(Lane {
+        context,
+        stream: Stream(stream),
+        events: events.map(Event),
     })
 }
 
@@ -89,10 +165,16 @@ pub fn thread_stream(context: &ContextGuard) -> Result<(StreamHandle, ThreadEven
 /// # Safety
 /// `src..src+len` must stay valid and unchanged, and `dst..dst+len` valid device memory,
 /// until the copy has completed on `stream`.
-pub unsafe fn copy_htod(dst: u64, src: *const u8, len: usize, stream: StreamHandle) -> Result<()> {
-    // SAFETY: forwarded from the caller's contract.
+pub unsafe fn copy_htod(
+    _context: &ContextGuard,
+    dst: u64,
+    src: *const u8,
+    len: usize,
+    stream: Stream,
+) -> Result<()> {
+    // SAFETY: forwarded from the caller's contract; the context is current.
     check("cuMemcpyHtoDAsync", unsafe {
-        sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, stream as sys::CUstream)
+        sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, stream.cu())
     })
 }
 
@@ -100,34 +182,40 @@ pub unsafe fn copy_htod(dst: u64, src: *const u8, len: usize, stream: StreamHand
 ///
 /// # Safety
 /// As for [`copy_htod`], with the roles of host and device swapped.
-pub unsafe fn copy_dtoh(dst: *mut u8, src: u64, len: usize, stream: StreamHandle) -> Result<()> {
-    // SAFETY: forwarded from the caller's contract.
+pub unsafe fn copy_dtoh(
+    _context: &ContextGuard,
+    dst: *mut u8,
+    src: u64,
+    len: usize,
+    stream: Stream,
+) -> Result<()> {
+    // SAFETY: forwarded from the caller's contract; the context is current.
     check("cuMemcpyDtoHAsync", unsafe {
-        sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, stream as sys::CUstream)
+        sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, stream.cu())
     })
 }
 
-/// Record `event` on `stream` (context must be current).
-pub fn record_raw(event: usize, stream: StreamHandle) -> Result<()> {
+/// Record `event` on `stream`.
+pub fn record(_context: &ContextGuard, event: Event, stream: Stream) -> Result<()> {
     // SAFETY: both handles are live and belong to the current context.
     check("cuEventRecord", unsafe {
-        sys::cuEventRecord(event as sys::CUevent, stream as sys::CUstream)
+        sys::cuEventRecord(event.cu(), stream.cu())
     })
 }
 
 /// Block until `event` has completed.
-pub fn wait_event_raw(event: usize) -> Result<()> {
-    // SAFETY: `event` is a live event handle.
+pub fn wait_event(_context: &ContextGuard, event: Event) -> Result<()> {
+    // SAFETY: `event` is a live event handle of the current context.
     check("cuEventSynchronize", unsafe {
-        sys::cuEventSynchronize(event as sys::CUevent)
+        sys::cuEventSynchronize(event.cu())
     })
 }
 
 /// Block until all work on `stream` has completed.
-pub fn sync_stream_raw(stream: StreamHandle) -> Result<()> {
+pub fn synchronize(_context: &ContextGuard, stream: Stream) -> Result<()> {
     // SAFETY: `stream` is a live stream handle (or a special value the driver accepts).
     check("cuStreamSynchronize", unsafe {
-        sys::cuStreamSynchronize(stream as sys::CUstream)
+        sys::cuStreamSynchronize(stream.cu())
     })
 }
 
@@ -150,9 +238,9 @@ impl StreamEvent {
         self.event as usize
     }
 
-    /// Record an event on `stream` (a raw `CUstream` value; 0 is the legacy default stream).
-    pub fn record(ordinal: usize, stream: usize) -> Result<Self> {
-        let _context = bind(ordinal)?;
+    /// Record an event on `stream` of device `ordinal`.
+    pub fn record(ordinal: usize, stream: Stream) -> Result<Self> {
+        let context = bind(ordinal)?;
         let mut event: sys::CUevent = std::ptr::null_mut();
         // SAFETY: context current; `event` is an out-pointer.
         check("cuEventCreate", unsafe {
@@ -162,34 +250,33 @@ impl StreamEvent {
             )
         })?;
         let made = Self { ordinal, event };
-        record_raw(event as usize, stream)?;
+        record(&context, Event(event as usize), stream)?;
         Ok(made)
     }
 
     /// Block until the recorded point has been reached.
     pub fn synchronize(&self) -> Result<()> {
-        let _context = bind(self.ordinal)?;
-        wait_event_raw(self.event as usize)
+        let context = bind(self.ordinal)?;
+        wait_event(&context, Event(self.event as usize))
     }
 
     /// Make `stream` wait (on the GPU, without blocking the host) for the recorded point.
-    pub fn make_wait(&self, stream: StreamHandle) -> Result<()> {
+    pub fn make_wait(&self, stream: Stream) -> Result<()> {
         let _context = bind(self.ordinal)?;
         // SAFETY: both handles are live and belong to this device's context.
         check("cuStreamWaitEvent", unsafe {
-            sys::cuStreamWaitEvent(stream as sys::CUstream, self.event, 0)
+            sys::cuStreamWaitEvent(stream.cu(), self.event, 0)
         })
     }
 }
 
 impl Drop for StreamEvent {
     fn drop(&mut self) {
-        let _ = std::panic::catch_unwind(|| {
-            if let Ok(_context) = bind(self.ordinal) {
-                // SAFETY: created in `record`, destroyed once here; the driver defers the
-                // release until the event has completed.
-                let _ = unsafe { sys::cuEventDestroy_v2(self.event) };
-            }
+        let event = self.event as usize;
+        free_under(self.ordinal, move || {
+            // SAFETY: created in `record`, destroyed once here; the driver defers the
+            // release until the event has completed.
+            let _ = unsafe { sys::cuEventDestroy_v2(event as sys::CUevent) };
         });
     }
 }
@@ -198,11 +285,11 @@ impl Drop for StreamEvent {
 /// `stream` field: the producer's work must be done before kvikpy touches the memory).
 /// Uses one of the calling thread's own events: this runs on every intake of such an
 /// array, and the thread does nothing else with its events until this returns.
-pub fn record_and_wait(ordinal: usize, stream: usize) -> Result<()> {
+pub fn record_and_wait(ordinal: usize, stream: Stream) -> Result<()> {
     let context = bind(ordinal)?;
-    let (_, ThreadEvents([event, _])) = thread_stream(&context)?;
-    record_raw(event, stream)?;
-    wait_event_raw(event)
+    let lane = thread_stream(&context)?;
+    record(&context, lane.events[0], stream)?;
+    wait_event(&context, lane.events[0])
 }
 
 const COUNTER_SLOTS: usize = 1024;
@@ -294,12 +381,12 @@ impl Counter {
 
     /// Queue on `stream`: wait until the value is at least `target`. The GPU compares
     /// cyclically, `(int32)(value - target) >= 0`: keep values within 2^31 of targets.
-    pub fn enqueue_wait(&self, stream: StreamHandle, target: u32) -> Result<()> {
+    pub fn enqueue_wait(&self, _context: &ContextGuard, stream: Stream, target: u32) -> Result<()> {
         // SAFETY: the stream belongs to the current context; the address is device-mapped
         // pinned memory that is never freed.
         check("cuStreamWaitValue32", unsafe {
             sys::cuStreamWaitValue32_v2(
-                stream as sys::CUstream,
+                stream.cu(),
                 self.device,
                 target,
                 sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
@@ -308,11 +395,11 @@ impl Counter {
     }
 
     /// Queue on `stream`: once all earlier work on it is done, set the value to `value`.
-    pub fn enqueue_write(&self, stream: StreamHandle, value: u32) -> Result<()> {
+    pub fn enqueue_write(&self, _context: &ContextGuard, stream: Stream, value: u32) -> Result<()> {
         // SAFETY: as for `enqueue_wait`; the default flags order the write after earlier
         // work, with a memory barrier.
         check("cuStreamWriteValue32", unsafe {
-            sys::cuStreamWriteValue32_v2(stream as sys::CUstream, self.device, value, 0)
+            sys::cuStreamWriteValue32_v2(stream.cu(), self.device, value, 0)
         })
     }
 }
