@@ -275,12 +275,15 @@ def read(
     dt = _resolve_dtype(dtype)  # imports numpy: deferred, so `import kvikpy` stays fast
     dims = None if shape is None else _parse_shape(shape)  # a malformed one fails early
     with CuFile(path, "r") as f:
-        # A pseudo-file (/proc, /sys) reports 0 bytes: host reads read it to its end,
-        # device reads get a clear error from size_for instead of empty data.
+        file_size = f.nbytes()
         content = None
-        if ordinal < 0 and _paths.has_unsized_content(f.fileno()):
+        if file_size == 0 and _paths.has_content(f.fileno()):
+            # A pseudo-file (/proc, /sys): host reads read it to its end; device reads get
+            # the engine's error (it cannot be sized) instead of empty data.
+            if ordinal >= 0:
+                f._handle.size_for("a device read")
             content = _paths.read_to_end(f.fileno())
-        file_size = f._handle.size_for("a device read") if content is None else len(content)
+            file_size = len(content)
         if size is None:
             if offset > file_size:
                 raise ValueError(
@@ -347,7 +350,7 @@ def write(path: _paths.StrPath, buf: BufferLike, *, offset: int = 0, progress: b
     >>> kvikpy.write("weights.bin", torch.randn(1024, 1024, device="cuda"))
     4194304
     """
-    _lib.buffer_nbytes(buf)  # refuse a bad buffer before the file is created
+    nbytes = _lib.buffer_nbytes(buf)  # refuse a bad buffer before the file is created
     # One open with O_CREAT and without O_TRUNC: checking whether the file exists first
     # would race with other processes creating or removing it.
     with CuFile._create_keep(path) as f:
@@ -357,24 +360,5 @@ def write(path: _paths.StrPath, buf: BufferLike, *, offset: int = 0, progress: b
 
         name = os.path.basename(_paths.fspath(path))
         return follow_future(
-            lambda: f.pwrite(buf, file_offset=offset)._handle, _nbytes(buf), f"write {name}"
+            lambda: f.pwrite(buf, file_offset=offset)._handle, nbytes, f"write {name}"
         )
-
-
-def _nbytes(buf: Any) -> int | None:
-    """The size of a buffer for a progress bar's total: its ``nbytes``, its buffer
-    protocol view's, or what its CUDA Array Interface describes (None when it cannot
-    tell, for a DLPack-only object: its capsule can be taken only once)."""
-    n = getattr(buf, "nbytes", None)
-    if isinstance(n, int):
-        return n
-    try:
-        return memoryview(buf).nbytes
-    except TypeError:
-        pass
-    try:
-        cai = buf.__cuda_array_interface__
-        itemsize = int(cai["typestr"][2:])
-        return int(math.prod(cai["shape"])) * itemsize
-    except Exception:  # not a CUDA array either
-        return None

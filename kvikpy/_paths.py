@@ -4,9 +4,10 @@
   that names the same file (``bytes`` are decoded with the filesystem encoding and
   ``surrogateescape``, which the extension encodes back to the same bytes).
 * Pseudo-files (``/proc/self/maps``, most of ``/sys``) report a size of 0 but have
-  content; a read sized by ``fstat`` would silently return nothing. ``has_unsized_content``
-  spots them (one 1-byte ``pread``, only for files that report 0 bytes); host reads read
-  them to their end, and sized reads get the engine's error (``FileHandle.size_for``).
+  content; a read sized by ``fstat`` would silently return nothing. ``has_content``
+  spots them (one 1-byte ``pread``, asked only of files that report 0 bytes); host reads
+  read them to their end, and sized reads get the engine's error
+  (``FileHandle.size_for``).
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ def fspath(path: StrPath) -> str:
     return os.fsdecode(name)
 
 
-def has_unsized_content(fd: int) -> bool:
-    """Whether the open file reports 0 bytes yet yields bytes when read."""
-    return os.fstat(fd).st_size == 0 and len(os.pread(fd, 1, 0)) > 0
+def has_content(fd: int) -> bool:
+    """Whether the open file yields a byte when read; asked only of files that report a
+    size of 0, to tell pseudo-files from empty files."""
+    return len(os.pread(fd, 1, 0)) > 0
 
 
 def read_to_end(fd: int) -> bytes:

@@ -61,9 +61,12 @@ def fromfile(
     if count < -1:
         raise ValueError(f"count must be -1 (all) or non-negative, got {count}")
     with CuFile(file, "r") as f:
-        # A pseudo-file (/proc, /sys) reports 0 bytes: read it to its end instead.
-        content = _paths.read_to_end(f.fileno()) if _paths.has_unsized_content(f.fileno()) else None
-        file_size = f.nbytes() if content is None else len(content)
+        file_size = f.nbytes()
+        content = None
+        if file_size == 0 and _paths.has_content(f.fileno()):
+            # A pseudo-file (/proc, /sys) reports 0 bytes: read it to its end instead.
+            content = _paths.read_to_end(f.fileno())
+            file_size = len(content)
         available = max(file_size - offset, 0) // dt.itemsize
         n = available if count == -1 else min(count, available)
         out = np.empty((n,), dtype=dt) if like is None else np.empty((n,), dtype=dt, like=like)
