@@ -27,11 +27,6 @@ impl Stream {
         Self(handle)
     }
 
-    /// The raw `CUstream` value.
-    pub fn raw(self) -> usize {
-        self.0
-    }
-
     fn cu(self) -> sys::CUstream {
         self.0 as sys::CUstream
     }
