@@ -301,24 +301,19 @@ def read(
             )
         fitted = _fit_shape(dims, size, dt)
         buf = _lib.Buffer.allocate(size, ordinal, False)
-        got: int | None = None  # stream-ordered reads complete later, unchecked here
         if content is not None:
             host: Any = buf  # host memory, writable through the buffer protocol
             memoryview(host)[:] = content[offset : offset + size]
-            got = size
         elif stream is not None and ordinal >= 0:
             f.raw_read_async(buf, stream_handle(stream), size, offset)
         elif progress:
             from kvikpy._progress import follow_future
 
             name = os.path.basename(_paths.fspath(path))
-            got = follow_future(lambda: f.pread(buf, size, offset)._handle, size, f"read {name}")
+            # The engine fails the read (OSError) if the file shrank since it was sized.
+            follow_future(lambda: f._handle.pread_exact(buf, size, offset), size, f"read {name}")
         else:
-            got = f.read(buf, size, offset)
-        if got is not None and got != size:
-            raise OSError(
-                f"{_paths.fspath(path)!r} shrank while being read: got {got} of {size} bytes"
-            )
+            f._handle.read_exact(buf, size, offset)
     return buf.view(dt.typestr, dt.code, dt.itemsize * 8, list(fitted))
 
 

@@ -651,3 +651,28 @@ def test_bounce_buffer_free_returns_bytes_released(tmp_path):
     assert freed > 0
     assert freed % (64 << 10) == 0
     assert kvikpy.bounce_buffer_free() == 0
+
+
+def test_exact_reads_fail_when_the_file_is_shorter_than_sized(tmp_path: Path) -> None:
+    """The one short-read check is the engine's: an exact read of more bytes than the file
+    holds (as after the file shrank) raises OSError naming the file, on every path."""
+    p = tmp_path / "shrunk"
+    data = np.random.default_rng(3).integers(1, 255, 300_000, dtype=np.uint8)
+    p.write_bytes(data.tobytes())
+    with kvikpy.CuFile(p) as f:
+        for size in (1000, 300_000):
+            buf = np.zeros(size, dtype=np.uint8)
+            assert f._handle.read_exact(buf, size) == size
+            assert f._handle.pread_exact(buf, size).get() == size
+            assert np.array_equal(buf, data[:size])
+        big = np.zeros(300_001, dtype=np.uint8)
+        for attempt in (
+            lambda: f._handle.read_exact(big, big.nbytes),
+            lambda: f._handle.pread_exact(big, big.nbytes).get(),
+            lambda: f._handle.read_exact(big[:10], 10, 299_995),
+        ):
+            with pytest.raises(OSError, match="shrank while being read") as info:
+                attempt()
+            assert "shrunk" in str(info.value)
+        # Not exact, the same read is short and fine (kvikio's semantics).
+        assert f.read(big) == 300_000

@@ -13,9 +13,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kvikpy_core::io::{run_if_single_task_with, submit_with, Caller, Direction};
 use kvikpy_core::tasks::split_tasks;
-use kvikpy_core::{FileHandle, HostSpan, Settings, Span};
+use kvikpy_core::{submit, Completion, FileHandle, HostSpan, Request, Settings, Span};
 
 const LARGE: usize = 64 << 20;
 const SMALL: usize = 4 << 10;
@@ -67,19 +66,10 @@ fn settings(threads: usize) -> Settings {
 
 fn read_all(s: &Settings, handle: &FileHandle, buf: &mut [u8]) -> usize {
     let span = Span::Host(HostSpan::from_slice(buf));
-    submit_with(
-        s,
-        handle,
-        Direction::Read,
-        span,
-        0,
-        None,
-        None,
-        Caller::Helps,
-    )
-    .expect("submit read")
-    .wait()
-    .expect("read")
+    submit(s, handle, Request::read(span, 0), Completion::Blocking)
+        .expect("submit read")
+        .wait()
+        .expect("read")
 }
 
 fn warm_read_64mib(c: &mut Criterion) {
@@ -104,13 +94,14 @@ fn warm_read_64mib(c: &mut Criterion) {
 }
 
 /// The small-file path as a blocking caller takes it: open, the single-task fast path
-/// (no pool hop, no future), close.
+/// (no pool hop), close.
 fn open_read_close(s: &Settings, file: &TempFile, buf: &mut [u8]) -> usize {
     let handle = FileHandle::open(&file.0, "r").expect("open");
     let span = Span::Host(HostSpan::from_slice(buf));
-    let n = run_if_single_task_with(s, &handle, Direction::Read, span, 0, None)
+    let n = submit(s, &handle, Request::read(span, 0), Completion::Blocking)
         .expect("read")
-        .expect("a 4 KiB read is a single task");
+        .wait()
+        .expect("a 4 KiB read");
     handle.close();
     n
 }

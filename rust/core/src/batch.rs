@@ -11,36 +11,37 @@
 //! caller can fail the batch on the first error or skip the failed elements.
 
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::file::{FileHandle, OpenFile};
+use crate::file::FileHandle;
 use crate::future::run_caught;
-use crate::io::{transfer, Direction};
 use crate::memory::{DeviceSpan, HostSpan, Span};
+use crate::ring::Ring;
 use crate::settings::Settings;
+use crate::source::{truncated, unsized_file, Source};
 
 /// Smallest segment: below it, the per-segment DMA and its wait cost more than they save.
 const MIN_SEGMENT: usize = 256 << 10;
 
 /// Where one element of a batch comes from.
 #[derive(Debug, Clone)]
-pub enum Source {
+pub enum Origin {
     /// A whole file: opened, read and closed by the task that reads it.
     File(PathBuf),
     /// Bytes at this offset of the batch's shared file (`read_ranges`).
     Range(u64),
 }
 
-/// One element: its source, its length, and where it lands in the destination.
+/// One element: its origin, its length, and where it lands in the destination.
 #[derive(Debug, Clone)]
 pub struct Element {
     /// The file, or the offset in the batch's shared file, the bytes come from.
-    pub source: Source,
+    pub origin: Origin,
     /// How many bytes the element reads.
     pub len: usize,
     /// Byte offset in the destination where the element's bytes land.
@@ -49,7 +50,7 @@ pub struct Element {
 
 /// The sizes of `paths` (regular files only), looked up in parallel on the pool; each
 /// failure names its path.
-pub fn file_sizes(settings: &Settings, paths: &[PathBuf]) -> Result<Vec<Result<u64>>> {
+fn file_sizes(settings: &Settings, paths: &[PathBuf]) -> Result<Vec<Result<u64>>> {
     let pool = crate::pool::pool(settings.num_threads)?;
     Ok(pool.install(|| paths.par_iter().map(regular_file_size).collect()))
 }
@@ -68,7 +69,7 @@ fn regular_file_size(path: &PathBuf) -> Result<u64> {
         )));
     }
     if meta.len() == 0 && has_content(path) {
-        return Err(crate::file::unsized_file(path, "a batch"));
+        return Err(unsized_file(path, "a batch"));
     }
     Ok(meta.len())
 }
@@ -80,6 +81,161 @@ fn has_content(path: &PathBuf) -> bool {
     std::fs::File::open(path)
         .and_then(|mut f| f.read(&mut [0u8; 1]))
         .is_ok_and(|n| n > 0)
+}
+
+/// A batch laid out and ready to read: its elements end to end, the files that failed
+/// to be sized (with `skip`), and the file shared by range elements.
+#[derive(Debug)]
+pub struct Plan {
+    /// Elements to read, in destination order.
+    elements: Vec<Element>,
+    /// For each element, its index among the batch's inputs.
+    indices: Vec<usize>,
+    /// Where each input starts in the destination, and the total after the last.
+    offsets: Vec<usize>,
+    /// Inputs that failed before any read (only with `skip`), by index.
+    failures: Vec<(usize, Error)>,
+    /// The file of `Origin::Range` elements.
+    shared: Option<FileHandle>,
+    /// Without `skip`, the first failure (in input order) fails the whole batch.
+    skip: bool,
+}
+
+/// What reading a [`Plan`] gives: every input's start in the destination plus the total
+/// (`inputs + 1` offsets), and the failed inputs by index, in input order (empty unless
+/// the batch skips failures).
+#[derive(Debug)]
+pub struct Outcome {
+    /// `inputs + 1` byte offsets: input `i` is `offsets[i]..offsets[i + 1]`.
+    pub offsets: Vec<usize>,
+    /// The inputs that failed, by index, in input order; they are empty in the
+    /// destination.
+    pub failures: Vec<(usize, Error)>,
+}
+
+/// Plan reading the whole files `paths` into one allocation. With `skip`, a file that
+/// cannot be sized becomes an empty element listed in the outcome; without it, the
+/// first such file (in `paths` order) is the error.
+pub fn plan_files(settings: &Settings, paths: Vec<PathBuf>, skip: bool) -> Result<Plan> {
+    let sizes = file_sizes(settings, &paths)?;
+    let mut failures = Vec::new();
+    let mut inputs = Vec::with_capacity(paths.len());
+    for (i, (path, size)) in paths.into_iter().zip(sizes).enumerate() {
+        let size = size.and_then(|s| {
+            usize::try_from(s)
+                .map_err(|_| Error::InvalidArgument(format!("'{}' is too large", path.display())))
+        });
+        match size {
+            Ok(len) => inputs.push(Some((Origin::File(path), len))),
+            Err(e) if skip => {
+                failures.push((i, e));
+                inputs.push(None); // an empty element
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Plan::new(inputs, None, failures, skip)
+}
+
+/// Plan reading `ranges` (`(offset, size)` pairs) of the file at `path` into one
+/// allocation. Every range must lie inside the file; one that does not is an
+/// [`Error::InvalidArgument`] naming it.
+pub fn plan_ranges(settings: &Settings, path: &Path, ranges: &[(u64, u64)]) -> Result<Plan> {
+    let handle = FileHandle::open_with(path, "r", settings)?;
+    let file_size = handle.get()?.size_for("read_ranges", settings)?;
+    let mut inputs = Vec::with_capacity(ranges.len());
+    for (i, &(offset, size)) in ranges.iter().enumerate() {
+        if offset.checked_add(size).is_none_or(|end| end > file_size) {
+            return Err(Error::InvalidArgument(format!(
+                "range {i} (offset {offset}, size {size}) ends past the end of '{}', which \
+                 has {file_size} bytes; every range must lie inside the file",
+                path.display()
+            )));
+        }
+        let len = usize::try_from(size)
+            .map_err(|_| Error::InvalidArgument(format!("range {i} is too large")))?;
+        inputs.push(Some((Origin::Range(offset), len)));
+    }
+    Plan::new(inputs, Some(handle), Vec::new(), false)
+}
+
+impl Plan {
+    fn new(
+        inputs: Vec<Option<(Origin, usize)>>,
+        shared: Option<FileHandle>,
+        failures: Vec<(usize, Error)>,
+        skip: bool,
+    ) -> Result<Self> {
+        let lengths: Vec<usize> = inputs
+            .iter()
+            .map(|input| input.as_ref().map_or(0, |(_, len)| *len))
+            .collect();
+        let (mut offsets, total) = layout(&lengths)?;
+        let (indices, elements) = inputs
+            .into_iter()
+            .zip(&offsets)
+            .enumerate()
+            .filter_map(|(i, (input, &dst))| {
+                input.map(|(origin, len)| (i, Element { origin, len, dst }))
+            })
+            .unzip();
+        offsets.push(total);
+        Ok(Self {
+            elements,
+            indices,
+            offsets,
+            failures,
+            shared,
+            skip,
+        })
+    }
+
+    /// The bytes the batch reads: the size its destination needs.
+    pub fn total(&self) -> usize {
+        self.offsets.last().copied().unwrap_or(0)
+    }
+
+    /// Read every element into `dest` (at least [`Plan::total`] bytes), in parallel on
+    /// the pool; blocks until all are done. Without `skip`, the first failed input (in
+    /// input order) is the error.
+    pub fn read(
+        self,
+        settings: &Settings,
+        dest: Span,
+        progress: Option<&AtomicU64>,
+    ) -> Result<Outcome> {
+        if dest.len() < self.total() {
+            return Err(Error::InvalidArgument(format!(
+                "a batch of {} bytes cannot be read into {} bytes",
+                self.total(),
+                dest.len()
+            )));
+        }
+        let errors = read_elements(
+            settings,
+            self.shared.as_ref(),
+            &self.elements,
+            dest,
+            progress,
+        )?;
+        let mut failures = self.failures;
+        for (i, e) in self.indices.into_iter().zip(errors) {
+            if let Some(e) = e {
+                failures.push((i, e));
+            }
+        }
+        failures.sort_by_key(|(i, _)| *i);
+        if !self.skip {
+            if let Some((_, e)) = failures.into_iter().next() {
+                return Err(e);
+            }
+            failures = Vec::new();
+        }
+        Ok(Outcome {
+            offsets: self.offsets,
+            failures,
+        })
+    }
 }
 
 /// Lay `sizes` end to end: each element's start, and the total.
@@ -135,9 +291,9 @@ struct Piece {
 fn pieces(elements: &[Element], cap: usize) -> Vec<Piece> {
     let mut out = Vec::with_capacity(elements.len());
     for (i, e) in elements.iter().enumerate() {
-        let base = match e.source {
-            Source::File(_) => 0,
-            Source::Range(offset) => offset,
+        let base = match e.origin {
+            Origin::File(_) => 0,
+            Origin::Range(offset) => offset,
         };
         let mut done = 0usize;
         loop {
@@ -159,8 +315,8 @@ fn pieces(elements: &[Element], cap: usize) -> Vec<Piece> {
 
 /// Read every element into `dest` (one allocation at least as long as the elements'
 /// total), in parallel on the pool; blocks until all are done. Returns each element's
-/// error, `None` where it succeeded. `shared` is the file of `Source::Range` elements.
-pub fn read_elements(
+/// error, `None` where it succeeded. `shared` is the file of `Origin::Range` elements.
+fn read_elements(
     settings: &Settings,
     shared: Option<&FileHandle>,
     elements: &[Element],
@@ -169,7 +325,7 @@ pub fn read_elements(
 ) -> Result<Vec<Option<Error>>> {
     let shared = shared.map(FileHandle::get).transpose()?;
     if let Some(file) = &shared {
-        file.check_readable()?;
+        file.check_access(crate::request::Direction::Read)?;
     }
     let total: usize = elements.iter().map(|e| e.len).sum();
     let cap = segment_size(total, settings.num_threads, settings.bounce_buffer_size);
@@ -208,7 +364,7 @@ pub fn read_elements(
 /// Everything a segment task needs.
 struct Job<'a> {
     settings: &'a Settings,
-    shared: Option<&'a Arc<OpenFile>>,
+    shared: Option<&'a Arc<dyn Source>>,
     elements: &'a [Element],
     dest: Span,
     errors: &'a [Mutex<Option<Error>>],
@@ -227,26 +383,17 @@ impl Job<'_> {
     /// Open the piece's file (or share the batch's) and read its bytes into `span`.
     fn read_piece(&self, piece: &Piece, span: HostSpan) -> Result<()> {
         let element = &self.elements[piece.element];
-        let file = match &element.source {
-            Source::File(path) => FileHandle::open(path, "r")?.get()?,
-            Source::Range(_) => Arc::clone(self.shared.ok_or_else(|| {
+        let file = match &element.origin {
+            Origin::File(path) => FileHandle::open_with(path, "r", self.settings)?.get()?,
+            Origin::Range(_) => Arc::clone(self.shared.ok_or_else(|| {
                 Error::InvalidArgument("a range element needs the batch's file".into())
             })?),
         };
-        let got = transfer(&file, Direction::Read, span, piece.offset, self.settings)?;
+        let got = file.read_host(span, piece.offset, self.settings)?;
         if got == piece.len {
             return Ok(());
         }
-        let what = match element.source {
-            Source::File(_) => "the file".to_string(),
-            Source::Range(offset) => format!("the range ({offset}, {})", element.len),
-        };
-        Err(Error::InvalidArgument(format!(
-            "'{}' ended before the {} bytes expected for {what}: it shrank while the batch \
-             was read",
-            file.path().display(),
-            element.len
-        )))
+        Err(truncated(file.path(), piece.offset, piece.len, got))
     }
 
     fn segment(&self, part: &[Piece]) -> Result<()> {
@@ -279,18 +426,17 @@ impl Job<'_> {
     fn gather(&self, part: &[Piece], device: DeviceSpan, start: usize, end: usize) -> Result<()> {
         let context = crate::cuda::bind(device.ordinal)?;
         let lane = crate::cuda::thread_stream(&context)?;
-        let size = crate::device_io::pinned_buffer_size(self.settings);
-        let mut bounce = crate::cuda::pinned_pool(device.ordinal).acquire(size)?;
-        let staged = HostSpan::from_slice(bounce.as_mut_slice());
+        let mut ring = Ring::pinned(lane, 1, self.settings)?;
+        let staged = ring.stage(0, 0, end - start);
         for p in part {
             if let Err(e) = self.read_piece(p, staged.sub(p.dst - start, p.len)) {
                 self.record(p, e);
             }
         }
-        // SAFETY: `staged` is pinned memory held until the stream is synchronised below;
-        // the destination `start..end` lies inside `device`.
-        unsafe { lane.copy_htod(device.ptr + start as u64, staged.as_ptr(), end - start)? };
-        lane.synchronize()
+        // SAFETY: `staged` lies in the ring's pinned buffer, held until the ring has
+        // drained below; the destination `start..end` lies inside `device`.
+        unsafe { ring.upload(0, device.ptr + start as u64, staged.as_ptr(), end - start)? };
+        ring.drain()
     }
 }
 
@@ -305,7 +451,7 @@ mod tests {
             .iter()
             .zip(starts)
             .map(|(&len, dst)| Element {
-                source: Source::Range(7),
+                origin: Origin::Range(7),
                 len,
                 dst,
             })

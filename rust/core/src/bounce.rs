@@ -66,6 +66,14 @@ pub struct BouncePool {
     idle: Mutex<Vec<Idle>>,
 }
 
+impl std::fmt::Debug for BouncePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BouncePool")
+            .field("idle", &self.idle_count())
+            .finish_non_exhaustive()
+    }
+}
+
 impl BouncePool {
     /// An empty pool drawing on `allocator`.
     pub fn new(allocator: impl BounceAllocator) -> Arc<Self> {

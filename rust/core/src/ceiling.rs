@@ -5,9 +5,10 @@ use std::time::Instant;
 
 use crate::bounce::{BounceAllocator, PageAlignedAllocator};
 use crate::error::{Error, Result};
-use crate::file::FileHandle;
+use crate::file::OpenFlags;
 use crate::memory::HostSpan;
-use crate::posix::{pread_direct, pread_full};
+use crate::source::posix::{pread_direct, pread_full, PosixFile};
+use crate::source::Source;
 use crate::tasks::{split_tasks, DIRECT_IO_ALIGNMENT};
 
 /// Result of one ceiling run.
@@ -37,8 +38,8 @@ pub fn pread_ceiling(
              direct I/O), got {threads} threads and {piece}-byte pieces"
         )));
     }
-    let handle = FileHandle::open(path, "r")?;
-    let file = handle.get()?;
+    // The ceiling is plain `pread` by definition: the POSIX source, whatever the settings.
+    let file = PosixFile::open(std::path::Path::new(path), OpenFlags::parse("r")?)?;
     let size = file.size()? as usize;
     let fd = if direct {
         file.direct_fd().ok_or_else(|| {

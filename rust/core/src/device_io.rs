@@ -1,18 +1,18 @@
-//! Device reads and writes through pinned bounce buffers, double-buffered per task so the
-//! file I/O of one chunk overlaps the DMA of the previous one.
-//!
-//! Each chunk is staged at the same offset modulo 4 KiB as its file offset, so with
-//! `auto_direct_io_*` its aligned middle moves by O_DIRECT straight into or out of the
-//! pinned buffer, with no further copy.
+//! Device reads and writes: a source's own device path where it has one, else the bounce
+//! ring, double-buffered per task so the file I/O of one chunk overlaps the DMA of the
+//! previous one; and stream-ordered transfers.
 
-use crate::bounce::BounceBuffer;
-use crate::cuda::{self, Lane, Stream};
+use std::any::Any;
+use std::sync::Arc;
+
+use crate::cuda::{self, Stream};
 use crate::error::Result;
-use crate::file::OpenFile;
-use crate::io::{transfer, Direction};
-use crate::memory::{DeviceSpan, HostSpan};
-use crate::page_cache_dma::{read_resident, Mapped};
+use crate::future::{run_caught, IoFuture};
+use crate::memory::DeviceSpan;
+use crate::request::Direction;
+use crate::ring::{pinned_buffers, stage, staging_capacity, Ring, MAX_SLOTS};
 use crate::settings::Settings;
+use crate::source::{Direct, Source};
 use crate::tasks::{align_up, DIRECT_IO_ALIGNMENT};
 
 /// Chunks per task the pipeline aims for: enough to overlap, few enough to keep each DMA
@@ -28,36 +28,20 @@ const MIN_CHUNK_MANY_THREADS: usize = 4 << 20;
 /// From this many threads on, chunks are at least `MIN_CHUNK_MANY_THREADS`.
 const MANY_THREADS: usize = 4;
 
-/// Size of every pinned bounce buffer: the setting rounded up, plus room for the
-/// alignment shift.
-pub fn pinned_buffer_size(settings: &Settings) -> usize {
-    align_up(settings.bounce_buffer_size as u64, DIRECT_IO_ALIGNMENT) as usize + DIRECT_IO_ALIGNMENT
-}
-
 fn chunk_size(len: usize, settings: &Settings) -> usize {
-    let cap = align_up(settings.bounce_buffer_size as u64, DIRECT_IO_ALIGNMENT) as usize;
     let wanted = align_up(len.div_ceil(CHUNKS_PER_TASK) as u64, DIRECT_IO_ALIGNMENT) as usize;
     let floor = if settings.num_threads >= MANY_THREADS {
         MIN_CHUNK_MANY_THREADS
     } else {
         MIN_CHUNK_FEW_THREADS
     };
-    wanted.max(floor).min(cap).max(1)
+    wanted.max(floor).min(staging_capacity(settings)).max(1)
 }
 
-/// Waits for the stream on every exit path, so no DMA still reads or writes a bounce
-/// buffer when it goes back to the pool. Declared after the buffers: dropped first.
-struct DrainOnExit<'a>(Lane<'a>);
-
-impl Drop for DrainOnExit<'_> {
-    fn drop(&mut self) {
-        let _ = self.0.synchronize();
-    }
-}
-
-/// Move `span.len()` bytes between the file at `offset` and device memory.
-pub fn transfer_device(
-    file: &OpenFile,
+/// Move `span.len()` bytes between `source` at `offset` and device memory, in the calling
+/// thread; the count is short only where a read reaches the end of the file.
+pub fn transfer(
+    source: &dyn Source,
     direction: Direction,
     span: DeviceSpan,
     offset: u64,
@@ -66,115 +50,118 @@ pub fn transfer_device(
     if span.len == 0 {
         return Ok(0);
     }
-    // Declared first, so dropped last: the stream drains before the caller's context
-    // comes back.
+    // Declared first, so dropped last: the ring drains before the caller's context comes
+    // back.
     let context = cuda::bind(span.ordinal)?;
     let lane = cuda::thread_stream(&context)?;
-    let (span, offset, moved) = if direction == Direction::Read {
-        match read_resident(file, span, offset, settings, lane)? {
-            Mapped::Complete(n) => return Ok(n),
-            Mapped::Partial(n) => (span.sub(n, span.len - n), offset + n as u64, n),
-            Mapped::NotUsed => (span, offset, 0),
-        }
-    } else {
-        (span, offset, 0)
+    let moved = match source.device_direct(direction, span, offset, settings, lane)? {
+        Direct::Complete(n) => return Ok(n),
+        Direct::Partial(n) => n,
+        Direct::NotUsed => 0,
     };
+    let span = span.sub(moved, span.len - moved);
+    let offset = offset + moved as u64;
     let chunk = chunk_size(span.len, settings);
-    let pool = cuda::pinned_pool(span.ordinal);
-    let size = pinned_buffer_size(settings);
-    let count = if span.len > chunk { 2 } else { 1 };
-    let mut buffers: Vec<BounceBuffer> = (0..count)
-        .map(|_| pool.acquire(size))
-        .collect::<Result<_>>()?;
-    let drain = DrainOnExit(lane);
-    let result = match direction {
-        Direction::Read => read(file, span, offset, settings, chunk, &mut buffers, lane),
-        Direction::Write => write(file, span, offset, settings, chunk, &mut buffers, lane),
+    let slots = if span.len > chunk { MAX_SLOTS } else { 1 };
+    let mut ring = Ring::pinned(lane, slots, settings)?;
+    let pipeline = Pipeline {
+        source,
+        span,
+        offset,
+        settings,
+        chunk,
     };
-    drop(drain);
-    result.map(|n| n + moved)
+    let done = match direction {
+        Direction::Read => pipeline.read(&mut ring)?,
+        Direction::Write => pipeline.write(&mut ring)?,
+    };
+    Ok(done + moved)
 }
 
-fn stage(buffer: &mut BounceBuffer, file_offset: u64, len: usize) -> HostSpan {
-    let shift = (file_offset % DIRECT_IO_ALIGNMENT as u64) as usize;
-    HostSpan::from_slice(buffer.as_mut_slice()).sub(shift, len)
-}
-
-fn read(
-    file: &OpenFile,
+/// One device transfer through the ring, cut into chunks of `chunk` bytes.
+struct Pipeline<'a> {
+    source: &'a dyn Source,
     span: DeviceSpan,
     offset: u64,
-    settings: &Settings,
+    settings: &'a Settings,
     chunk: usize,
-    buffers: &mut [BounceBuffer],
-    lane: Lane<'_>,
-) -> Result<usize> {
-    let mut in_flight = [false; 2];
-    let mut done = 0usize;
-    let mut k = 0usize;
-    while done < span.len {
-        let slot = k % buffers.len();
-        if in_flight[slot] {
-            lane.wait(slot)?; // its previous DMA has drained
-        }
-        let len = chunk.min(span.len - done);
-        let at = offset + done as u64;
-        let staged = stage(&mut buffers[slot], at, len);
-        let got = transfer(file, Direction::Read, staged, at, settings)?;
-        if got > 0 {
-            // SAFETY: `staged` is pinned memory we hold until the stream has drained (the
-            // event wait above, or DrainOnExit); the destination lies inside `span`.
-            unsafe { lane.copy_htod(span.ptr + done as u64, staged.as_ptr(), got)? };
-            lane.record(slot)?;
-            in_flight[slot] = true;
-        }
-        done += got;
-        k += 1;
-        if got < len {
-            break; // end of file
-        }
-    }
-    lane.synchronize()?;
-    Ok(done)
 }
 
-fn write(
-    file: &OpenFile,
-    span: DeviceSpan,
-    offset: u64,
-    settings: &Settings,
-    chunk: usize,
-    buffers: &mut [BounceBuffer],
-    lane: Lane<'_>,
-) -> Result<usize> {
-    let chunks = span.len.div_ceil(chunk);
-    let bounds = |k: usize| {
-        let start = k * chunk;
-        (start, chunk.min(span.len - start))
-    };
-    let fetch = |k: usize, buffers: &mut [BounceBuffer]| -> Result<()> {
-        let (start, len) = bounds(k);
-        let slot = k % buffers.len();
-        let staged = stage(&mut buffers[slot], offset + start as u64, len);
-        // SAFETY: `staged` is pinned memory we hold until the stream drains; the source
-        // lies inside `span`.
-        unsafe { lane.copy_dtoh(staged.as_ptr(), span.ptr + start as u64, len)? };
-        lane.record(slot)
-    };
-    fetch(0, buffers)?;
-    let mut done = 0usize;
-    for k in 0..chunks {
-        if k + 1 < chunks {
-            fetch(k + 1, buffers)?; // overlaps the pwrite below
-        }
-        let slot = k % buffers.len();
-        lane.wait(slot)?;
-        let (start, len) = bounds(k);
-        let at = offset + start as u64;
-        let staged = stage(&mut buffers[slot], at, len);
-        done += transfer(file, Direction::Write, staged, at, settings)?;
+impl Pipeline<'_> {
+    /// Chunk `k`'s start in the span and its length.
+    fn bounds(&self, k: usize) -> (usize, usize) {
+        let start = k * self.chunk;
+        (start, self.chunk.min(self.span.len - start))
     }
-    Ok(done)
+
+    /// Read chunk after chunk into alternating slots, each uploaded while the next one is
+    /// read from the file.
+    fn read(&self, ring: &mut Ring<'_>) -> Result<usize> {
+        let mut done = 0usize;
+        let mut k = 0usize;
+        while done < self.span.len {
+            let slot = k % ring.len();
+            ring.reclaim(slot)?; // its previous DMA has drained
+            let (start, len) = self.bounds(k);
+            let at = self.offset + start as u64;
+            let staged = ring.stage(slot, at, len);
+            let got = self.source.read_host(staged, at, self.settings)?;
+            if got > 0 {
+                // SAFETY: `staged` lies in the slot's pinned buffer, which the ring keeps
+                // until the copy has completed; the destination lies inside the span.
+                unsafe { ring.upload(slot, self.span.ptr + start as u64, staged.as_ptr(), got)? };
+            }
+            done += got;
+            k += 1;
+            if got < len {
+                break; // end of file
+            }
+        }
+        ring.drain()?;
+        Ok(done)
+    }
+
+    /// Download chunk `k + 1` while chunk `k` is written to the file.
+    fn write(&self, ring: &mut Ring<'_>) -> Result<usize> {
+        let chunks = self.span.len.div_ceil(self.chunk);
+        let fetch = |k: usize, ring: &mut Ring<'_>| -> Result<()> {
+            let (start, len) = self.bounds(k);
+            let slot = k % ring.len();
+            ring.reclaim(slot)?;
+            let staged = ring.stage(slot, self.offset + start as u64, len);
+            // SAFETY: `staged` lies in the slot's pinned buffer, kept until the copy has
+            // completed; the source lies inside the span.
+            unsafe { ring.download(slot, staged.as_ptr(), self.span.ptr + start as u64, len) }
+        };
+        fetch(0, ring)?;
+        let mut done = 0usize;
+        for k in 0..chunks {
+            if k + 1 < chunks {
+                fetch(k + 1, ring)?; // overlaps the pwrite below
+            }
+            let slot = k % ring.len();
+            ring.reclaim(slot)?; // its download has landed
+            let (start, len) = self.bounds(k);
+            let at = self.offset + start as u64;
+            let staged = ring.stage(slot, at, len);
+            done += self.source.write_host(staged, at, self.settings)?;
+        }
+        Ok(done)
+    }
+}
+
+/// A transfer ordered on a CUDA stream; see [`submit_stream_ordered`].
+pub struct Ordered {
+    /// The file's source.
+    pub source: Arc<dyn Source>,
+    /// Which way the bytes move.
+    pub direction: Direction,
+    /// The device memory (already clamped to the file for reads).
+    pub span: DeviceSpan,
+    /// Where in the file the transfer starts.
+    pub file_offset: u64,
+    /// The stream the transfer is ordered on.
+    pub stream: Stream,
 }
 
 /// Start a stream-ordered transfer: it begins after the work queued on `stream` so far,
@@ -187,32 +174,24 @@ fn write(
 /// file bytes and reads and writes those counters, with no driver call, so it can never
 /// deadlock against an application thread that holds the driver's locks in a
 /// device-synchronising call (`cudaMalloc`, `cudaDeviceSynchronize`) while `stream`
-/// waits for the worker. A ring of two bounce buffers bounds host memory. Where the
-/// device cannot wait on host memory, the stream is synchronised and the transfer runs
-/// in the calling thread (kvikio's behaviour).
+/// waits for the worker. The ring's two bounce buffers bound host memory; the counters,
+/// not the ring's events, fence them. Where the device cannot wait on host memory, the
+/// stream is synchronised and the transfer runs in the calling thread (kvikio's
+/// behaviour).
 pub fn submit_stream_ordered(
-    handle: &crate::FileHandle,
-    direction: Direction,
-    span: DeviceSpan,
-    file_offset: u64,
-    stream: Stream,
-    keepalive: Option<Box<dyn std::any::Any + Send>>,
-) -> Result<crate::IoFuture> {
-    let settings = crate::settings::current()?;
-    let file = handle.get()?;
-    let span = match direction {
-        Direction::Read => {
-            file.check_readable()?;
-            let available = file.size()?.saturating_sub(file_offset);
-            span.sub(0, (span.len as u64).min(available) as usize)
-        }
-        Direction::Write => {
-            file.check_writable()?;
-            span
-        }
-    };
+    ordered: Ordered,
+    settings: &Settings,
+    keepalive: Option<Box<dyn Any + Send>>,
+) -> Result<IoFuture> {
+    let Ordered {
+        source,
+        direction,
+        span,
+        file_offset,
+        stream,
+    } = ordered;
     if span.len == 0 {
-        return Ok(crate::IoFuture::ready(Ok(0), keepalive));
+        return Ok(IoFuture::ready(Ok(0), keepalive));
     }
     let counters = (
         cuda::Counter::acquire(span.ordinal)?,
@@ -222,19 +201,14 @@ pub fn submit_stream_ordered(
         let context = cuda::bind(span.ordinal)?;
         cuda::synchronize(&context, stream)?;
         drop(context);
-        let result = crate::future::run_caught(|| {
-            transfer_device(&file, direction, span, file_offset, &settings)
-        });
-        return Ok(crate::IoFuture::ready(result, keepalive));
+        let result = run_caught(|| transfer(&*source, direction, span, file_offset, settings));
+        return Ok(IoFuture::ready(result, keepalive));
     };
-    let chunk = pinned_buffer_size(&settings) - DIRECT_IO_ALIGNMENT;
+    let settings = *settings;
+    let chunk = staging_capacity(&settings);
     let chunks = span.len.div_ceil(chunk);
-    let ring = chunks.min(2);
-    let pool = cuda::pinned_pool(span.ordinal);
-    let size = pinned_buffer_size(&settings);
-    let mut buffers: Vec<BounceBuffer> = (0..ring)
-        .map(|_| pool.acquire(size))
-        .collect::<Result<_>>()?;
+    let ring = chunks.min(MAX_SLOTS);
+    let mut buffers = pinned_buffers(span.ordinal, ring, &settings)?;
     let piece = move |k: usize| {
         let start = k * chunk;
         (start, chunk.min(span.len - start))
@@ -242,7 +216,7 @@ pub fn submit_stream_ordered(
     // Queue the GPU side of every chunk. A failure part-way must not leave `stream`
     // waiting for chunks that will never come: release it, and keep the counters out of
     // the pool (the GPU may still look at them).
-    let enqueue = |buffers: &mut [BounceBuffer]| -> Result<()> {
+    let enqueue = |buffers: &mut [crate::bounce::BounceBuffer]| -> Result<()> {
         let context = cuda::bind(span.ordinal)?;
         for k in 0..chunks {
             let (start, len) = piece(k);
@@ -291,8 +265,7 @@ pub fn submit_stream_ordered(
                 Direction::Read => {}
             }
             let staged = stage(&mut buffers[k % ring], at, len);
-            let moved =
-                crate::future::run_caught(|| transfer(&file, direction, staged, at, &settings));
+            let moved = run_caught(|| source.transfer_host(direction, staged, at, &settings));
             match moved {
                 Ok(n) => {
                     done += n;
@@ -315,7 +288,7 @@ pub fn submit_stream_ordered(
         outcome.map(|()| done)
     };
     let pool = crate::pool::pool(settings.num_threads)?;
-    let (future, reporter) = crate::IoFuture::single(keepalive);
-    pool.spawn(move || reporter.report(crate::future::run_caught(job)));
+    let (future, reporter) = IoFuture::single(keepalive);
+    pool.spawn(move || reporter.report(run_caught(job)));
     Ok(future)
 }

@@ -68,6 +68,10 @@ pub enum Error {
     /// the driver refused, a host allocation that failed). The message says how much,
     /// where, and what to do. Mapped to `MemoryError` on host and device alike.
     OutOfMemory(String),
+    /// A read that had to fill its memory reached the end of the file first: the file
+    /// shrank after it was sized (a whole-file read, a batch element). The message names
+    /// the file, the offset and the counts. Mapped to `OSError`.
+    Truncated(String),
     /// A bug: engine code panicked. The panic is caught at the task or call boundary
     /// and reported as `kvikpy.InternalError` instead of crossing into Python.
     Panic(String),
@@ -145,6 +149,7 @@ impl Clone for Error {
                 code: *code,
                 name: name.clone(),
             },
+            Self::Truncated(m) => Self::Truncated(m.clone()),
             Self::Panic(m) => Self::Panic(m.clone()),
             Self::OutOfMemory(m) => Self::OutOfMemory(m.clone()),
         }
@@ -188,7 +193,7 @@ impl fmt::Display for Error {
             Self::Cuda { call, code, name } => {
                 write!(f, "CUDA driver call {call} failed with {name} ({code})")
             }
-            Self::OutOfMemory(m) => write!(f, "{m}"),
+            Self::OutOfMemory(m) | Self::Truncated(m) => f.write_str(m),
             Self::Panic(m) => write!(f, "internal error in kvikpy (a bug, please report it): {m}"),
         }
     }

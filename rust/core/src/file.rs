@@ -1,12 +1,11 @@
-//! Open files: mode parsing, the buffered and O_DIRECT descriptors, size and closing.
+//! Open files: mode parsing, and the handle that owns a file's source until it is closed.
 
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::settings::Settings;
+use crate::source::Source;
 
 /// An open mode in kvikio's (and Python's) spelling: `r`, `r+`, `w`, `w+`, each with an
 /// optional `b`; or kvikpy's own [`OpenFlags::CREATE_KEEP`].
@@ -74,193 +73,35 @@ impl OpenFlags {
             c => Err(invalid(&format!("unknown mode letter {c:?}"))),
         }
     }
-
-    fn libc_flags(&self) -> libc::c_int {
-        let access = match (self.readable, self.writable) {
-            (true, true) => libc::O_RDWR,
-            (false, true) => libc::O_WRONLY,
-            _ => libc::O_RDONLY,
-        };
-        access | libc::O_CLOEXEC
-    }
-}
-
-/// The descriptors of one open file. Shared (`Arc`) by the handle and every task in
-/// flight, so closing the handle never pulls a descriptor from under a running read.
-#[derive(Debug)]
-pub struct OpenFile {
-    path: PathBuf,
-    flags: OpenFlags,
-    buffered: OwnedFd,
-    /// Opened on first use: most files never need it, and an `open` per file is a
-    /// measurable share of reading many small files.
-    direct: OnceLock<Option<OwnedFd>>,
-}
-
-impl OpenFile {
-    /// The path the file was opened with.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The mode the file was opened with.
-    pub fn flags(&self) -> OpenFlags {
-        self.flags
-    }
-
-    /// The ordinary (page-cached) descriptor.
-    pub fn buffered_fd(&self) -> RawFd {
-        self.buffered.as_raw_fd()
-    }
-
-    /// The O_DIRECT descriptor, if the filesystem supports O_DIRECT (opened on first use;
-    /// the file exists by then, so it neither creates nor truncates). It is reopened through
-    /// `/proc/self/fd`, so it is the same inode as the buffered descriptor even if the path
-    /// has since been renamed or replaced; the path is the fallback where /proc is absent.
-    pub fn direct_fd(&self) -> Option<RawFd> {
-        self.direct
-            .get_or_init(|| {
-                let flags = self.flags.libc_flags() | libc::O_DIRECT;
-                let by_fd = format!("/proc/self/fd/{}", self.buffered_fd());
-                let by_fd = CString::new(by_fd).ok()?;
-                open_fd(&self.path, &by_fd, flags)
-                    .or_else(|_| {
-                        let cpath = CString::new(self.path.as_os_str().as_bytes())
-                            .map_err(|_| Error::InvalidArgument("NUL in path".into()))?;
-                        open_fd(&self.path, &cpath, flags)
-                    })
-                    .ok()
-            })
-            .as_ref()
-            .map(|fd| fd.as_raw_fd())
-    }
-
-    /// The file's current size in bytes.
-    pub fn size(&self) -> Result<u64> {
-        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-        // SAFETY: the descriptor is open for the life of `self`; `st` is a valid out-pointer.
-        let rc = unsafe { libc::fstat(self.buffered_fd(), st.as_mut_ptr()) };
-        if rc != 0 {
-            return Err(Error::last_os("fstat", &self.path));
-        }
-        // SAFETY: fstat succeeded, so it initialised `st`.
-        Ok(unsafe { st.assume_init() }.st_size as u64)
-    }
-
-    /// The size, for sizing `what` (a read of whole ranges): as [`OpenFile::size`], except
-    /// that a file reporting 0 bytes but yielding bytes (a `/proc` or `/sys` pseudo-file)
-    /// is an error rather than an empty read.
-    pub fn size_for(&self, what: &str) -> Result<u64> {
-        let size = self.size()?;
-        if size == 0 && self.flags.readable {
-            let mut byte = 0u8;
-            // SAFETY: `byte` is one writable byte; the descriptor is open.
-            let got =
-                unsafe { libc::pread(self.buffered_fd(), (&mut byte as *mut u8).cast(), 1, 0) };
-            if got > 0 {
-                return Err(unsized_file(&self.path, what));
-            }
-        }
-        Ok(size)
-    }
-
-    /// The descriptor's status flags, as `fcntl(F_GETFL)` reports them.
-    pub fn status_flags(&self) -> Result<i32> {
-        // SAFETY: F_GETFL on an open descriptor has no memory preconditions.
-        let rc = unsafe { libc::fcntl(self.buffered_fd(), libc::F_GETFL) };
-        if rc < 0 {
-            return Err(Error::last_os("fcntl", &self.path));
-        }
-        Ok(rc)
-    }
-
-    /// Fail with `UnsupportedOperation` unless the file was opened for reading.
-    pub fn check_readable(&self) -> Result<()> {
-        if self.flags.readable {
-            Ok(())
-        } else {
-            Err(Error::UnsupportedOperation(format!(
-                "'{}' was opened write-only; open it with 'r', 'r+' or 'w+' to read",
-                self.path.display()
-            )))
-        }
-    }
-
-    /// Fail with `UnsupportedOperation` unless the file was opened for writing.
-    pub fn check_writable(&self) -> Result<()> {
-        if self.flags.writable {
-            Ok(())
-        } else {
-            Err(Error::UnsupportedOperation(format!(
-                "'{}' was opened read-only; open it with 'r+', 'w' or 'w+' to write",
-                self.path.display()
-            )))
-        }
-    }
-}
-
-fn open_fd(path: &Path, cpath: &CString, flags: libc::c_int) -> Result<OwnedFd> {
-    // SAFETY: `cpath` is NUL-terminated; the mode argument is read only with O_CREAT.
-    let fd = unsafe { libc::open(cpath.as_ptr(), flags, 0o644 as libc::c_uint) };
-    if fd < 0 {
-        return Err(Error::last_os("open", path));
-    }
-    // SAFETY: `fd` is a freshly opened descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// A file opened by kvikpy; `close()` is idempotent and safe while I/O is in flight.
 #[derive(Debug)]
 pub struct FileHandle {
     path: PathBuf,
-    open: Mutex<Option<Arc<OpenFile>>>,
+    open: Mutex<Option<Arc<dyn Source>>>,
 }
 
 impl FileHandle {
-    /// Open `path` with `mode` (see [`OpenFlags::parse`]). A second descriptor with
-    /// O_DIRECT is opened when first needed, if the filesystem allows it; where it does
-    /// not, direct I/O is silently unavailable.
+    /// Open `path` with `mode` (see [`OpenFlags::parse`]) through the source
+    /// [`crate::source::open`] chooses for it under the current settings.
     pub fn open(path: impl AsRef<Path>, mode: &str) -> Result<Self> {
+        Self::open_with(path, mode, &crate::settings::current()?)
+    }
+
+    /// [`FileHandle::open`] under an explicit settings snapshot.
+    pub fn open_with(path: impl AsRef<Path>, mode: &str, settings: &Settings) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let flags = OpenFlags::parse(mode)?;
-        let cpath = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
-            Error::InvalidArgument(format!("path {:?} contains a NUL byte", path.display()))
-        })?;
-        let mut base = flags.libc_flags();
-        if flags.create {
-            base |= libc::O_CREAT;
-        }
-        if flags.truncate {
-            base |= libc::O_TRUNC;
-        }
-        let buffered = open_fd(&path, &cpath, base)?;
-        // Reject directories up front (O_RDONLY opens them fine), as Python's open() does.
-        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-        // SAFETY: `buffered` is open; `st` is a valid out-pointer.
-        if unsafe { libc::fstat(buffered.as_raw_fd(), st.as_mut_ptr()) } == 0 {
-            // SAFETY: fstat succeeded, so it initialised `st`.
-            let st = unsafe { st.assume_init() };
-            if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-                return Err(Error::os(
-                    "open",
-                    &path,
-                    std::io::Error::from_raw_os_error(libc::EISDIR),
-                ));
-            }
-        }
+        let source = crate::source::open(&path, flags, settings)?;
         Ok(Self {
-            path: path.clone(),
-            open: Mutex::new(Some(Arc::new(OpenFile {
-                path,
-                flags,
-                buffered,
-                direct: OnceLock::new(),
-            }))),
+            path,
+            open: Mutex::new(Some(source)),
         })
     }
 
-    /// The open file, or [`Error::Closed`].
-    pub fn get(&self) -> Result<Arc<OpenFile>> {
+    /// The open source, or [`Error::Closed`].
+    pub fn get(&self) -> Result<Arc<dyn Source>> {
         self.open
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -285,17 +126,6 @@ impl FileHandle {
     pub fn path(&self) -> &Path {
         &self.path
     }
-}
-
-/// The error for `what` (a kind of read) of a file that reports 0 bytes but has content.
-pub fn unsized_file(path: &Path, what: &str) -> Error {
-    Error::InvalidArgument(format!(
-        "'{}' reports a size of 0 bytes but has content (a pseudo-file such as those in \
-         /proc or /sys), so {what} cannot be sized from it; read it into host memory with \
-         kvikpy.read(path, device='cpu'), which reads such files to their end, or with \
-         open(path, 'rb').read()",
-        path.display()
-    ))
 }
 
 #[cfg(test)]
@@ -341,8 +171,8 @@ mod tests {
         h.close();
         assert!(h.is_closed());
         assert!(matches!(h.get(), Err(Error::Closed)));
-        assert!(keep.check_readable().is_err());
-        assert!(keep.check_writable().is_ok());
+        assert!(keep.check_access(crate::request::Direction::Read).is_err());
+        assert!(keep.check_access(crate::request::Direction::Write).is_ok());
         match FileHandle::open(dir.path().join("missing"), "r") {
             Err(Error::Os { source, .. }) => {
                 assert_eq!(source.kind(), std::io::ErrorKind::NotFound)
@@ -366,7 +196,10 @@ mod tests {
         let h = FileHandle::open(&p, OpenFlags::CREATE_KEEP).unwrap();
         let open = h.get().unwrap();
         assert_eq!(open.size().unwrap(), 10);
-        assert!(open.check_readable().is_ok() && open.check_writable().is_ok());
+        assert!(
+            open.check_access(crate::request::Direction::Read).is_ok()
+                && open.check_access(crate::request::Direction::Write).is_ok()
+        );
         h.close();
         assert_eq!(std::fs::read(&p).unwrap(), b"0123456789");
     }

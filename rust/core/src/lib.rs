@@ -1,5 +1,5 @@
-//! kvikpy-core: the Python-free I/O engine behind kvikpy (settings, thread pool, task splitting,
-//! POSIX file I/O with opportunistic O_DIRECT, bounce buffers and futures).
+//! kvikpy-core: the Python-free I/O engine behind kvikpy (sources behind one trait, one
+//! request path, one bounce ring for device transfers, batches, settings and futures).
 //!
 //! The Python binding (`rust/python`) only converts types and maps [`Error`] to Python
 //! exceptions; everything that decides *how* bytes move lives here.
@@ -15,16 +15,18 @@ pub mod device_io;
 pub mod error;
 pub mod file;
 pub mod future;
-pub mod io;
 pub mod memory;
-pub mod page_cache_dma;
 pub mod pool;
-pub mod posix;
+pub mod request;
+pub mod ring;
 pub mod settings;
+pub mod source;
 pub mod tasks;
 
 pub use error::{Error, Result};
 pub use file::{FileHandle, OpenFlags};
 pub use future::IoFuture;
 pub use memory::{DeviceSpan, HostSpan, Span};
+pub use request::{submit, Completion, Direction, Request};
 pub use settings::{CompatMode, SettingValue, Settings};
+pub use source::Source;

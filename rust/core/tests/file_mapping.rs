@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use kvikpy_core::posix::{page_size, FileMapping};
+use kvikpy_core::source::{page_size, FileMapping};
 use std::os::fd::AsRawFd;
 
 fn temp_file(len: usize) -> (std::path::PathBuf, std::fs::File) {

@@ -4,9 +4,27 @@
 use std::fs;
 use std::os::unix::fs::FileExt;
 
-use kvikpy_core::io::{run_if_single_task_with, submit_with, Caller, Direction};
+use kvikpy_core::{submit, Completion, Direction, Request};
 use kvikpy_core::{FileHandle, HostSpan, Settings, Span};
 use proptest::prelude::*;
+
+/// Submit one request and wait for its byte count.
+fn run(
+    s: &Settings,
+    handle: &FileHandle,
+    direction: Direction,
+    span: Span,
+    offset: u64,
+    task_size: Option<usize>,
+    completion: Completion,
+) -> usize {
+    let mut request = Request::new(direction, span, offset);
+    request.task_size = task_size;
+    submit(s, handle, request, completion)
+        .unwrap()
+        .wait()
+        .unwrap()
+}
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     // xorshift: cheap, non-zero, non-repeating at page granularity.
@@ -82,24 +100,9 @@ proptest! {
         let mut buf = Placed::new(size, misalign);
         let s = settings(threads, direct, 8192);
         let span = buf.span();
-        // Blocking callers try the single-task fast path first, then the pool.
-        let inline = if blocking {
-            run_if_single_task_with(&s, &handle, Direction::Read, span, offset, Some(task_size))
-                .unwrap()
-        } else {
-            None
-        };
-        // ... and, when that does not apply, run the first task themselves.
-        let n = match inline {
-            Some(n) => n,
-            None => {
-                let caller = if blocking { Caller::Helps } else { Caller::Returns };
-                submit_with(&s, &handle, Direction::Read, span, offset, Some(task_size), None, caller)
-                    .unwrap()
-                    .wait()
-                    .unwrap()
-            }
-        };
+        // Blocking callers run one task inline, or the first of many themselves.
+        let completion = if blocking { Completion::Blocking } else { Completion::Future };
+        let n = run(&s, &handle, Direction::Read, span, offset, Some(task_size), completion);
         let start = (offset as usize).min(file_len);
         let expected = &data[start..(start + size).min(file_len)];
         prop_assert_eq!(n, expected.len());
@@ -127,10 +130,7 @@ proptest! {
         let start = buf.start;
         buf.storage[start..start + size].copy_from_slice(&payload);
         let s = settings(threads, direct, 8192);
-        let n = submit_with(&s, &handle, Direction::Write, buf.span(), offset, Some(task_size), None, Caller::Returns)
-            .unwrap()
-            .wait()
-            .unwrap();
+        let n = run(&s, &handle, Direction::Write, buf.span(), offset, Some(task_size), Completion::Future);
         prop_assert_eq!(n, size);
         handle.close();
         let mut expected = initial.clone();
@@ -160,19 +160,15 @@ fn reads_beyond_4_gib_offsets() {
     for direct in [false, true] {
         let mut buf = Placed::new(payload.len(), 5);
         let s = settings(4, direct, 1 << 20);
-        let n = submit_with(
+        let n = run(
             &s,
             &handle,
             Direction::Read,
             buf.span(),
             offset,
             Some(1 << 20),
-            None,
-            Caller::Helps,
-        )
-        .unwrap()
-        .wait()
-        .unwrap();
+            Completion::Blocking,
+        );
         assert_eq!(n, payload.len());
         assert!(buf.bytes() == payload.as_slice());
     }
@@ -187,31 +183,13 @@ fn wrong_direction_and_closed_file_are_errors() {
     let mut buf = vec![1u8; 5];
     let s = Settings::default();
     let span = Span::Host(HostSpan::from_slice(&mut buf));
-    let err = submit_with(
-        &s,
-        &handle,
-        Direction::Write,
-        span,
-        0,
-        None,
-        None,
-        Caller::Returns,
-    );
+    let err = submit(&s, &handle, Request::write(span, 0), Completion::Future);
     assert!(matches!(
         err,
         Err(kvikpy_core::Error::UnsupportedOperation(_))
     ));
     handle.close();
-    let err = submit_with(
-        &s,
-        &handle,
-        Direction::Read,
-        span,
-        0,
-        None,
-        None,
-        Caller::Returns,
-    );
+    let err = submit(&s, &handle, Request::read(span, 0), Completion::Future);
     assert!(matches!(err, Err(kvikpy_core::Error::Closed)));
     assert_eq!(fs::read(&path).unwrap(), b"hello");
 }
@@ -226,15 +204,21 @@ fn direct_reads_leave_bytes_past_eof_untouched() {
         let data = pattern(file_len, 99);
         fs::write(&path, &data).unwrap();
         let handle = FileHandle::open(&path, "r").unwrap();
-        if handle.get().unwrap().direct_fd().is_none() {
+        if !handle.get().unwrap().direct_io_supported() {
             eprintln!("skipped: this filesystem refuses O_DIRECT, so nothing here is direct");
             return;
         }
         let s = settings(1, true, 4096);
         let mut buf = Placed::new(16384, 0); // 4 KiB-aligned: the direct-to-user path
-        let n = run_if_single_task_with(&s, &handle, Direction::Read, buf.span(), 0, Some(16384))
-            .unwrap()
-            .unwrap();
+        let n = run(
+            &s,
+            &handle,
+            Direction::Read,
+            buf.span(),
+            0,
+            Some(16384),
+            Completion::Blocking,
+        );
         assert_eq!(n, file_len);
         assert_eq!(&buf.bytes()[..n], &data[..]);
         assert!(
@@ -263,9 +247,15 @@ fn the_direct_descriptor_is_opened_only_when_a_read_wants_it() {
     let handle = FileHandle::open(&path, "r").unwrap();
     let mut buf = Placed::new(1 << 20, 0);
     let read = |s: &Settings, buf: &mut Placed| {
-        run_if_single_task_with(s, &handle, Direction::Read, buf.span(), 0, Some(1 << 20))
-            .unwrap()
-            .unwrap()
+        run(
+            s,
+            &handle,
+            Direction::Read,
+            buf.span(),
+            0,
+            Some(1 << 20),
+            Completion::Blocking,
+        )
     };
     assert_eq!(read(&settings(1, false, 1 << 20), &mut buf), data.len());
     assert_eq!(
@@ -275,7 +265,7 @@ fn the_direct_descriptor_is_opened_only_when_a_read_wants_it() {
     );
     assert_eq!(read(&settings(1, true, 1 << 20), &mut buf), data.len());
     assert_eq!(buf.bytes(), &data[..]);
-    let direct = handle.get().unwrap().direct_fd().is_some();
+    let direct = handle.get().unwrap().direct_io_supported();
     assert_eq!(descriptors_on(&path), 1 + usize::from(direct));
 }
 
@@ -292,13 +282,119 @@ fn direct_reads_follow_the_open_file_when_the_path_is_replaced() {
     fs::rename(&other, &path).unwrap();
     let mut buf = Placed::new(64 << 10, 0);
     let s = settings(1, true, 1 << 20);
-    let n = run_if_single_task_with(&s, &handle, Direction::Read, buf.span(), 0, Some(1 << 20))
-        .unwrap()
-        .unwrap();
+    let n = run(
+        &s,
+        &handle,
+        Direction::Read,
+        buf.span(),
+        0,
+        Some(1 << 20),
+        Completion::Blocking,
+    );
     assert_eq!(n, data.len());
     assert_eq!(
         buf.bytes(),
         &data[..],
         "read the file now at the path, not the one opened"
     );
+}
+
+#[test]
+fn an_exact_read_that_reaches_the_end_of_the_file_is_truncated_not_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("short");
+    let data = pattern(100_000, 21);
+    fs::write(&path, &data).unwrap();
+    let handle = FileHandle::open(&path, "r").unwrap();
+    for (completion, threads) in [
+        (Completion::Blocking, 1),
+        (Completion::Future, 4),
+        (Completion::Whole, 1),
+    ] {
+        let s = settings(threads, false, 8192);
+        // Sized for more than the file holds, as after the file shrank.
+        let mut buf = Placed::new(data.len() + 1, 0);
+        let mut request = Request::read(buf.span(), 0);
+        request.task_size = Some(16384);
+        request.exact = true;
+        let outcome = submit(&s, &handle, request, completion).and_then(|f| f.wait());
+        match outcome {
+            Err(kvikpy_core::Error::Truncated(m)) => {
+                assert!(m.contains("shrank"), "{m}");
+            }
+            other => panic!("{completion:?}: {other:?}"),
+        }
+        // The same read, not exact, is short and fine.
+        let n = run(
+            &s,
+            &handle,
+            Direction::Read,
+            buf.span(),
+            0,
+            Some(16384),
+            completion,
+        );
+        assert_eq!(n, data.len());
+        assert_eq!(&buf.bytes()[..n], &data[..]);
+    }
+}
+
+#[test]
+fn batches_plan_skip_and_check_ranges_in_the_engine() {
+    use kvikpy_core::batch::{plan_files, plan_ranges};
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    fs::write(&a, pattern(5000, 1)).unwrap();
+    fs::write(&b, pattern(70_000, 2)).unwrap();
+    let missing = dir.path().join("missing");
+    let s = settings(3, false, 8192);
+    let paths = vec![a.clone(), missing.clone(), b.clone()];
+    // Without skip, the missing file fails the plan.
+    assert!(matches!(
+        plan_files(&s, paths.clone(), false),
+        Err(kvikpy_core::Error::Os { .. })
+    ));
+    // With skip, it is an empty element, listed as failed.
+    let plan = plan_files(&s, paths, true).unwrap();
+    assert_eq!(plan.total(), 75_000);
+    let mut dest = vec![0u8; plan.total()];
+    let outcome = plan
+        .read(&s, Span::Host(HostSpan::from_slice(&mut dest)), None)
+        .unwrap();
+    assert_eq!(outcome.offsets, vec![0, 5000, 5000, 75_000]);
+    assert_eq!(outcome.failures.len(), 1);
+    assert_eq!(outcome.failures[0].0, 1);
+    assert_eq!(&dest[..5000], &fs::read(&a).unwrap()[..]);
+    assert_eq!(&dest[5000..], &fs::read(&b).unwrap()[..]);
+    // Ranges: inside the file they read, past its end they are refused, naming the range.
+    let plan = plan_ranges(&s, &b, &[(10, 20), (69_990, 10)]).unwrap();
+    let mut dest = vec![0u8; plan.total()];
+    plan.read(&s, Span::Host(HostSpan::from_slice(&mut dest)), None)
+        .unwrap();
+    let whole = fs::read(&b).unwrap();
+    assert_eq!(&dest[..20], &whole[10..30]);
+    assert_eq!(&dest[20..], &whole[69_990..]);
+    match plan_ranges(&s, &b, &[(0, 1), (69_999, 2)]) {
+        Err(kvikpy_core::Error::InvalidArgument(m)) => assert!(m.contains("range 1"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // A destination smaller than the plan is refused before any read.
+    let plan = plan_ranges(&s, &b, &[(0, 100)]).unwrap();
+    let mut small = vec![0u8; 99];
+    assert!(plan
+        .read(&s, Span::Host(HostSpan::from_slice(&mut small)), None)
+        .is_err());
+}
+
+#[test]
+fn every_local_path_opens_through_the_posix_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    fs::write(&path, b"bytes").unwrap();
+    let handle = FileHandle::open(&path, "r").unwrap();
+    let source = handle.get().unwrap();
+    assert_eq!(source.name(), "posix");
+    assert_eq!(source.size().unwrap(), 5);
+    assert!(source.descriptor().is_some());
 }

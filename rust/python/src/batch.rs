@@ -6,9 +6,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use kvikpy_core::batch::{file_sizes, layout, read_elements, Element, Source};
-use kvikpy_core::{Error, FileHandle, Settings};
-use pyo3::exceptions::PyValueError;
+use kvikpy_core::batch::{plan_files, plan_ranges, Plan};
+use kvikpy_core::{Error, Settings};
 use pyo3::prelude::*;
 
 use crate::blocking::without_gil;
@@ -72,26 +71,8 @@ pub fn read_files_batch(
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
     let settings = kvikpy_core::settings::current().map_err(to_py)?;
-    let sizes = without_gil(py, || file_sizes(&settings, &paths))?;
-    let mut failures: Vec<(usize, PyErr)> = Vec::new();
-    let mut elements = Vec::with_capacity(paths.len());
-    for (i, (path, size)) in paths.into_iter().zip(sizes).enumerate() {
-        let size = size.and_then(|s| {
-            usize::try_from(s)
-                .map_err(|_| Error::InvalidArgument(format!("'{}' is too large", path.display())))
-        });
-        match size {
-            Ok(len) => elements.push((true, Source::File(path), len)),
-            Err(e) if skip => {
-                failures.push((i, to_py(e)));
-                elements.push((false, Source::File(path), 0)); // an empty element
-            }
-            Err(e) => return Err(to_py(e)),
-        }
-    }
-    run(
-        py, settings, elements, None, ordinal, skip, failures, progress,
-    )
+    let plan = without_gil(py, || plan_files(&settings, paths, skip))?;
+    read(py, &settings, plan, ordinal, progress)
 }
 
 /// Read `ranges` (`(offset, size)` pairs) of the file at `path` into one allocation. Every
@@ -107,83 +88,32 @@ pub fn read_ranges_batch(
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
     let settings = kvikpy_core::settings::current().map_err(to_py)?;
-    let (handle, file_size) = without_gil(py, || {
-        let handle = FileHandle::open(&path, "r")?;
-        let size = handle.get()?.size_for("read_ranges")?;
-        Ok((handle, size))
-    })?;
-    let mut elements = Vec::with_capacity(ranges.len());
-    for (i, &(offset, size)) in ranges.iter().enumerate() {
-        let end = offset.checked_add(size);
-        if end.is_none_or(|end| end > file_size) {
-            return Err(PyValueError::new_err(format!(
-                "range {i} (offset {offset}, size {size}) ends past the end of '{}', which \
-                 has {file_size} bytes; every range must lie inside the file",
-                path.display()
-            )));
-        }
-        let len = usize::try_from(size)
-            .map_err(|_| PyValueError::new_err(format!("range {i} is too large")))?;
-        elements.push((true, Source::Range(offset), len));
-    }
-    run(
-        py,
-        settings,
-        elements,
-        Some(handle),
-        ordinal,
-        false,
-        Vec::new(),
-        progress,
-    )
+    let plan = without_gil(py, || plan_ranges(&settings, &path, &ranges))?;
+    read(py, &settings, plan, ordinal, progress)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run(
+/// Allocate the plan's destination and read it; convert the outcome.
+fn read(
     py: Python<'_>,
-    settings: Settings,
-    sources: Vec<(bool, Source, usize)>,
-    shared: Option<FileHandle>,
+    settings: &Settings,
+    plan: Plan,
     ordinal: i64,
-    skip: bool,
-    mut failures: Vec<(usize, PyErr)>,
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
-    let lengths: Vec<usize> = sources.iter().map(|(_, _, len)| *len).collect();
-    let (starts, total) = layout(&lengths).map_err(to_py)?;
+    let total = plan.total();
     if let Some(p) = progress {
         p.total.store(total as u64, Ordering::Relaxed);
     }
     let buffer = Buffer::allocate(py, total, ordinal, false)?;
     let (span, _owner) = buffer.span();
-    // Elements that already failed (their size could not be read) are not read again.
-    let (indices, elements): (Vec<usize>, Vec<Element>) = sources
-        .into_iter()
-        .zip(&starts)
-        .enumerate()
-        .filter(|(_, ((ok, _, _), _))| *ok)
-        .map(|(i, ((_, source, len), &dst))| (i, Element { source, len, dst }))
-        .unzip();
     let counter = progress.map(|p| Arc::clone(&p.bytes));
-    let errors = without_gil(py, move || {
-        read_elements(
-            &settings,
-            shared.as_ref(),
-            &elements,
-            span,
-            counter.as_deref(),
-        )
-    })?;
-    for (i, e) in indices.into_iter().zip(errors) {
-        if let Some(e) = e {
-            if !skip {
-                return Err(to_py(e)); // `buffer` is dropped: nothing half-allocated stays
-            }
-            failures.push((i, to_py(e)));
-        }
-    }
-    failures.sort_by_key(|(i, _)| *i);
-    let mut offsets: Vec<i64> = starts.iter().map(|&s| s as i64).collect();
-    offsets.push(total as i64);
+    // On an error `buffer` is dropped: nothing half-allocated stays.
+    let outcome = without_gil(py, move || plan.read(settings, span, counter.as_deref()))?;
+    let offsets = outcome.offsets.iter().map(|&o| o as i64).collect();
+    let failures = outcome
+        .failures
+        .into_iter()
+        .map(|(i, e)| (i, to_py(e)))
+        .collect();
     Ok((buffer, offsets, failures))
 }

@@ -39,5 +39,5 @@ pub fn current_device(py: Python<'_>) -> BindResult<usize> {
 #[boundary]
 #[pyfunction]
 pub fn page_cache_dma_bytes() -> u64 {
-    kvikpy_core::page_cache_dma::bytes_moved()
+    kvikpy_core::source::page_cache_dma_bytes()
 }

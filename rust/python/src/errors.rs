@@ -42,6 +42,7 @@ impl From<EngineError> for PyErr {
             Error::UnsupportedOperation(_) => UnsupportedOperation::new_err(e.to_string()),
             Error::UnknownSetting(_) => PyKeyError::new_err(e.to_string()),
             Error::MalformedEnv { .. } => ConfigError::new_err(e.to_string()),
+            Error::Truncated(_) => PyOSError::new_err(e.to_string()),
             Error::Panic(_) => InternalError::new_err(e.to_string()),
             Error::OutOfMemory(_) => PyMemoryError::new_err(e.to_string()),
             Error::CudaUnavailable(_) => CudaUnavailableError::new_err(e.to_string()),

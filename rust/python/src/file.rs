@@ -1,8 +1,10 @@
-//! `_lib.FileHandle`: an open file and its read/write entry points.
+//! `_lib.FileHandle`: an open file and its read/write entry points. Each one converts its
+//! arguments into one engine [`Request`] and submits it; the engine decides how it runs.
 
-use kvikpy_core::device_io::submit_stream_ordered;
-use kvikpy_core::io::{run_if_single_task, run_whole, submit_with, Caller, Direction};
-use kvikpy_core::Span;
+use std::time::Duration;
+
+use kvikpy_core::cuda::Stream;
+use kvikpy_core::{Completion, Direction, IoFuture, Request, Span};
 use kvikpy_macros::boundary;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -10,20 +12,13 @@ use pyo3::prelude::*;
 use crate::blocking::without_gil;
 use crate::errors::{BindResult, EngineError};
 use crate::future::{Future, StreamFuture};
-use crate::intake::{file_offset, intake, Access, Intake};
+use crate::intake::{file_offset, intake, Access};
 use crate::memory::{mark_ready, Buffer};
 
 /// An open file (the private handle behind `kvikpy.CuFile`).
 #[pyclass(module = "kvikpy._lib", frozen)]
 pub struct FileHandle {
     inner: kvikpy_core::FileHandle,
-}
-
-fn access(direction: Direction) -> Access {
-    match direction {
-        Direction::Read => Access::Fill,
-        Direction::Write => Access::Drain,
-    }
 }
 
 fn task_size_arg(task_size: Option<i64>) -> PyResult<Option<usize>> {
@@ -35,136 +30,115 @@ fn task_size_arg(task_size: Option<i64>) -> PyResult<Option<usize>> {
     }
 }
 
-impl FileHandle {
-    fn run(
-        &self,
-        py: Python<'_>,
-        taken: Intake,
-        offset: i64,
-        task_size: Option<usize>,
-        direction: Direction,
-        caller: Caller,
-    ) -> PyResult<kvikpy_core::IoFuture> {
-        let offset = file_offset(offset)?;
-        let Intake { span, keepalive } = taken;
-        let inner = &self.inner;
-        let keepalive = Some(keepalive);
-        Ok(without_gil(py, move || {
-            let settings = kvikpy_core::settings::current()?;
-            submit_with(
-                &settings, inner, direction, span, offset, task_size, keepalive, caller,
-            )
-        })?)
-    }
+/// The arguments of one Python-level read or write, before conversion.
+struct Call<'a> {
+    direction: Direction,
+    size: Option<i64>,
+    file_offset: i64,
+    task_size: Option<i64>,
+    exact: bool,
+    completion: Completion,
+    /// For kvikio's `raw_*` methods: device memory only, from this offset into it.
+    raw: Option<Raw<'a>>,
+}
 
-    /// A blocking read or write: in this thread when it is one task, else on the pool
-    /// with an interruptible wait.
-    fn blocking(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        size: Option<i64>,
-        offset: i64,
-        task_size: Option<i64>,
+/// What a `raw_*` call adds: where in the device buffer it starts, its own name and the
+/// method to suggest for host memory.
+struct Raw<'a> {
+    dev_offset: i64,
+    method: &'a str,
+    alternative: &'a str,
+}
+
+impl<'a> Call<'a> {
+    fn new(
         direction: Direction,
-    ) -> PyResult<usize> {
-        let task_size = task_size_arg(task_size)?;
-        let taken = intake(buf, access(direction))?.select(0, size, "offset")?;
-        let file_offset = file_offset(offset)?;
-        let (span, inner) = (taken.span, &self.inner);
-        // The caller's frame keeps `buf` (and `taken`) alive for this whole call.
-        let inline = without_gil(py, move || {
-            run_if_single_task(inner, direction, span, file_offset, task_size)
-        })?;
-        match inline {
-            Some(n) => Ok(n),
-            None => {
-                let future = self.run(py, taken, offset, task_size, direction, Caller::Helps)?;
-                Future::from(future).get(py)
-            }
+        size: Option<i64>,
+        file_offset: i64,
+        completion: Completion,
+    ) -> Self {
+        Self {
+            direction,
+            size,
+            file_offset,
+            task_size: None,
+            exact: false,
+            completion,
+            raw: None,
         }
     }
 
-    /// A read or write returning a future (`pread`/`pwrite`).
-    fn start(
+    fn raw(mut self, dev_offset: i64, method: &'a str, alternative: &'a str) -> Self {
+        self.raw = Some(Raw {
+            dev_offset,
+            method,
+            alternative,
+        });
+        self
+    }
+}
+
+/// The count of a future the caller waits for at once: without another GIL release when
+/// it is already complete (an inline request), else an interruptible wait.
+fn finish(py: Python<'_>, future: IoFuture) -> PyResult<usize> {
+    match future.wait_timeout(Duration::ZERO) {
+        Some(result) => result.map_err(|e| EngineError(e).into()),
+        None => Future::from(future).get(py),
+    }
+}
+
+impl FileHandle {
+    /// Convert `call` into one request on `buf` and submit it; the span it covers too.
+    fn submit(
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<i64>,
-        offset: i64,
-        task_size: Option<i64>,
-        direction: Direction,
-    ) -> PyResult<Future> {
-        let task_size = task_size_arg(task_size)?;
-        let taken = intake(buf, access(direction))?.select(0, size, "offset")?;
-        Ok(Future::from(self.run(
-            py,
-            taken,
-            offset,
+        call: Call<'_>,
+    ) -> PyResult<(IoFuture, Span)> {
+        let task_size = task_size_arg(call.task_size)?;
+        let file_offset = file_offset(call.file_offset)?;
+        let access = match call.direction {
+            Direction::Read => Access::Fill,
+            Direction::Write => Access::Drain,
+        };
+        let taken = match call.raw {
+            Some(raw) => {
+                self.inner.get().map_err(EngineError)?; // a closed file first
+                let taken = intake(buf, access)?;
+                taken.device_only(raw.method, raw.alternative)?;
+                taken.select(raw.dev_offset, call.size, "dev_offset")?
+            }
+            None => intake(buf, access)?.select(0, call.size, "offset")?,
+        };
+        let span = taken.span;
+        let request = Request {
+            direction: call.direction,
+            span,
+            file_offset,
             task_size,
-            direction,
-            Caller::Returns,
-        )?))
+            exact: call.exact,
+            keepalive: Some(taken.keepalive),
+        };
+        let (inner, completion) = (&self.inner, call.completion);
+        let future = without_gil(py, move || {
+            let settings = kvikpy_core::settings::current()?;
+            kvikpy_core::submit(&settings, inner, request, completion)
+        })?;
+        Ok((future, span))
     }
 
-    /// One pool-free call on device memory (`raw_read`/`raw_write`).
-    #[allow(clippy::too_many_arguments)]
-    fn raw(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        size: Option<i64>,
-        offset: i64,
-        dev_offset: i64,
-        direction: Direction,
-        method: &str,
-        alternative: &str,
-    ) -> PyResult<usize> {
-        self.inner.get().map_err(EngineError)?;
-        let taken = intake(buf, access(direction))?;
-        taken.device_only(method, alternative)?;
-        let taken = taken.select(dev_offset, size, "dev_offset")?;
-        let file_offset = file_offset(offset)?;
-        // One task covering the whole request, run in this thread.
-        let (span, inner) = (taken.span, &self.inner);
-        Ok(without_gil(py, move || {
-            run_whole(inner, direction, span, file_offset)
-        })?)
-    }
-
-    #[allow(clippy::too_many_arguments)]
+    /// A stream-ordered `raw_*_async` call; the future and the device's ordinal.
     fn ordered(
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         stream: usize,
-        size: Option<i64>,
-        offset: i64,
-        dev_offset: i64,
-        direction: Direction,
-        method: &str,
-        alternative: &str,
+        call: Call<'_>,
     ) -> PyResult<(StreamFuture, usize)> {
-        self.inner.get().map_err(EngineError)?;
-        let taken = intake(buf, access(direction))?;
-        taken.device_only(method, alternative)?;
-        let taken = taken.select(dev_offset, size, "dev_offset")?;
-        let Span::Device(span) = taken.span else {
-            unreachable!("device memory was checked before select")
+        let (future, span) = self.submit(py, buf, call)?;
+        let Span::Device(span) = span else {
+            unreachable!("raw calls take device memory only")
         };
-        let offset = file_offset(offset)?;
-        let inner = &self.inner;
-        let keepalive = taken.keepalive;
-        let future = without_gil(py, move || {
-            submit_stream_ordered(
-                inner,
-                direction,
-                span,
-                offset,
-                kvikpy_core::cuda::Stream::from_raw(stream),
-                Some(keepalive),
-            )
-        })?;
         Ok((
             StreamFuture::new(future, span.ordinal, stream),
             span.ordinal,
@@ -197,7 +171,14 @@ impl FileHandle {
     }
 
     fn fileno(&self) -> BindResult<i32> {
-        Ok(self.inner.get()?.buffered_fd())
+        let source = self.inner.get()?;
+        source.descriptor().ok_or_else(|| {
+            EngineError(kvikpy_core::Error::UnsupportedOperation(format!(
+                "the {} source of '{}' has no file descriptor",
+                source.name(),
+                source.path().display()
+            )))
+        })
     }
 
     fn open_flags(&self) -> BindResult<i32> {
@@ -211,11 +192,12 @@ impl FileHandle {
     /// The size for sizing `what`; `ValueError` for a pseudo-file that reports 0 bytes
     /// but has content.
     fn size_for(&self, what: &str) -> BindResult<u64> {
-        Ok(self.inner.get()?.size_for(what)?)
+        let settings = kvikpy_core::settings::current()?;
+        Ok(self.inner.get()?.size_for(what, &settings)?)
     }
 
     fn is_direct_io_supported(&self) -> BindResult<bool> {
-        Ok(self.inner.get()?.direct_fd().is_some())
+        Ok(self.inner.get()?.direct_io_supported())
     }
 
     #[pyo3(signature = (buf, size=None, file_offset=0, task_size=None))]
@@ -227,7 +209,24 @@ impl FileHandle {
         file_offset: i64,
         task_size: Option<i64>,
     ) -> PyResult<Future> {
-        self.start(py, buf, size, file_offset, task_size, Direction::Read)
+        let mut call = Call::new(Direction::Read, size, file_offset, Completion::Future);
+        call.task_size = task_size;
+        Ok(Future::from(self.submit(py, buf, call)?.0))
+    }
+
+    /// `pread` that must fill `size` bytes: a file that ends first (it shrank after it
+    /// was sized) is an `OSError`, not a short count.
+    #[pyo3(signature = (buf, size, file_offset=0))]
+    fn pread_exact(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: i64,
+        file_offset: i64,
+    ) -> PyResult<Future> {
+        let mut call = Call::new(Direction::Read, Some(size), file_offset, Completion::Future);
+        call.exact = true;
+        Ok(Future::from(self.submit(py, buf, call)?.0))
     }
 
     #[pyo3(signature = (buf, size=None, file_offset=0, task_size=None))]
@@ -239,7 +238,9 @@ impl FileHandle {
         file_offset: i64,
         task_size: Option<i64>,
     ) -> PyResult<Future> {
-        self.start(py, buf, size, file_offset, task_size, Direction::Write)
+        let mut call = Call::new(Direction::Write, size, file_offset, Completion::Future);
+        call.task_size = task_size;
+        Ok(Future::from(self.submit(py, buf, call)?.0))
     }
 
     #[pyo3(signature = (buf, size=None, file_offset=0, task_size=None))]
@@ -251,7 +252,29 @@ impl FileHandle {
         file_offset: i64,
         task_size: Option<i64>,
     ) -> PyResult<usize> {
-        self.blocking(py, buf, size, file_offset, task_size, Direction::Read)
+        let mut call = Call::new(Direction::Read, size, file_offset, Completion::Blocking);
+        call.task_size = task_size;
+        finish(py, self.submit(py, buf, call)?.0)
+    }
+
+    /// `read` that must fill `size` bytes: a file that ends first (it shrank after it was
+    /// sized) is an `OSError`, not a short count.
+    #[pyo3(signature = (buf, size, file_offset=0))]
+    fn read_exact(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: i64,
+        file_offset: i64,
+    ) -> PyResult<usize> {
+        let mut call = Call::new(
+            Direction::Read,
+            Some(size),
+            file_offset,
+            Completion::Blocking,
+        );
+        call.exact = true;
+        finish(py, self.submit(py, buf, call)?.0)
     }
 
     #[pyo3(signature = (buf, size=None, file_offset=0, task_size=None))]
@@ -263,7 +286,9 @@ impl FileHandle {
         file_offset: i64,
         task_size: Option<i64>,
     ) -> PyResult<usize> {
-        self.blocking(py, buf, size, file_offset, task_size, Direction::Write)
+        let mut call = Call::new(Direction::Write, size, file_offset, Completion::Blocking);
+        call.task_size = task_size;
+        finish(py, self.submit(py, buf, call)?.0)
     }
 
     #[pyo3(signature = (buf, size=None, file_offset=0, dev_offset=0))]
@@ -275,15 +300,11 @@ impl FileHandle {
         file_offset: i64,
         dev_offset: i64,
     ) -> PyResult<usize> {
-        self.raw(
+        let call = Call::new(Direction::Read, size, file_offset, Completion::Whole);
+        finish(
             py,
-            buf,
-            size,
-            file_offset,
-            dev_offset,
-            Direction::Read,
-            "raw_read",
-            "read",
+            self.submit(py, buf, call.raw(dev_offset, "raw_read", "read"))?
+                .0,
         )
     }
 
@@ -296,20 +317,15 @@ impl FileHandle {
         file_offset: i64,
         dev_offset: i64,
     ) -> PyResult<usize> {
-        self.raw(
+        let call = Call::new(Direction::Write, size, file_offset, Completion::Whole);
+        finish(
             py,
-            buf,
-            size,
-            file_offset,
-            dev_offset,
-            Direction::Write,
-            "raw_write",
-            "write",
+            self.submit(py, buf, call.raw(dev_offset, "raw_write", "write"))?
+                .0,
         )
     }
 
     #[pyo3(signature = (buf, stream, size=None, file_offset=0, dev_offset=0))]
-    #[allow(clippy::too_many_arguments)]
     fn raw_read_async(
         &self,
         py: Python<'_>,
@@ -319,17 +335,10 @@ impl FileHandle {
         file_offset: i64,
         dev_offset: i64,
     ) -> PyResult<StreamFuture> {
-        let (future, ordinal) = self.ordered(
-            py,
-            buf,
-            stream,
-            size,
-            file_offset,
-            dev_offset,
-            Direction::Read,
-            "raw_read_async",
-            "pread",
-        )?;
+        let ordered = Completion::StreamOrdered(Stream::from_raw(stream));
+        let call = Call::new(Direction::Read, size, file_offset, ordered);
+        let call = call.raw(dev_offset, "raw_read_async", "pread");
+        let (future, ordinal) = self.ordered(py, buf, stream, call)?;
         // A kvikpy.Buffer remembers where in `stream` its bytes land, for its consumers.
         if let Ok(buffer) = buf.cast::<Buffer>() {
             let storage = buffer.get().span().1;
@@ -339,7 +348,6 @@ impl FileHandle {
     }
 
     #[pyo3(signature = (buf, stream, size=None, file_offset=0, dev_offset=0))]
-    #[allow(clippy::too_many_arguments)]
     fn raw_write_async(
         &self,
         py: Python<'_>,
@@ -349,18 +357,9 @@ impl FileHandle {
         file_offset: i64,
         dev_offset: i64,
     ) -> PyResult<StreamFuture> {
-        Ok(self
-            .ordered(
-                py,
-                buf,
-                stream,
-                size,
-                file_offset,
-                dev_offset,
-                Direction::Write,
-                "raw_write_async",
-                "pwrite",
-            )?
-            .0)
+        let ordered = Completion::StreamOrdered(Stream::from_raw(stream));
+        let call = Call::new(Direction::Write, size, file_offset, ordered);
+        let call = call.raw(dev_offset, "raw_write_async", "pwrite");
+        Ok(self.ordered(py, buf, stream, call)?.0)
     }
 }

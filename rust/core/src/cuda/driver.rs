@@ -1,10 +1,11 @@
 //! Loading the driver, device count, primary contexts and binding them to threads.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
-use cudarc::driver::sys;
+use cudarc::driver::{result, sys, DriverError};
 
+use super::device::{device, Device};
 use crate::error::{Error, Result};
 
 static INIT: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
@@ -70,6 +71,22 @@ pub fn device_count() -> usize {
     }
 }
 
+/// Names the driver call behind a cudarc `result` layer error.
+pub trait Named<T> {
+    /// The engine's [`Error::Cuda`] for `call`, from cudarc's error.
+    fn named(self, call: &'static str) -> Result<T>;
+}
+
+impl<T> Named<T> for std::result::Result<T, DriverError> {
+    fn named(self, call: &'static str) -> Result<T> {
+        self.map_err(|DriverError(rc)| Error::Cuda {
+            call,
+            code: rc as i32,
+            name: error_name(rc),
+        })
+    }
+}
+
 /// Turn a driver status into a `Result`, naming the call.
 pub fn check(call: &'static str, rc: sys::CUresult) -> Result<()> {
     if rc == sys::CUresult::CUDA_SUCCESS {
@@ -81,40 +98,6 @@ pub fn check(call: &'static str, rc: sys::CUresult) -> Result<()> {
             name: error_name(rc),
         })
     }
-}
-
-/// Retained primary contexts, one per ordinal, kept for the life of the process (releasing
-/// them at exit would race other libraries' teardown).
-static CONTEXTS: Mutex<Vec<Option<usize>>> = Mutex::new(Vec::new());
-
-fn primary_context(ordinal: usize) -> Result<sys::CUcontext> {
-    let count = ensure_driver()?;
-    if ordinal >= count {
-        return Err(Error::InvalidArgument(format!(
-            "CUDA device {ordinal} does not exist: this machine has {count} device(s) \
-             (0..{})",
-            count - 1
-        )));
-    }
-    let mut contexts = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
-    if contexts.len() < count {
-        contexts.resize(count, None);
-    }
-    if let Some(ctx) = contexts[ordinal] {
-        return Ok(ctx as sys::CUcontext);
-    }
-    let mut device: sys::CUdevice = 0;
-    // SAFETY: the driver is initialised and `ordinal < count`; `device` is an out-pointer.
-    check("cuDeviceGet", unsafe {
-        sys::cuDeviceGet(&mut device, ordinal as i32)
-    })?;
-    let mut ctx: sys::CUcontext = std::ptr::null_mut();
-    // SAFETY: `device` is valid; `ctx` is an out-pointer. The retain is never released.
-    check("cuDevicePrimaryCtxRetain", unsafe {
-        sys::cuDevicePrimaryCtxRetain(&mut ctx, device)
-    })?;
-    contexts[ordinal] = Some(ctx as usize);
-    Ok(ctx)
 }
 
 /// Device `ordinal`'s primary context made current on this thread for the guard's
@@ -153,31 +136,37 @@ impl Drop for ContextGuard {
 
 /// The context current on this thread (null when none is).
 fn current_context() -> Result<sys::CUcontext> {
-    let mut ctx: sys::CUcontext = std::ptr::null_mut();
-    // SAFETY: `ctx` is an out-pointer.
-    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut ctx) })?;
-    Ok(ctx)
+    let current = result::ctx::get_current().named("cuCtxGetCurrent")?;
+    Ok(current.unwrap_or(std::ptr::null_mut()))
 }
 
 /// Make device `ordinal`'s primary context current on this thread until the returned
 /// guard is dropped.
 pub fn bind(ordinal: usize) -> Result<ContextGuard> {
-    let ctx = primary_context(ordinal)?;
-    let previous = current_context()?;
-    if previous == ctx {
-        return Ok(ContextGuard {
+    device(ordinal)?.bind()
+}
+
+impl Device {
+    /// Make this device's primary context current on this thread until the returned
+    /// guard is dropped (see [`ContextGuard`]).
+    pub fn bind(&self) -> Result<ContextGuard> {
+        let (ordinal, ctx) = (self.ordinal(), self.context());
+        let previous = current_context()?;
+        if previous == ctx {
+            return Ok(ContextGuard {
+                ordinal,
+                previous,
+                switched: false,
+            });
+        }
+        // SAFETY: `ctx` is a retained primary context, valid for the life of the process.
+        unsafe { result::ctx::set_current(ctx) }.named("cuCtxSetCurrent")?;
+        Ok(ContextGuard {
             ordinal,
             previous,
-            switched: false,
-        });
+            switched: true,
+        })
     }
-    // SAFETY: `ctx` is a retained primary context, valid for the life of the process.
-    check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })?;
-    Ok(ContextGuard {
-        ordinal,
-        previous,
-        switched: true,
-    })
 }
 
 /// Run `free` (a destructor's driver calls) with device `ordinal`'s context current, then

@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cudarc::driver::sys;
 
@@ -212,28 +212,17 @@ impl BounceAllocator for PinnedAllocator {
     }
 }
 
-/// One pool of pinned bounce buffers per device, made on first use.
-static PINNED_POOLS: Mutex<Vec<Option<Arc<BouncePool>>>> = Mutex::new(Vec::new());
-
 /// The pool of pinned bounce buffers for transfers to and from device `ordinal`.
-pub fn pinned_pool(ordinal: usize) -> Arc<BouncePool> {
-    let mut pools = PINNED_POOLS.lock().unwrap_or_else(|e| e.into_inner());
-    if pools.len() <= ordinal {
-        pools.resize(ordinal + 1, None);
-    }
-    Arc::clone(pools[ordinal].get_or_insert_with(|| BouncePool::new(PinnedAllocator { ordinal })))
+pub fn pinned_pool(ordinal: usize) -> Result<Arc<BouncePool>> {
+    Ok(Arc::clone(super::device::device(ordinal)?.pinned_pool()))
 }
 
 /// Free the idle buffers of every device's pinned pool; returns the bytes freed.
 pub fn free_idle_pinned() -> usize {
-    let pools: Vec<Arc<BouncePool>> = PINNED_POOLS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+    super::device::made()
         .iter()
-        .flatten()
-        .cloned()
-        .collect();
-    pools.iter().map(|pool| pool.free_idle()).sum()
+        .map(|device| device.pinned_pool().free_idle())
+        .sum()
 }
 
 /// Copy `len` bytes from host memory to device memory on `ordinal`, blocking until done.

@@ -6,11 +6,13 @@
 //! it runs, destructors included, through a [`ContextGuard`] that makes the caller's
 //! previous context current again when dropped.
 
+mod device;
 mod driver;
 mod memory;
 mod register;
 mod stream;
 
+pub use device::{device, Device};
 pub use driver::{
     available, bind, check, current_device, device_count, ensure_driver, free_under,
     unavailable_reason, ContextGuard,

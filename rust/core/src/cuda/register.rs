@@ -2,48 +2,16 @@
 //! DMA engine can read it directly: `cuMemHostRegister` with the read-only flag, undone on
 //! drop.
 
-use std::sync::Mutex;
-
 use cudarc::driver::sys;
 
+use super::device::device;
 use super::driver::{bind, check, free_under};
 use crate::error::Result;
-
-/// Per device: can it register read-only host memory (a file's pages mapped `PROT_READ`)?
-/// Asked once per device.
-static READ_ONLY_SUPPORT: Mutex<Vec<Option<bool>>> = Mutex::new(Vec::new());
 
 /// Whether device `ordinal` can DMA from read-only host memory registered with
 /// `CU_MEMHOSTREGISTER_READ_ONLY` (false where the driver or the device cannot).
 pub fn can_register_read_only(ordinal: usize) -> bool {
-    let mut known = READ_ONLY_SUPPORT.lock().unwrap_or_else(|e| e.into_inner());
-    if known.len() <= ordinal {
-        known.resize(ordinal + 1, None);
-    }
-    *known[ordinal].get_or_insert_with(|| ask_read_only_support(ordinal).unwrap_or(false))
-}
-
-fn ask_read_only_support(ordinal: usize) -> Result<bool> {
-    let _context = bind(ordinal)?;
-    let mut device: sys::CUdevice = 0;
-    // SAFETY: the driver is initialised (bind succeeded); `device` is an out-pointer.
-    check("cuCtxGetDevice", unsafe {
-        sys::cuCtxGetDevice(&mut device)
-    })?;
-    let mut value = 0i32;
-    for attribute in [
-        sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED,
-        sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
-    ] {
-        // SAFETY: `device` is valid and `value` an out-pointer.
-        check("cuDeviceGetAttribute", unsafe {
-            sys::cuDeviceGetAttribute(&mut value, attribute, device)
-        })?;
-        if value == 0 {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    device(ordinal).is_ok_and(|d| d.can_register_read_only())
 }
 
 /// Host memory pinned for DMA by [`HostRegistration::read_only`]; unpinned on drop.

@@ -1,0 +1,175 @@
+//! The bounce ring: the one place device pipelines get pinned bounce buffers, place file
+//! bytes in them, and pace their DMAs.
+//!
+//! A [`Ring`] is up to two slots, each a payload (a pinned bounce buffer, or pinned page-
+//! cache pages for page-cache DMA) and one of the calling thread's two events on the
+//! device. A pipeline fills a slot, queues its DMA ([`Ring::upload`] / [`Ring::download`]
+//! record the slot's event), and before reusing the slot [`Ring::reclaim`] waits for that
+//! event, so the file I/O of one slot overlaps the DMA of the other. Dropping a ring with
+//! DMAs in flight waits for the stream first, so no payload goes back to its pool (or is
+//! unpinned) while the DMA engine still reads or writes it. Device reads and writes,
+//! page-cache DMA and batch segments run on it; stream-ordered transfers take their
+//! buffers and staging from [`pinned_buffers`] and [`stage`] here too, and fence with
+//! GPU-side counters instead of events (their host side makes no driver call).
+
+use crate::bounce::BounceBuffer;
+use crate::cuda::{self, Lane};
+use crate::error::Result;
+use crate::memory::HostSpan;
+use crate::settings::Settings;
+use crate::tasks::{align_up, DIRECT_IO_ALIGNMENT};
+
+/// The most slots a ring has: one filling while the other's DMA runs.
+pub const MAX_SLOTS: usize = 2;
+
+/// Size of every pinned bounce buffer: the `bounce_buffer_size` setting rounded up to
+/// whole 4 KiB blocks, plus one block of room for [`stage`]'s alignment shift.
+pub fn pinned_buffer_size(settings: &Settings) -> usize {
+    staging_capacity(settings) + DIRECT_IO_ALIGNMENT
+}
+
+/// The most file bytes one pinned buffer stages at any file offset.
+pub fn staging_capacity(settings: &Settings) -> usize {
+    align_up(settings.bounce_buffer_size as u64, DIRECT_IO_ALIGNMENT) as usize
+}
+
+/// `count` pinned bounce buffers of device `ordinal`'s pool.
+pub fn pinned_buffers(
+    ordinal: usize,
+    count: usize,
+    settings: &Settings,
+) -> Result<Vec<BounceBuffer>> {
+    let pool = cuda::pinned_pool(ordinal)?;
+    let size = pinned_buffer_size(settings);
+    (0..count).map(|_| pool.acquire(size)).collect()
+}
+
+/// Where `len` file bytes from `file_offset` go in `buffer`: at the same offset modulo
+/// 4 KiB as in the file, so with `auto_direct_io_*` their aligned middle moves by O_DIRECT
+/// straight into or out of the pinned buffer, with no further copy.
+pub fn stage(buffer: &mut BounceBuffer, file_offset: u64, len: usize) -> HostSpan {
+    let shift = (file_offset % DIRECT_IO_ALIGNMENT as u64) as usize;
+    HostSpan::from_slice(buffer.as_mut_slice()).sub(shift, len)
+}
+
+struct Slot<P> {
+    payload: P,
+    busy: bool,
+}
+
+/// Slots of pinned memory paced by the calling thread's events; see the module docs.
+pub struct Ring<'l, P = BounceBuffer> {
+    lane: Lane<'l>,
+    // Dropped after `Ring::drop` has drained the stream.
+    slots: Vec<Slot<P>>,
+}
+
+impl<'l> Ring<'l, BounceBuffer> {
+    /// A ring of `count` (1 or 2) pinned bounce buffers on `lane`'s device.
+    pub fn pinned(lane: Lane<'l>, count: usize, settings: &Settings) -> Result<Self> {
+        let count = count.clamp(1, MAX_SLOTS);
+        let buffers = pinned_buffers(lane.context.ordinal(), count, settings)?;
+        Ok(Self::with(lane, buffers))
+    }
+
+    /// Slot `slot`'s buffer placed for `len` file bytes at `file_offset` (see [`stage`]).
+    /// Call [`Ring::reclaim`] first when the slot may have a DMA in flight.
+    pub fn stage(&mut self, slot: usize, file_offset: u64, len: usize) -> HostSpan {
+        stage(&mut self.slots[slot].payload, file_offset, len)
+    }
+}
+
+impl<'l, P> Ring<'l, P> {
+    /// A ring over `payloads` (at most [`MAX_SLOTS`]) on `lane`.
+    pub fn with(lane: Lane<'l>, payloads: Vec<P>) -> Self {
+        debug_assert!(payloads.len() <= MAX_SLOTS);
+        Self {
+            lane,
+            slots: payloads
+                .into_iter()
+                .map(|payload| Slot {
+                    payload,
+                    busy: false,
+                })
+                .collect(),
+        }
+    }
+
+    /// The number of slots.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether the ring has no slot.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Slot `slot`'s payload, once the DMA last queued on it (if any) has completed.
+    pub fn reclaim(&mut self, slot: usize) -> Result<&mut P> {
+        if self.slots[slot].busy {
+            self.lane.wait(slot)?;
+            self.slots[slot].busy = false;
+        }
+        Ok(&mut self.slots[slot].payload)
+    }
+
+    /// Queue a copy of `len` bytes from `src` (inside slot `slot`'s payload) to device
+    /// address `dst`, and mark the slot busy until it completes.
+    ///
+    /// # Safety
+    /// `src..src+len` must lie in slot `slot`'s pinned payload and `dst..dst+len` in live
+    /// device memory of the lane's device.
+    pub unsafe fn upload(
+        &mut self,
+        slot: usize,
+        dst: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller; the payload outlives the copy (reclaim or
+        // drop waits for the slot's event or the stream).
+        unsafe { self.lane.copy_htod(dst, src, len)? };
+        self.mark(slot)
+    }
+
+    /// Queue a copy of `len` bytes from device address `src` into `dst` (inside slot
+    /// `slot`'s payload), and mark the slot busy until it completes.
+    ///
+    /// # Safety
+    /// As for [`Ring::upload`], with the roles of host and device swapped.
+    pub unsafe fn download(
+        &mut self,
+        slot: usize,
+        dst: *mut u8,
+        src: u64,
+        len: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller, as in `upload`.
+        unsafe { self.lane.copy_dtoh(dst, src, len)? };
+        self.mark(slot)
+    }
+
+    fn mark(&mut self, slot: usize) -> Result<()> {
+        // Busy from the copy on: were the record to fail, drop still drains the stream.
+        self.slots[slot].busy = true;
+        self.lane.record(slot)
+    }
+
+    /// Wait until every queued DMA has completed.
+    pub fn drain(&mut self) -> Result<()> {
+        self.lane.synchronize()?;
+        for s in &mut self.slots {
+            s.busy = false;
+        }
+        Ok(())
+    }
+}
+
+impl<P> Drop for Ring<'_, P> {
+    fn drop(&mut self) {
+        if self.slots.iter().any(|s| s.busy) {
+            let _ = self.lane.synchronize();
+        }
+    }
+}

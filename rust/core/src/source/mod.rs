@@ -1,0 +1,205 @@
+//! Sources: every way the engine reaches a file's bytes, behind one trait, and the one
+//! place where the source for a path is chosen.
+//!
+//! A [`Source`] has a size, reads and writes host spans, may expose a descriptor, and may
+//! move bytes to or from device memory by itself ([`Source::device_direct`]: GPUDirect
+//! Storage, page-cache DMA). Everything above this module (the request path, the bounce
+//! ring, batches) talks to `dyn Source` only.
+//!
+//! Adding a source is one file in this folder (a type implementing [`Source`] and an
+//! `open` function with the [`Opener`] signature) and one line in [`OPENERS`].
+
+mod mapping;
+mod page_cache_dma;
+pub mod posix;
+mod posix_io;
+
+use std::fmt::Debug;
+use std::os::fd::RawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::cuda::Lane;
+use crate::error::{Error, Result};
+use crate::file::OpenFlags;
+use crate::memory::{DeviceSpan, HostSpan};
+use crate::request::Direction;
+use crate::settings::{CompatMode, Settings};
+
+pub use mapping::{page_size, FileMapping};
+pub use page_cache_dma::bytes_moved as page_cache_dma_bytes;
+
+/// What [`Source::device_direct`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direct {
+    /// Nothing: the transfer goes through the bounce ring.
+    NotUsed,
+    /// Moved this many bytes from the start of the span, and the transfer is complete
+    /// (fewer than asked only where a read reached the end of the file).
+    Complete(usize),
+    /// Moved this many bytes from the start of the span, then stopped; the bounce ring
+    /// moves the rest.
+    Partial(usize),
+}
+
+/// Something with a size whose bytes can be read into and written from memory.
+///
+/// Implementations are shared (`Arc`) by a file handle and every task in flight, so all
+/// methods take `&self` and may run on many threads at once for disjoint spans.
+pub trait Source: Send + Sync + Debug {
+    /// A short name for reports and diagnostics (`"posix"`).
+    fn name(&self) -> &'static str;
+
+    /// The path the source was opened with (for messages).
+    fn path(&self) -> &Path;
+
+    /// The mode the source was opened with.
+    fn flags(&self) -> OpenFlags;
+
+    /// The current size in bytes.
+    fn size(&self) -> Result<u64>;
+
+    /// Read into `span` from `offset` until the span is full or the source ends; the
+    /// count is short only at the end.
+    fn read_host(&self, span: HostSpan, offset: u64, settings: &Settings) -> Result<usize>;
+
+    /// Write all of `span` at `offset`.
+    fn write_host(&self, span: HostSpan, offset: u64, settings: &Settings) -> Result<usize>;
+
+    /// The operating-system descriptor, for sources that have one (`CuFile.fileno()`).
+    fn descriptor(&self) -> Option<RawFd> {
+        None
+    }
+
+    /// The descriptor's status flags (`fcntl(F_GETFL)`), for sources that have one.
+    fn status_flags(&self) -> Result<i32> {
+        Err(Error::UnsupportedOperation(format!(
+            "the {} source of '{}' has no file descriptor",
+            self.name(),
+            self.path().display()
+        )))
+    }
+
+    /// Whether reads and writes can bypass the page cache (O_DIRECT).
+    fn direct_io_supported(&self) -> bool {
+        false
+    }
+
+    /// Move the start of a device transfer without the bounce ring, where the source can
+    /// (GPUDirect Storage, or DMA straight from cached pages); `lane` is the calling
+    /// thread's stream on the span's device, its context current.
+    fn device_direct(
+        &self,
+        _direction: Direction,
+        _span: DeviceSpan,
+        _offset: u64,
+        _settings: &Settings,
+        _lane: Lane<'_>,
+    ) -> Result<Direct> {
+        Ok(Direct::NotUsed)
+    }
+}
+
+impl dyn Source {
+    /// [`Source::read_host`] or [`Source::write_host`], by `direction`.
+    pub fn transfer_host(
+        &self,
+        direction: Direction,
+        span: HostSpan,
+        offset: u64,
+        settings: &Settings,
+    ) -> Result<usize> {
+        match direction {
+            Direction::Read => self.read_host(span, offset, settings),
+            Direction::Write => self.write_host(span, offset, settings),
+        }
+    }
+
+    /// The size, for sizing `what` (a read of whole ranges): as [`Source::size`], except
+    /// that a source reporting 0 bytes but yielding bytes (a `/proc` or `/sys`
+    /// pseudo-file) is an error rather than an empty read.
+    pub fn size_for(&self, what: &str, settings: &Settings) -> Result<u64> {
+        let size = self.size()?;
+        if size == 0 && self.flags().readable {
+            let mut byte = [0u8; 1];
+            if self.read_host(HostSpan::from_slice(&mut byte), 0, settings)? > 0 {
+                return Err(unsized_file(self.path(), what));
+            }
+        }
+        Ok(size)
+    }
+
+    /// Fail with `UnsupportedOperation` unless the source was opened for `direction`.
+    pub fn check_access(&self, direction: Direction) -> Result<()> {
+        let flags = self.flags();
+        let (allowed, verb, modes) = match direction {
+            Direction::Read => (flags.readable, "write-only", "'r', 'r+' or 'w+' to read"),
+            Direction::Write => (flags.writable, "read-only", "'r+', 'w' or 'w+' to write"),
+        };
+        if allowed {
+            return Ok(());
+        }
+        Err(Error::UnsupportedOperation(format!(
+            "'{}' was opened {verb}; open it with {modes}",
+            self.path().display()
+        )))
+    }
+}
+
+/// What a source is asked to open.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// The path as given.
+    pub path: &'a Path,
+    /// The parsed open mode.
+    pub flags: OpenFlags,
+    /// The `compat_mode` setting when the file is opened: `On` asks for POSIX only.
+    pub compat_mode: CompatMode,
+}
+
+/// A source's constructor: `None` when the source does not take this target (another
+/// one is tried), else the opened source or the error that stops the open.
+pub type Opener = fn(&Target<'_>) -> Option<Result<Arc<dyn Source>>>;
+
+/// Every source, in the order a path is offered to them; the first that takes it opens
+/// it. POSIX takes every local path, so it comes last.
+pub const OPENERS: &[Opener] = &[posix::open];
+
+/// Open `path` with `flags`: the first source of [`OPENERS`] that takes it.
+pub fn open(path: &Path, flags: OpenFlags, settings: &Settings) -> Result<Arc<dyn Source>> {
+    let target = Target {
+        path,
+        flags,
+        compat_mode: settings.compat_mode,
+    };
+    OPENERS
+        .iter()
+        .find_map(|open| open(&target))
+        .unwrap_or_else(|| {
+            Err(Error::InvalidArgument(format!(
+                "no source can open '{}'",
+                path.display()
+            )))
+        })
+}
+
+/// The error for `what` (a kind of read) of a file that reports 0 bytes but has content.
+pub fn unsized_file(path: &Path, what: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "'{}' reports a size of 0 bytes but has content (a pseudo-file such as those in \
+         /proc or /sys), so {what} cannot be sized from it; read it into host memory with \
+         kvikpy.read(path, device='cpu'), which reads such files to their end, or with \
+         open(path, 'rb').read()",
+        path.display()
+    ))
+}
+
+/// The error for a read that had to fill its span (`expected` bytes at `offset`) but
+/// reached the end of the file after `got`: the file shrank after it was sized.
+pub fn truncated(path: &Path, offset: u64, expected: usize, got: usize) -> Error {
+    Error::Truncated(format!(
+        "'{}' ended after {got} of the {expected} bytes expected at offset {offset}: it \
+         shrank while being read",
+        path.display()
+    ))
+}
