@@ -1,6 +1,15 @@
 //! Raw memory spans handed to the engine by the binding, and the rules for sharing them
 //! across pool threads.
 
+/// Panic unless `[offset, offset + len)` lies inside a span of `total` bytes: a sub-span
+/// that does not fit is a bug in the engine, never the user's input (checked at intake).
+fn assert_fits(offset: usize, len: usize, total: usize) {
+    assert!(
+        offset.checked_add(len).is_some_and(|end| end <= total),
+        "sub-span {offset}+{len} out of a span of {total}"
+    );
+}
+
 /// `len` bytes of host memory at `ptr`, owned by someone else (a Python buffer export).
 ///
 /// The creator of a `HostSpan` promises, through [`HostSpan::new`], that the memory stays
@@ -55,11 +64,7 @@ impl HostSpan {
 
     /// The sub-span `[offset, offset + len)`; panics if it does not fit (a bug in the caller).
     pub fn sub(&self, offset: usize, len: usize) -> Self {
-        assert!(
-            offset.checked_add(len).is_some_and(|end| end <= self.len),
-            "sub-span {offset}+{len} out of a span of {}",
-            self.len
-        );
+        assert_fits(offset, len, self.len);
         Self {
             // SAFETY: offset + len <= self.len, so the result stays inside the original span.
             ptr: unsafe { self.ptr.add(offset) },
@@ -85,11 +90,7 @@ pub struct DeviceSpan {
 impl DeviceSpan {
     /// The sub-span `[offset, offset + len)`; panics if it does not fit (a bug in the caller).
     pub fn sub(&self, offset: usize, len: usize) -> Self {
-        assert!(
-            offset.checked_add(len).is_some_and(|end| end <= self.len),
-            "device sub-span {offset}+{len} out of a span of {}",
-            self.len
-        );
+        assert_fits(offset, len, self.len);
         Self {
             ptr: self.ptr + offset as u64,
             len,

@@ -5,9 +5,11 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use cudarc::driver::sys;
+use cudarc::driver::{result, sys, DriverError};
 
-use super::driver::{bind, check, ensure_driver, free_under};
+use super::driver::ContextGuard;
+use super::driver::{bind, check, ensure_driver, free_under, Named};
+use super::stream::{copy_dtoh, copy_htod, synchronize, thread_stream, Stream};
 use crate::bounce::{BounceAllocator, BouncePool};
 use crate::error::{Error, Result};
 
@@ -84,16 +86,16 @@ impl DeviceAllocation {
     /// Allocate `size` bytes (at least 1) on device `ordinal`.
     pub fn new(ordinal: usize, size: usize) -> Result<Self> {
         let _context = bind(ordinal)?;
-        let mut ptr: sys::CUdeviceptr = 0;
-        // SAFETY: the device's context is current; `ptr` is an out-pointer.
-        let rc = unsafe { sys::cuMemAlloc_v2(&mut ptr, size.max(1)) };
-        if rc == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-            return Err(Error::OutOfMemory(format!(
-                "out of GPU memory allocating {size} bytes on cuda:{ordinal}; read a smaller \
-                 range or free GPU memory"
-            )));
-        }
-        check("cuMemAlloc", rc)?;
+        // SAFETY: the device's context is current.
+        let ptr = match unsafe { result::malloc_sync(size.max(1)) } {
+            Err(DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
+                return Err(Error::OutOfMemory(format!(
+                    "out of GPU memory allocating {size} bytes on cuda:{ordinal}; read a \
+                     smaller range or free GPU memory"
+                )))
+            }
+            other => other.named("cuMemAlloc")?,
+        };
         Ok(Self { ptr, size, ordinal })
     }
 
@@ -118,7 +120,7 @@ impl Drop for DeviceAllocation {
         let ptr = self.ptr;
         free_under(self.ordinal, move || {
             // SAFETY: `ptr` came from cuMemAlloc in this context and is freed only here.
-            let _ = unsafe { sys::cuMemFree_v2(ptr) };
+            let _ = unsafe { result::free_sync(ptr) };
         });
     }
 }
@@ -126,19 +128,18 @@ impl Drop for DeviceAllocation {
 /// Pinned host memory allocated under device `ordinal`'s context (the device it serves).
 fn host_alloc(ordinal: usize, size: usize, flags: u32) -> Result<NonNull<u8>> {
     let _context = bind(ordinal)?;
-    let mut ptr: *mut c_void = std::ptr::null_mut();
-    // SAFETY: a context is current; `ptr` is an out-pointer. PORTABLE makes the memory
-    // pinned for every context, so any device can DMA from it.
-    let rc = unsafe {
-        sys::cuMemHostAlloc(&mut ptr, size.max(1), flags | sys::CU_MEMHOSTALLOC_PORTABLE)
-    };
-    if rc == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-        return Err(Error::OutOfMemory(format!(
-            "could not pin {size} bytes of host memory for cuda:{ordinal}; lower \
-             bounce_buffer_size or num_threads, or free host memory"
-        )));
-    }
-    check("cuMemHostAlloc", rc)?;
+    // SAFETY: a context is current. PORTABLE makes the memory pinned for every context,
+    // so any device can DMA from it.
+    let ptr =
+        match unsafe { result::malloc_host(size.max(1), flags | sys::CU_MEMHOSTALLOC_PORTABLE) } {
+            Err(DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
+                return Err(Error::OutOfMemory(format!(
+                    "could not pin {size} bytes of host memory for cuda:{ordinal}; lower \
+                 bounce_buffer_size or num_threads, or free host memory"
+                )))
+            }
+            other => other.named("cuMemHostAlloc")?,
+        };
     NonNull::new(ptr.cast())
         .ok_or_else(|| Error::InvalidArgument("cuMemHostAlloc returned NULL".into()))
 }
@@ -148,7 +149,7 @@ fn host_free(ordinal: usize, ptr: NonNull<u8>) {
     let address = ptr.as_ptr() as usize;
     free_under(ordinal, move || {
         // SAFETY: `address` came from cuMemHostAlloc and is freed exactly once, here.
-        let _ = unsafe { sys::cuMemFreeHost(address as *mut c_void) };
+        let _ = unsafe { result::free_host(address as *mut c_void) };
     });
 }
 
@@ -225,6 +226,18 @@ pub fn free_idle_pinned() -> usize {
         .sum()
 }
 
+/// Run `queue` (one copy) on the calling thread's stream of device `ordinal`, then wait
+/// for it.
+fn copy_blocking(
+    ordinal: usize,
+    queue: impl FnOnce(&ContextGuard, Stream) -> Result<()>,
+) -> Result<()> {
+    let context = bind(ordinal)?;
+    let lane = thread_stream(&context)?;
+    queue(&context, lane.stream)?;
+    synchronize(&context, lane.stream)
+}
+
 /// Copy `len` bytes from host memory to device memory on `ordinal`, blocking until done.
 ///
 /// # Safety
@@ -235,11 +248,10 @@ pub unsafe fn copy_host_to_device(
     src: *const u8,
     len: usize,
 ) -> Result<()> {
-    let context = bind(ordinal)?;
-    let lane = super::stream::thread_stream(&context)?;
-    // SAFETY: forwarded from the caller; we wait for the copy before returning.
-    unsafe { super::stream::copy_htod(&context, dst, src, len, lane.stream)? };
-    super::stream::synchronize(&context, lane.stream)
+    copy_blocking(ordinal, |context, stream| {
+        // SAFETY: forwarded from the caller; `copy_blocking` waits for the copy.
+        unsafe { copy_htod(context, dst, src, len, stream) }
+    })
 }
 
 /// Copy `len` bytes from device memory on `ordinal` to host memory, blocking until done.
@@ -252,9 +264,8 @@ pub unsafe fn copy_device_to_host(
     src: u64,
     len: usize,
 ) -> Result<()> {
-    let context = bind(ordinal)?;
-    let lane = super::stream::thread_stream(&context)?;
-    // SAFETY: forwarded from the caller; we wait for the copy before returning.
-    unsafe { super::stream::copy_dtoh(&context, dst, src, len, lane.stream)? };
-    super::stream::synchronize(&context, lane.stream)
+    copy_blocking(ordinal, |context, stream| {
+        // SAFETY: forwarded from the caller; `copy_blocking` waits for the copy.
+        unsafe { copy_dtoh(context, dst, src, len, stream) }
+    })
 }

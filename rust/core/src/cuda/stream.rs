@@ -6,9 +6,9 @@ use std::cell::RefCell;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Mutex;
 
-use cudarc::driver::sys;
+use cudarc::driver::{result, sys};
 
-use super::driver::{bind, check, free_under, ContextGuard};
+use super::driver::{bind, check, free_under, ContextGuard, Named};
 use super::memory::PinnedHostAllocation;
 use crate::error::Result;
 
@@ -56,11 +56,11 @@ impl Drop for ThreadCuda {
             for e in events {
                 // SAFETY: the event was created on this device's context by this thread
                 // and is destroyed exactly once, here.
-                let _ = unsafe { sys::cuEventDestroy_v2(e as sys::CUevent) };
+                let _ = unsafe { result::event::destroy(e as sys::CUevent) };
             }
             // SAFETY: the stream was created on this device's context by this thread and
             // is destroyed exactly once, here.
-            let _ = unsafe { sys::cuStreamDestroy_v2(stream as sys::CUstream) };
+            let _ = unsafe { result::stream::destroy(stream as sys::CUstream) };
         });
     }
 }
@@ -126,21 +126,9 @@ pub fn thread_stream(context: &ContextGuard) -> Result<Lane<'_>> {
         if let Some(t) = all.iter().find(|t| t.ordinal == ordinal) {
             return Ok((t.stream as usize, t.events.map(|e| e as usize)));
         }
-        let mut stream: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: the device's context is current; `stream` is an out-pointer.
-        check("cuStreamCreate", unsafe {
-            sys::cuStreamCreate(
-                &mut stream,
-                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-            )
-        })?;
-        let mut events = [std::ptr::null_mut(); 2];
-        for e in &mut events {
-            // SAFETY: context current; `e` is an out-pointer.
-            check("cuEventCreate", unsafe {
-                sys::cuEventCreate(e, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
-            })?;
-        }
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .named("cuStreamCreate")?;
+        let events = [new_event()?, new_event()?];
         all.push(ThreadCuda {
             ordinal,
             stream,
@@ -155,6 +143,11 @@ pub fn thread_stream(context: &ContextGuard) -> Result<Lane<'_>> {
     })
 }
 
+/// A new event without timing, on the current context.
+fn new_event() -> Result<sys::CUevent> {
+    result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).named("cuEventCreate")
+}
+
 /// Queue a host-to-device copy of `len` bytes on `stream`.
 ///
 /// # Safety
@@ -167,10 +160,10 @@ pub unsafe fn copy_htod(
     len: usize,
     stream: Stream,
 ) -> Result<()> {
+    // SAFETY: the caller keeps `src..src+len` valid until the copy completes.
+    let src = unsafe { std::slice::from_raw_parts(src, len) };
     // SAFETY: forwarded from the caller's contract; the context is current.
-    check("cuMemcpyHtoDAsync", unsafe {
-        sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, stream.cu())
-    })
+    unsafe { result::memcpy_htod_async(dst, src, stream.cu()) }.named("cuMemcpyHtoDAsync")
 }
 
 /// Queue a device-to-host copy of `len` bytes on `stream`.
@@ -184,34 +177,28 @@ pub unsafe fn copy_dtoh(
     len: usize,
     stream: Stream,
 ) -> Result<()> {
+    // SAFETY: the caller keeps `dst..dst+len` valid and unused until the copy completes.
+    let dst = unsafe { std::slice::from_raw_parts_mut(dst, len) };
     // SAFETY: forwarded from the caller's contract; the context is current.
-    check("cuMemcpyDtoHAsync", unsafe {
-        sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, stream.cu())
-    })
+    unsafe { result::memcpy_dtoh_async(dst, src, stream.cu()) }.named("cuMemcpyDtoHAsync")
 }
 
 /// Record `event` on `stream`.
 pub fn record(_context: &ContextGuard, event: Event, stream: Stream) -> Result<()> {
     // SAFETY: both handles are live and belong to the current context.
-    check("cuEventRecord", unsafe {
-        sys::cuEventRecord(event.cu(), stream.cu())
-    })
+    unsafe { result::event::record(event.cu(), stream.cu()) }.named("cuEventRecord")
 }
 
 /// Block until `event` has completed.
 pub fn wait_event(_context: &ContextGuard, event: Event) -> Result<()> {
     // SAFETY: `event` is a live event handle of the current context.
-    check("cuEventSynchronize", unsafe {
-        sys::cuEventSynchronize(event.cu())
-    })
+    unsafe { result::event::synchronize(event.cu()) }.named("cuEventSynchronize")
 }
 
 /// Block until all work on `stream` has completed.
 pub fn synchronize(_context: &ContextGuard, stream: Stream) -> Result<()> {
     // SAFETY: `stream` is a live stream handle (or a special value the driver accepts).
-    check("cuStreamSynchronize", unsafe {
-        sys::cuStreamSynchronize(stream.cu())
-    })
+    unsafe { result::stream::synchronize(stream.cu()) }.named("cuStreamSynchronize")
 }
 
 /// An event recorded on someone else's stream: the point after which their earlier work
@@ -236,14 +223,7 @@ impl StreamEvent {
     /// Record an event on `stream` of device `ordinal`.
     pub fn record(ordinal: usize, stream: Stream) -> Result<Self> {
         let context = bind(ordinal)?;
-        let mut event: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: context current; `event` is an out-pointer.
-        check("cuEventCreate", unsafe {
-            sys::cuEventCreate(
-                &mut event,
-                sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
-            )
-        })?;
+        let event = new_event()?;
         let made = Self { ordinal, event };
         record(&context, Event(event as usize), stream)?;
         Ok(made)
@@ -258,10 +238,10 @@ impl StreamEvent {
     /// Make `stream` wait (on the GPU, without blocking the host) for the recorded point.
     pub fn make_wait(&self, stream: Stream) -> Result<()> {
         let _context = bind(self.ordinal)?;
+        let flags = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
         // SAFETY: both handles are live and belong to this device's context.
-        check("cuStreamWaitEvent", unsafe {
-            sys::cuStreamWaitEvent(stream.cu(), self.event, 0)
-        })
+        unsafe { result::stream::wait_event(stream.cu(), self.event, flags) }
+            .named("cuStreamWaitEvent")
     }
 }
 
@@ -271,7 +251,7 @@ impl Drop for StreamEvent {
         free_under(self.ordinal, move || {
             // SAFETY: created in `record`, destroyed once here; the driver defers the
             // release until the event has completed.
-            let _ = unsafe { sys::cuEventDestroy_v2(event as sys::CUevent) };
+            let _ = unsafe { result::event::destroy(event as sys::CUevent) };
         });
     }
 }
