@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import shlex
 import statistics
@@ -547,13 +548,15 @@ def summarise(
     return summary
 
 
-def number(value: float) -> str:
-    """38.3, 412, 53,500: one decimal below 100, three significant digits above 1,000."""
-    if value >= 1000:
-        return f"{float(f'{value:.3g}'):,.0f}"
-    if value >= 100:
-        return f"{value:.0f}"
-    return f"{value:.1f}"
+def number(value: float, scale: float) -> str:
+    """``value`` rounded as ``scale`` (its row's largest median) reads best: 38.3, 412, 53,500
+    (one decimal from 1 to 100, three significant digits above, two below 1)."""
+    if scale >= 100:
+        return f"{round(value, 2 - math.floor(math.log10(scale))):,.0f}"
+    if scale >= 1:
+        return f"{value:.1f}"
+    places = 1 - math.floor(math.log10(scale)) if scale > 0 else 2
+    return f"{value:.{places}f}"
 
 
 def markdown(summary: dict[str, dict[str, Any]], labels: list[str], intro: str) -> str:
@@ -564,9 +567,11 @@ def markdown(summary: dict[str, dict[str, Any]], labels: list[str], intro: str) 
     lines = [intro, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for work, row in summary.items():
         cells = [f"`{work}`", row["what"], row["unit"]]
+        scale = max(row[label]["median"] for label in labels)  # one rounding per row
         for label in labels:
             m = row[label]
-            cells.append(f"{number(m['median'])} ({number(m['min'])}-{number(m['max'])})")
+            low, mid, high = (number(m[k], scale) for k in ("min", "median", "max"))
+            cells.append(f"{mid} ({low}-{high})")
         for key, ratio in row["ratios"].items():
             cells.append(
                 f"**{ratio:.2f}** (loss beyond the spread)"
