@@ -186,7 +186,9 @@ def _slices(buf: Any, count: int, size: int) -> list[Any]:
     return [buf[i * size : (i + 1) * size] for i in range(count)]
 
 
-def run_workloads(kvikpy: Any, spec: dict[str, Any], mem: _Host | _Cuda, runs: int) -> dict:
+def run_workloads(
+    kvikpy: Any, spec: dict[str, Any], mem: _Host | _Cuda, runs: int
+) -> dict[str, float]:
     """Every workload in ``spec["workloads"]``, in order: name -> rate (see ``UNITS``)."""
     out: dict[str, float] = {}
     todo = spec["workloads"]
@@ -235,11 +237,11 @@ def run_workloads(kvikpy: Any, spec: dict[str, Any], mem: _Host | _Cuda, runs: i
     for key in BATCH_SIZES:
         if f"batch-{key}" in todo:
             files = spec["small"][key]
-            t = timed(
-                f"batch-{key}",
-                lambda paths=files["paths"]: kvikpy.read_many(paths, device=dev).buffer,
-                files["sum"],
-            )
+
+            def many(paths: list[str] = files["paths"]) -> Any:
+                return kvikpy.read_many(paths, device=dev).buffer
+
+            t = timed(f"batch-{key}", many, files["sum"])
             out[f"batch-{key}"] = len(files["paths"]) / t
     if "batch-ranges" in todo:
         pairs = [(o, BATCH_RANGE) for o in spec["batch_ranges"]["offsets"]]
@@ -384,7 +386,7 @@ def write_safetensors(path: str, tensors: dict[str, np.ndarray], dtype: str, ite
     with open(path, "wb") as fh:
         fh.write(struct.pack("<Q", len(text)) + text)
         for raw in tensors.values():
-            fh.write(memoryview(raw))
+            raw.tofile(fh)
 
 
 def write_checkpoint(path: str, nbytes: int, count: int, device: str) -> dict[str, Any]:
@@ -445,7 +447,8 @@ def make_data(folder: str, args: argparse.Namespace, todo: list[str]) -> dict[st
                     f"{size >> 10} KiB ranges need a larger file than {args.size_mib} MiB: "
                     "raise --size-mib"
                 )
-            return (rng.integers(0, (n - size - 1) // PAGE, count) * PAGE + shift).tolist()
+            pages = rng.integers(0, (n - size - 1) // PAGE, count)
+            return [int(p) * PAGE + shift for p in pages]
 
         if "batch-ranges" in todo:
             at = offsets(BATCH_RANGE, args.ranges, 0)
@@ -597,7 +600,7 @@ def parse_builds(specs: list[str]) -> dict[str, str]:
     return builds
 
 
-def run_child(label: str, build: str, spec_path: str, args: argparse.Namespace) -> dict:
+def run_child(label: str, build: str, spec_path: str, args: argparse.Namespace) -> dict[str, Any]:
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([build, REPO]),
