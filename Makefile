@@ -23,8 +23,8 @@ export JUPYTER_PLATFORM_DIRS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: demo test docs lint fmt develop rust-test stubtest typecheck py-test wheel wheels \
-        gpu-wheel gpu-test gpu-bench gpu-notebooks nb-wheels clean check-rust notebooks \
-        bench-engine
+        gpu-wheel gpu-test gpu-bench gpu-bench-wheels gpu-notebooks nb-wheels clean check-rust \
+        notebooks bench-engine
 
 # The demo needs only numpy and a build of kvikpy: its own small environment, with the
 # same pinned numpy and maturin as the development one.
@@ -180,6 +180,26 @@ gpu-bench:
 		python3 -m benchmarks progress --out $(BENCH_OUT)/progress.json; \
 		python3 -m benchmarks startup | tee $(BENCH_OUT)/startup.txt; \
 	fi
+
+# Two builds side by side on the GPU machine (the before/after of an engine change): the
+# wheel from before carried in .bench/before/, the one from after in .gpu/ (`make
+# gpu-wheel`), each installed into its own folder; `python -m benchmarks wheels` runs
+# them in alternating fresh processes (about 4 minutes on an H100) and writes wheels.json
+# and wheels.md (the table for docs/benchmarks.md) into $(BENCH_OUT). More options in
+# BENCH_ARGS, e.g. BENCH_ARGS="--only large,ranges --rounds 4".
+WHEELS_INSTALL = python3 -m pip install -q --no-index --no-deps --no-compile --target
+gpu-bench-wheels:
+	@for d in .bench/before .gpu; do \
+		n=$$(ls $$d/*.whl 2>/dev/null | wc -l); \
+		[ "$$n" = 1 ] || { echo "error: expected one kvikpy wheel in $$d/, found $$n" >&2; exit 1; }; \
+	done
+	rm -rf /tmp/kvikpy-before /tmp/kvikpy-after
+	$(WHEELS_INSTALL) /tmp/kvikpy-before .bench/before/*.whl
+	$(WHEELS_INSTALL) /tmp/kvikpy-after .gpu/*.whl
+	mkdir -p $(BENCH_OUT)
+	PYTHONPATH=. PYTHONSAFEPATH=1 python3 -m benchmarks wheels \
+		--build before=/tmp/kvikpy-before --build after=/tmp/kvikpy-after \
+		--out $(BENCH_OUT)/wheels.json --markdown $(BENCH_OUT)/wheels.md $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO_VENV) target dist site .gpu .pytest_cache .mypy_cache .ruff_cache .hypothesis
