@@ -12,7 +12,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::blocking::without_gil;
-use crate::errors::EngineError;
+use crate::errors::BindError;
 use crate::memory::Buffer;
 
 /// What a batch read returns: the allocation, the element boundaries (`len + 1` offsets)
@@ -20,7 +20,7 @@ use crate::memory::Buffer;
 type BatchResult = (Buffer, Vec<i64>, Vec<(usize, PyErr)>);
 
 fn to_py(e: Error) -> PyErr {
-    EngineError(e).into()
+    BindError::Engine(e).into()
 }
 
 /// A byte counter a batch read advances as its pieces finish, which another Python thread

@@ -8,7 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::blocking::without_gil;
-use crate::errors::{BindResult, EngineError};
+use crate::errors::{BindError, BindResult};
 use crate::future::{Future, StreamFuture};
 use crate::intake::{file_offset, intake, Access, Intake};
 use crate::memory::{mark_ready, Buffer};
@@ -120,7 +120,7 @@ impl FileHandle {
         method: &str,
         alternative: &str,
     ) -> PyResult<usize> {
-        self.inner.get().map_err(EngineError)?;
+        self.inner.get().map_err(BindError::Engine)?;
         let taken = intake(buf, access(direction))?;
         taken.device_only(method, alternative)?;
         let taken = taken.select(dev_offset, size, "dev_offset")?;
@@ -145,7 +145,7 @@ impl FileHandle {
         method: &str,
         alternative: &str,
     ) -> PyResult<(StreamFuture, usize)> {
-        self.inner.get().map_err(EngineError)?;
+        self.inner.get().map_err(BindError::Engine)?;
         let taken = intake(buf, access(direction))?;
         taken.device_only(method, alternative)?;
         let taken = taken.select(dev_offset, size, "dev_offset")?;
