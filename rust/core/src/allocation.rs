@@ -177,27 +177,19 @@ impl Allocation {
         matches!(self.memory, Memory::Pinned(_))
     }
 
-    /// The bytes `[offset, offset + len)` as an engine span. `InvalidArgument` if they do
-    /// not lie inside the allocation.
+    /// The whole allocation as an engine span (narrow it with [`Span::sub`]).
     ///
     /// The span is an address range: it stays valid only while this allocation lives, so
     /// whoever hands it to an operation keeps the allocation alive (an `Arc` in the
     /// operation's keepalive) until the operation has finished.
-    pub fn span(&self, offset: usize, len: usize) -> Result<Span> {
-        if offset.checked_add(len).is_none_or(|end| end > self.size) {
-            return Err(Error::InvalidArgument(format!(
-                "bytes [{offset}, {}) are outside an allocation of {} bytes",
-                offset.saturating_add(len),
-                self.size
-            )));
-        }
-        let ptr = self.base() + offset as u64;
-        Ok(match self.placement() {
+    pub fn span(&self) -> Span {
+        let (ptr, len) = (self.base(), self.size);
+        match self.placement() {
             Placement::Device(ordinal) => Span::Device(DeviceSpan { ptr, len, ordinal }),
-            // SAFETY: `ptr..ptr + len` lies inside this host allocation (checked above),
-            // which the caller keeps alive for as long as the span is used (see above).
+            // SAFETY: `ptr..ptr + len` is this host allocation, which the caller keeps
+            // alive for as long as the span is used (see above).
             Placement::Host => Span::Host(unsafe { HostSpan::new(ptr as *mut u8, len) }),
-        })
+        }
     }
 
     /// When the bytes are ready for consumers.
@@ -297,30 +289,22 @@ mod tests {
     }
 
     #[test]
-    fn a_host_allocation_gives_spans_inside_it_only() {
+    fn a_host_allocation_spans_its_memory() {
         let a = Allocation::new(Placement::Host, 10_000, false).unwrap();
         assert_eq!(a.placement(), Placement::Host);
         assert!(!a.is_pinned());
         assert_eq!(a.size(), 10_000);
-        let Ok(Span::Host(whole)) = a.span(0, 10_000) else {
+        let Span::Host(whole) = a.span() else {
             panic!("host memory gives a host span")
         };
         assert_eq!((whole.as_ptr() as u64, whole.len()), (a.base(), 10_000));
-        let Ok(Span::Host(tail)) = a.span(9_000, 1_000) else {
-            panic!("host memory gives a host span")
-        };
-        assert_eq!(tail.as_ptr() as u64, a.base() + 9_000);
-        // The memory is the allocation's to write.
-        // SAFETY: `tail` lies inside `a`, alive for this block, and nothing else uses it.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(tail.as_ptr(), tail.len()) };
+        // The memory is the allocation's to write, to its last byte.
+        // SAFETY: `whole` is `a`'s memory, alive for this block, and nothing else uses it.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(whole.as_ptr(), whole.len()) };
         bytes.fill(7);
-        for (offset, len) in [(9_000, 1_001), (10_001, 0), (usize::MAX, 2)] {
-            assert!(
-                matches!(a.span(offset, len), Err(Error::InvalidArgument(_))),
-                "[{offset}, +{len})"
-            );
-        }
-        assert!(a.span(10_000, 0).is_ok_and(|s| s.is_empty()));
+        assert_eq!(bytes[9_999], 7);
+        let empty = Allocation::new(Placement::Host, 0, false).unwrap();
+        assert!(empty.span().is_empty());
     }
 
     #[test]

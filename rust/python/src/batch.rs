@@ -58,7 +58,7 @@ impl Progress {
     }
 }
 
-/// Read `paths` into one allocation (on GPU `ordinal`, or the host when it is -1). With
+/// Read `paths` into one allocation (on GPU `ordinal`, or the host when it is None). With
 /// `skip`, failed files become empty elements listed in the result; otherwise the first
 /// failure (in `paths` order) raises and nothing is returned.
 #[boundary]
@@ -67,7 +67,7 @@ impl Progress {
 pub fn read_files_batch(
     py: Python<'_>,
     paths: Vec<PathBuf>,
-    ordinal: i64,
+    ordinal: Option<usize>,
     skip: bool,
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
@@ -103,7 +103,7 @@ pub fn read_ranges_batch(
     py: Python<'_>,
     path: PathBuf,
     ranges: Vec<(u64, u64)>,
-    ordinal: i64,
+    ordinal: Option<usize>,
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
     let settings = kvikpy_core::settings::current().map_err(to_py)?;
@@ -144,7 +144,7 @@ fn run(
     settings: Settings,
     sources: Vec<(bool, Source, usize)>,
     shared: Option<FileHandle>,
-    ordinal: i64,
+    ordinal: Option<usize>,
     skip: bool,
     mut failures: Vec<(usize, PyErr)>,
     progress: Option<&Progress>,

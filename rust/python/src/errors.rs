@@ -38,6 +38,13 @@ impl From<PyErr> for BindError {
     }
 }
 
+/// Conversions that cannot fail (pyo3's `into_pyobject` of plain values) need no variant.
+impl From<std::convert::Infallible> for BindError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
 impl From<BindError> for PyErr {
     fn from(e: BindError) -> PyErr {
         match e {

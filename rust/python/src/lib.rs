@@ -6,6 +6,7 @@ mod arrow;
 mod batch;
 mod blocking;
 mod boundary;
+mod buffer;
 mod ceiling;
 mod cuda;
 mod dlpack;
@@ -13,8 +14,10 @@ mod errors;
 mod file;
 mod future;
 mod intake;
-mod memory;
 mod settings;
+
+/// The buffer module's former name, which `file.rs` and `batch.rs` still use.
+use buffer as memory;
 
 use pyo3::prelude::*;
 
@@ -24,13 +27,13 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<file::FileHandle>()?;
     m.add_class::<future::Future>()?;
     m.add_class::<future::StreamFuture>()?;
-    m.add_class::<memory::Buffer>()?;
+    m.add_class::<buffer::Buffer>()?;
     m.add_function(wrap_pyfunction!(cuda::cuda_available, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::device_count, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::current_device, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::page_cache_dma_bytes, m)?)?;
-    m.add_function(wrap_pyfunction!(memory::live_buffers, m)?)?;
+    m.add_function(wrap_pyfunction!(buffer::live_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(intake::buffer_nbytes, m)?)?;
     m.add_function(wrap_pyfunction!(batch::read_files_batch, m)?)?;
     m.add_class::<batch::Progress>()?;
