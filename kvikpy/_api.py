@@ -267,7 +267,7 @@ def read(
             "once; leave one of them out"
         )
     ordinal = _devices.resolve(device)
-    if stream is not None and ordinal < 0:
+    if stream is not None and ordinal is None:
         raise ValueError("stream= orders GPU reads; it cannot be used with device='cpu'")
 
     if offset < 0:
@@ -280,7 +280,7 @@ def read(
         if file_size == 0 and _paths.has_content(f.fileno()):
             # A pseudo-file (/proc, /sys): host reads read it to its end; device reads get
             # the engine's error (it cannot be sized) instead of empty data.
-            if ordinal >= 0:
+            if ordinal is not None:
                 f._handle.size_for("a device read")
             content = _paths.read_to_end(f.fileno())
             file_size = len(content)
@@ -304,7 +304,7 @@ def read(
         if content is not None:
             host: Any = buf  # host memory, writable through the buffer protocol
             memoryview(host)[:] = content[offset : offset + size]
-        elif stream is not None and ordinal >= 0:
+        elif stream is not None and ordinal is not None:
             f.raw_read_async(buf, stream_handle(stream), size, offset)
         elif progress:
             from kvikpy._progress import follow_future

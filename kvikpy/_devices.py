@@ -13,10 +13,7 @@ from typing import Literal
 from kvikpy import _lib
 from kvikpy.errors import CudaUnavailableError
 
-__all__ = ["CPU", "check_option", "label", "parse", "resolve", "resolve_option"]
-
-CPU = -1
-"""The ordinal of host memory."""
+__all__ = ["check_option", "label", "parse", "resolve", "resolve_option"]
 
 _SPELLINGS = "'cuda', 'cuda:N', an int or 'cpu'"
 
@@ -50,8 +47,8 @@ def parse(device: object) -> Literal["cpu", "cuda"] | int:
     raise ValueError(f"device must be {_SPELLINGS}, got {device!r}")
 
 
-def resolve(device: str | int, option: str = "device") -> int:
-    """The CUDA ordinal for ``device``, or :data:`CPU` (-1) for host memory.
+def resolve(device: str | int, option: str = "device") -> int | None:
+    """The CUDA ordinal for ``device``, or ``None`` for host memory.
 
     Parameters
     ----------
@@ -76,7 +73,7 @@ def resolve(device: str | int, option: str = "device") -> int:
 
     ordinal = parse(device)
     if ordinal == "cpu":
-        return CPU
+        return None
     if not _lib.cuda_available():
         raise CudaUnavailableError(
             f"{spelled(device)} needs a GPU, but CUDA is not available "
@@ -94,9 +91,9 @@ def resolve(device: str | int, option: str = "device") -> int:
     return ordinal
 
 
-def label(ordinal: int) -> str:
-    """``"cpu"`` for :data:`CPU`, else ``"cuda:N"``."""
-    return "cpu" if ordinal == CPU else f"cuda:{ordinal}"
+def label(ordinal: int | None) -> str:
+    """``"cpu"`` for ``None`` (host memory), else ``"cuda:N"``."""
+    return "cpu" if ordinal is None else f"cuda:{ordinal}"
 
 
 def check_option(text: str) -> str:
@@ -116,8 +113,8 @@ def check_option(text: str) -> str:
     return text
 
 
-def resolve_option(choice: str) -> tuple[str, int]:
-    """Turn a ``--device`` value into a label and a CUDA ordinal (:data:`CPU` for host).
+def resolve_option(choice: str) -> tuple[str, int | None]:
+    """Turn a ``--device`` value into a label and a CUDA ordinal (``None`` for host).
 
     Parameters
     ----------
@@ -127,8 +124,8 @@ def resolve_option(choice: str) -> tuple[str, int]:
 
     Returns
     -------
-    tuple[str, int]
-        ``("cpu", -1)`` or ``("cuda:N", N)``.
+    tuple[str, int | None]
+        ``("cpu", None)`` or ``("cuda:N", N)``.
 
     Raises
     ------

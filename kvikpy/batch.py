@@ -196,7 +196,7 @@ def read_many(
     names = [_paths.fspath(p) for p in paths]
     ordinal = _devices.resolve(device)
     if stream is not None:
-        if ordinal < 0:
+        if ordinal is None:
             raise ValueError("stream= orders GPU reads; it cannot be used with device='cpu'")
         stream_handle(stream)  # a bad stream is an error even though the read completes first
     skip = errors == "skip"

@@ -24,7 +24,7 @@ class ChunkIterator(Iterator[_lib.Buffer]):
     chunk_size
         Bytes per chunk (the last chunk may be shorter).
     ordinal
-        The CUDA device to read into, or -1 for host memory.
+        The CUDA device to read into, or ``None`` for host memory.
     depth
         How many chunks are read ahead.
     progress
@@ -35,7 +35,7 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         self,
         path: str,
         chunk_size: int,
-        ordinal: int,
+        ordinal: int | None,
         depth: int,
         progress: bool = False,
     ):
@@ -122,7 +122,7 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         (``pyarrow.chunked_array(it, type=pyarrow.uint8())``). The consumer's
         ``get_next`` advances this same iterator. GPU iterators raise ``BufferError``:
         use ``__arrow_c_device_stream__``."""
-        if self._ordinal >= 0:
+        if self._ordinal is not None:
             raise BufferError(
                 f"this iterator reads into the memory of GPU {self._ordinal}, which the "
                 "Arrow C stream interface cannot describe; use __arrow_c_device_stream__, "
@@ -135,7 +135,7 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         capsule) of ``uint8`` arrays, one per chunk, on this iterator's device. The
         consumer's ``get_next`` advances this same iterator."""
         _lib.check_device_kwargs("__arrow_c_device_stream__", kwargs)
-        return _lib.device_stream_capsule(self, self._ordinal >= 0)
+        return _lib.device_stream_capsule(self, self._ordinal is not None)
 
     def close(self) -> None:
         """Wait for reads still running, then close the file."""

@@ -33,7 +33,7 @@ def test_parse_refuses_bools(value: bool) -> None:
 @given(st.integers(min_value=0, max_value=10**6))
 def test_labels_parse_back(ordinal: int) -> None:
     assert _devices.parse(_devices.label(ordinal)) == ordinal
-    assert _devices.label(_devices.CPU) == "cpu"
+    assert _devices.label(None) == "cpu"
 
 
 def test_cpu_never_asks_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,8 +43,8 @@ def test_cpu_never_asks_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("cpu asked whether CUDA is available")
 
     monkeypatch.setattr(_lib, "cuda_available", no_cuda)
-    assert _devices.resolve("cpu") == _devices.CPU
-    assert _devices.resolve_option("cpu") == ("cpu", _devices.CPU)
+    assert _devices.resolve("cpu") is None
+    assert _devices.resolve_option("cpu") == ("cpu", None)
 
 
 @pytest.mark.skipif(kvikpy.cuda_available(), reason="checks the errors of a machine without CUDA")
@@ -60,7 +60,7 @@ def test_gpu_without_cuda_is_worded_for_the_caller(value: str | int) -> None:
 
 @pytest.mark.skipif(kvikpy.cuda_available(), reason="checks auto on a machine without CUDA")
 def test_auto_falls_back_to_cpu_without_cuda() -> None:
-    assert _devices.resolve_option("auto") == ("cpu", _devices.CPU)
+    assert _devices.resolve_option("auto") == ("cpu", None)
 
 
 @pytest.mark.parametrize("text", ["auto", "cpu", "cuda", "cuda:0", "cuda:7"])

@@ -70,7 +70,7 @@ def test_a_bfloat16_buffer_keeps_its_type(tmp_path):
 
 @pytest.mark.gpu
 def test_a_pinned_buffer_comes_back_as_ordinary_host_memory():
-    buf = kvikpy._lib.Buffer.allocate(4096, -1, True)
+    buf = kvikpy._lib.Buffer.allocate(4096, None, True)
     back = pickle.loads(pickle.dumps(buf))
     assert buf.is_pinned and not back.is_pinned and back.nbytes == 4096
 

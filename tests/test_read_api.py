@@ -113,6 +113,30 @@ def test_buffer_dlpack_export_rules(tmp_path: Path) -> None:
     assert "64 B on cpu" in repr(buf)
 
 
+@pytest.mark.parametrize(
+    ("typestr", "code", "bits"),
+    [("<u4", 1, 16), ("<u", 1, 32), ("u4", 1, 32), ("!u4", 1, 32), ("<4u", 1, 32), ("<u0", 1, 0)],
+)
+def test_a_view_refuses_a_dtype_it_cannot_parse(typestr: str, code: int, bits: int) -> None:
+    """The typestr is parsed once, when the view is made: a malformed one, or one whose
+    item size disagrees with the bit width, is a ValueError there, not at an export."""
+    from kvikpy import _lib
+
+    buf = _lib.Buffer.allocate(64, None, False)
+    with pytest.raises(ValueError, match="is not an item type"):
+        buf.view(typestr, code, bits, [16])
+
+
+def test_host_memory_is_none_not_a_sentinel() -> None:
+    """``ordinal=None`` is host memory; -1 is no longer a way to say it."""
+    from kvikpy import _lib
+
+    buf = _lib.Buffer.allocate(16, None, False)
+    assert (buf.device, buf.is_pinned, buf.nbytes) == ("cpu", False, 16)
+    with pytest.raises(OverflowError):
+        _lib.Buffer.allocate(16, -1, False)
+
+
 def test_stream_handles() -> None:
     assert stream_handle(None) == 0
     assert stream_handle(7) == 7
@@ -142,7 +166,7 @@ def test_a_host_allocation_that_cannot_be_made_is_a_memory_error():
     from kvikpy import _lib
 
     with pytest.raises(MemoryError):
-        _lib.Buffer.allocate(1 << 60, -1, False)
+        _lib.Buffer.allocate(1 << 60, None, False)
 
 
 def test_write_keeps_the_bytes_around_its_range(tmp_path: Path) -> None:

@@ -79,13 +79,13 @@ def add_parser(sub: Any) -> None:
     bench.set_defaults(run=command)
 
 
-def _allocate(size: int, ordinal: int) -> Any:
+def _allocate(size: int, ordinal: int | None) -> Any:
     """A buffer of ``size`` bytes to read into, allocated and touched before any timing.
 
-    A numpy array in host memory for ``ordinal == -1``, else a ``kvikpy.Buffer`` in the
+    A numpy array in host memory for ``ordinal is None``, else a ``kvikpy.Buffer`` in the
     GPU's memory (allocated the way ``kvikpy.read`` allocates it).
     """
-    if ordinal >= 0:
+    if ordinal is not None:
         return _lib.Buffer.allocate(size, ordinal, False)
     import numpy as np  # deferred: `import kvikpy` does not load numpy
 

@@ -6,6 +6,7 @@
 
 #![deny(missing_docs)]
 
+pub mod allocation;
 pub mod batch;
 pub mod bounce;
 pub mod ceiling;

@@ -6,20 +6,21 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use kvikpy_core::allocation::Placement;
 use kvikpy_core::batch::{plan_files, plan_ranges, Plan};
 use kvikpy_core::{Error, Settings};
 use pyo3::prelude::*;
 
 use crate::blocking::without_gil;
-use crate::errors::EngineError;
-use crate::memory::Buffer;
+use crate::buffer::Buffer;
+use crate::errors::BindError;
 
 /// What a batch read returns: the allocation, the element boundaries (`len + 1` offsets)
 /// and the failed elements as `(index, exception)`.
 type BatchResult = (Buffer, Vec<i64>, Vec<(usize, PyErr)>);
 
 fn to_py(e: Error) -> PyErr {
-    EngineError(e).into()
+    BindError::Engine(e).into()
 }
 
 /// A byte counter a batch read advances as its pieces finish, which another Python thread
@@ -57,7 +58,7 @@ impl Progress {
     }
 }
 
-/// Read `paths` into one allocation (on GPU `ordinal`, or the host when it is -1). With
+/// Read `paths` into one allocation (on GPU `ordinal`, or the host when it is `None`). With
 /// `skip`, failed files become empty elements listed in the result; otherwise the first
 /// failure (in `paths` order) raises and nothing is returned.
 #[boundary]
@@ -66,7 +67,7 @@ impl Progress {
 pub fn read_files_batch(
     py: Python<'_>,
     paths: Vec<PathBuf>,
-    ordinal: i64,
+    ordinal: Option<usize>,
     skip: bool,
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
@@ -84,7 +85,7 @@ pub fn read_ranges_batch(
     py: Python<'_>,
     path: PathBuf,
     ranges: Vec<(u64, u64)>,
-    ordinal: i64,
+    ordinal: Option<usize>,
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
     let settings = kvikpy_core::settings::current().map_err(to_py)?;
@@ -97,14 +98,15 @@ fn read(
     py: Python<'_>,
     settings: &Settings,
     plan: Plan,
-    ordinal: i64,
+    ordinal: Option<usize>,
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
     let total = plan.total();
     if let Some(p) = progress {
         p.total.store(total as u64, Ordering::Relaxed);
     }
-    let buffer = Buffer::allocate(py, total, ordinal, false)?;
+    let placement = ordinal.map_or(Placement::Host, Placement::Device);
+    let buffer = Buffer::allocate_at(py, total, placement, false)?;
     let (span, _owner) = buffer.span();
     let counter = progress.map(|p| Arc::clone(&p.bytes));
     // On an error `buffer` is dropped: nothing half-allocated stays.

@@ -10,7 +10,7 @@ use kvikpy_core::error::panic_message;
 use kvikpy_core::Error;
 use pyo3::PyErr;
 
-use crate::errors::{EngineError, InternalError};
+use crate::errors::{BindError, InternalError};
 
 /// What an entry point returns when its body panicked.
 pub trait FromPanic {
@@ -24,9 +24,9 @@ impl<T> FromPanic for Result<T, PyErr> {
     }
 }
 
-impl<T> FromPanic for Result<T, EngineError> {
+impl<T> FromPanic for Result<T, BindError> {
     fn from_panic(message: String) -> Self {
-        Err(EngineError(Error::Panic(message)))
+        Err(BindError::Engine(Error::Panic(message)))
     }
 }
 

@@ -3,28 +3,28 @@
 use kvikpy_macros::boundary;
 use pyo3::prelude::*;
 
-use crate::blocking::without_gil;
+use crate::blocking::{without_gil, without_gil_value};
 use crate::errors::BindResult;
 
 /// Whether a CUDA driver loaded and reports at least one GPU.
 #[boundary]
 #[pyfunction]
-pub fn cuda_available(py: Python<'_>) -> bool {
-    py.detach(kvikpy_core::cuda::available)
+pub fn cuda_available(py: Python<'_>) -> BindResult<bool> {
+    without_gil_value(py, kvikpy_core::cuda::available)
 }
 
 /// Number of CUDA GPUs (0 without a driver).
 #[boundary]
 #[pyfunction]
-pub fn device_count(py: Python<'_>) -> usize {
-    py.detach(kvikpy_core::cuda::device_count)
+pub fn device_count(py: Python<'_>) -> BindResult<usize> {
+    without_gil_value(py, kvikpy_core::cuda::device_count)
 }
 
 /// Why CUDA is unavailable, or None.
 #[boundary]
 #[pyfunction]
-pub fn cuda_unavailable_reason(py: Python<'_>) -> Option<String> {
-    py.detach(kvikpy_core::cuda::unavailable_reason)
+pub fn cuda_unavailable_reason(py: Python<'_>) -> BindResult<Option<String>> {
+    without_gil_value(py, kvikpy_core::cuda::unavailable_reason)
 }
 
 /// The device of the calling thread's current CUDA context, or 0 if none is current.

@@ -10,10 +10,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::blocking::without_gil;
-use crate::errors::{BindResult, EngineError};
+use crate::buffer::{mark_ready, Buffer};
+use crate::errors::{BindError, BindResult};
 use crate::future::{Future, StreamFuture};
 use crate::intake::{file_offset, intake, Access};
-use crate::memory::{mark_ready, Buffer};
 
 /// An open file (the private handle behind `kvikpy.CuFile`).
 #[pyclass(module = "kvikpy._lib", frozen)]
@@ -82,7 +82,7 @@ impl<'a> Call<'a> {
 /// it is already complete (an inline request), else an interruptible wait.
 fn finish(py: Python<'_>, future: IoFuture) -> PyResult<usize> {
     match future.wait_timeout(Duration::ZERO) {
-        Some(result) => result.map_err(|e| EngineError(e).into()),
+        Some(result) => result.map_err(|e| BindError::Engine(e).into()),
         None => Future::from(future).get(py),
     }
 }
@@ -103,7 +103,7 @@ impl FileHandle {
         };
         let taken = match call.raw {
             Some(raw) => {
-                self.inner.get().map_err(EngineError)?; // a closed file first
+                self.inner.get().map_err(BindError::Engine)?; // a closed file first
                 let taken = intake(buf, access)?;
                 taken.device_only(raw.method, raw.alternative)?;
                 taken.select(raw.dev_offset, call.size, "dev_offset")?
@@ -173,7 +173,7 @@ impl FileHandle {
     fn fileno(&self) -> BindResult<i32> {
         let source = self.inner.get()?;
         source.descriptor().ok_or_else(|| {
-            EngineError(kvikpy_core::Error::UnsupportedOperation(format!(
+            BindError::Engine(kvikpy_core::Error::UnsupportedOperation(format!(
                 "the {} source of '{}' has no file descriptor",
                 source.name(),
                 source.path().display()

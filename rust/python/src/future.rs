@@ -7,8 +7,8 @@ use std::time::Duration;
 use kvikpy_core::IoFuture;
 use pyo3::prelude::*;
 
-use crate::blocking::without_gil;
-use crate::errors::EngineError;
+use crate::blocking::{without_gil, without_gil_value};
+use crate::errors::{BindError, BindResult};
 
 /// How long `get()` waits between checks for Ctrl-C (KeyboardInterrupt in Jupyter).
 const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(50);
@@ -29,12 +29,13 @@ impl From<IoFuture> for Future {
 #[pymethods]
 impl Future {
     /// Wait for the result with the GIL released, checking for signals now and then.
+    /// (`PyResult` rather than `BindResult`: `file.rs` returns it as is.)
     pub fn get(&self, py: Python<'_>) -> PyResult<usize> {
         loop {
             let inner = &self.inner;
-            let outcome = without_gil(py, move || Ok(inner.wait_timeout(SIGNAL_CHECK_INTERVAL)))?;
+            let outcome = without_gil_value(py, move || inner.wait_timeout(SIGNAL_CHECK_INTERVAL))?;
             if let Some(result) = outcome {
-                return result.map_err(|e| EngineError(e).into());
+                return Ok(result.map_err(BindError::Engine)?);
             }
             py.check_signals()?;
         }
@@ -45,10 +46,10 @@ impl Future {
     }
 
     /// Wait up to `timeout` seconds (GIL released); whether the operation is done.
-    fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
+    fn wait(&self, py: Python<'_>, timeout: f64) -> BindResult<bool> {
         let timeout = seconds(timeout);
         let inner = &self.inner;
-        Ok(without_gil(py, move || Ok(inner.wait_timeout(timeout)))?.is_some())
+        Ok(without_gil_value(py, move || inner.wait_timeout(timeout))?.is_some())
     }
 
     /// Bytes moved by the tasks finished so far (for progress bars).
@@ -95,7 +96,7 @@ impl StreamFuture {
 #[pymethods]
 impl StreamFuture {
     /// Wait for the transfer and for `stream` to reach it; the bytes transferred.
-    fn check_bytes_done(&self, py: Python<'_>) -> PyResult<usize> {
+    fn check_bytes_done(&self, py: Python<'_>) -> BindResult<usize> {
         let bytes = Future::from(self.inner.clone()).get(py)?;
         let (ordinal, stream) = (self.ordinal, self.stream);
         without_gil(py, move || {
@@ -121,9 +122,9 @@ impl StreamFuture {
 /// must happen before the interpreter finalises.
 #[boundary]
 #[pyfunction]
-pub fn wait_for_io(py: Python<'_>, timeout: f64) -> bool {
+pub fn wait_for_io(py: Python<'_>, timeout: f64) -> BindResult<bool> {
     let timeout = seconds(timeout);
-    py.detach(|| kvikpy_core::future::wait_idle(timeout))
+    without_gil_value(py, move || kvikpy_core::future::wait_idle(timeout))
 }
 
 /// A timeout in seconds from Python as a `Duration`: negative and NaN are 0, and anything

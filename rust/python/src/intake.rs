@@ -20,8 +20,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::blocking::without_gil;
+use crate::buffer::Buffer;
 use crate::dlpack::{self, DEVICE_CPU, DEVICE_CUDA, DEVICE_CUDA_HOST, DEVICE_CUDA_MANAGED};
-use crate::memory::Buffer;
 
 /// Whether the operation writes into the buffer or only reads it.
 #[derive(Clone, Copy, PartialEq, Eq)]
