@@ -306,6 +306,14 @@ def run_workloads(
 def child_main() -> None:
     """Entry point of a child process: ``SPEC BUILD DEVICE RUNS`` on the command line."""
     spec_path, build, device, runs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    # Checked before importing: a folder without kvikpy would otherwise import whatever
+    # copy is next on the path (a source tree without its compiled module fails oddly).
+    package = os.path.join(build, "kvikpy", "__init__.py")
+    if not os.path.exists(package):
+        raise SystemExit(
+            f"there is no kvikpy in {build}, so it would be imported from elsewhere, not from "
+            f"the build folder: install a wheel there with pip install --target {build}"
+        )
     import kvikpy
 
     where = os.path.abspath(kvikpy.__file__)
