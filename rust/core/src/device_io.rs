@@ -2,17 +2,16 @@
 //! ring, double-buffered per task so the file I/O of one chunk overlaps the DMA of the
 //! previous one; and stream-ordered transfers.
 
-use std::any::Any;
 use std::sync::Arc;
 
-use crate::cuda::{self, Stream};
+use crate::cuda::{self, Lane, Stream};
 use crate::error::Result;
 use crate::future::{run_caught, IoFuture};
 use crate::memory::DeviceSpan;
 use crate::request::Direction;
 use crate::ring::{pinned_buffers, stage, staging_capacity, Ring, MAX_SLOTS};
 use crate::settings::Settings;
-use crate::source::{Direct, Source};
+use crate::source::{Direct, Keepalive, Source};
 use crate::tasks::{align_up, DIRECT_IO_ALIGNMENT};
 
 /// Chunks per task the pipeline aims for: enough to overlap, few enough to keep each DMA
@@ -59,8 +58,33 @@ pub fn transfer(
         Direct::Partial(n) => n,
         Direct::NotUsed => 0,
     };
-    let span = span.sub(moved, span.len - moved);
-    let offset = offset + moved as u64;
+    let rest = span.sub(moved, span.len - moved);
+    Ok(moved
+        + via_ring(
+            source,
+            direction,
+            rest,
+            offset + moved as u64,
+            settings,
+            lane,
+        )?)
+}
+
+/// Move `span.len()` bytes between `source` at `offset` and device memory through the
+/// bounce ring: the source's host reads or writes, double-buffered against the DMAs on
+/// `lane`. The device path of every source that has no direct one, and the unaligned
+/// edges of those that do.
+pub fn via_ring(
+    source: &dyn Source,
+    direction: Direction,
+    span: DeviceSpan,
+    offset: u64,
+    settings: &Settings,
+    lane: Lane<'_>,
+) -> Result<usize> {
+    if span.len == 0 {
+        return Ok(0);
+    }
     let chunk = chunk_size(span.len, settings);
     let slots = if span.len > chunk { MAX_SLOTS } else { 1 };
     let mut ring = Ring::pinned(lane, slots, settings)?;
@@ -71,11 +95,10 @@ pub fn transfer(
         settings,
         chunk,
     };
-    let done = match direction {
-        Direction::Read => pipeline.read(&mut ring)?,
-        Direction::Write => pipeline.write(&mut ring)?,
-    };
-    Ok(done + moved)
+    match direction {
+        Direction::Read => pipeline.read(&mut ring),
+        Direction::Write => pipeline.write(&mut ring),
+    }
 }
 
 /// One device transfer through the ring, cut into chunks of `chunk` bytes.
@@ -181,8 +204,16 @@ pub struct Ordered {
 pub fn submit_stream_ordered(
     ordered: Ordered,
     settings: &Settings,
-    keepalive: Option<Box<dyn Any + Send>>,
+    keepalive: Keepalive,
 ) -> Result<IoFuture> {
+    if ordered.span.len == 0 {
+        return Ok(IoFuture::ready(Ok(0), keepalive));
+    }
+    // A source with its own stream-ordered transfers (cuFile's async calls) takes it.
+    let keepalive = match ordered.source.stream_ordered(&ordered, settings, keepalive) {
+        Ok(started) => return started,
+        Err(keepalive) => keepalive,
+    };
     let Ordered {
         source,
         direction,
@@ -190,9 +221,6 @@ pub fn submit_stream_ordered(
         file_offset,
         stream,
     } = ordered;
-    if span.len == 0 {
-        return Ok(IoFuture::ready(Ok(0), keepalive));
-    }
     let counters = (
         cuda::Counter::acquire(span.ordinal)?,
         cuda::Counter::acquire(span.ordinal)?,

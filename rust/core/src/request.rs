@@ -3,7 +3,6 @@
 //! one settings snapshot whether it runs inline, on the pool, on the pool with the caller
 //! helping, or ordered on a CUDA stream.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use crate::cuda::Stream;
@@ -13,7 +12,7 @@ use crate::file::FileHandle;
 use crate::future::{run_caught, IoFuture};
 use crate::memory::Span;
 use crate::settings::Settings;
-use crate::source::{truncated, Source};
+use crate::source::{truncated, Keepalive, Source};
 use crate::tasks::{align_up, split_tasks, Task, DIRECT_IO_ALIGNMENT};
 
 /// Which way bytes move.
@@ -41,7 +40,7 @@ pub struct Request {
     pub exact: bool,
     /// Kept alive until the last task has finished (the Python buffer export the span
     /// points into).
-    pub keepalive: Option<Box<dyn Any + Send>>,
+    pub keepalive: Keepalive,
 }
 
 impl Request {

@@ -14,14 +14,17 @@ mod page_cache_dma;
 pub mod posix;
 mod posix_io;
 
+use std::any::Any;
 use std::fmt::Debug;
 use std::os::fd::RawFd;
 use std::path::Path;
 use std::sync::Arc;
 
 use crate::cuda::Lane;
+use crate::device_io::Ordered;
 use crate::error::{Error, Result};
 use crate::file::OpenFlags;
+use crate::future::IoFuture;
 use crate::memory::{DeviceSpan, HostSpan};
 use crate::request::Direction;
 use crate::settings::{CompatMode, Settings};
@@ -98,7 +101,24 @@ pub trait Source: Send + Sync + Debug {
     ) -> Result<Direct> {
         Ok(Direct::NotUsed)
     }
+
+    /// Start `ordered` with the source's own stream-ordered transfers (cuFile's async
+    /// calls), keeping `keepalive` until it completes; `Err(keepalive)` hands it back and
+    /// sends the transfer down the engine's own stream-ordered path (the bounce ring and
+    /// host counters).
+    fn stream_ordered(
+        &self,
+        _ordered: &Ordered,
+        _settings: &Settings,
+        keepalive: Keepalive,
+    ) -> std::result::Result<Result<IoFuture>, Keepalive> {
+        Err(keepalive)
+    }
 }
+
+/// What keeps an operation's memory alive until its last task has finished (the Python
+/// buffer export a span points into).
+pub type Keepalive = Option<Box<dyn Any + Send>>;
 
 impl dyn Source {
     /// [`Source::read_host`] or [`Source::write_host`], by `direction`.
