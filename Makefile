@@ -140,11 +140,14 @@ gpu-test:
 # `make kvikio-tests` runs them here against the .venv build; `make gpu-kvikio-tests`
 # runs them on the GPU machine against the carried wheel (carry .kvikio-tests with .gpu).
 # Both put tests/kvikio_shim first on PYTHONPATH (so `import kvikio` is kvikpy) and write
-# kvikio-tests.xml (junit) and kvikio-tests.md (summary) into $(REPORT_DIR) (from the
-# device tool: REPORT_DIR=$OUT). KVIKIO_TESTS picks files (default: all of them).
+# kvikio-tests-kvikpy.xml (junit) and kvikio-tests-kvikpy.md (summary) into $(REPORT_DIR)
+# (from the device tool: REPORT_DIR=$OUT). KVIKIO_TESTS picks files (default: all of them).
+# The baseline: `make gpu-kvikio-tests KVIKIO_AGAINST=kvikio` runs them on kvikio itself
+# (its wheels carried in .whl/, as for gpu-bench), into kvikio-tests-kvikio.{xml,md}.
 KVIKIO_MIRROR ?= /work/.mirror/rapidsai+kvikio/repo
 KVIKIO_TESTS ?=
 REPORT_DIR ?= /tmp/kvikpy-kvikio-tests
+KVIKIO_AGAINST ?= kvikpy
 kvikio-tests-fetch:
 	$(PYTHON) tests/kvikio_harness.py fetch --mirror $(KVIKIO_MIRROR)
 
@@ -153,9 +156,9 @@ kvikio-tests: develop
 		-- $(PYTEST_ARGS)
 
 gpu-kvikio-tests:
-	$(GPU_INSTALL) .gpu/*.whl
+	$(GPU_INSTALL) $(if $(filter kvikio,$(KVIKIO_AGAINST)),.whl/*.whl,.gpu/*.whl)
 	PYTHONPATH=/tmp/kvikpy-site python3 tests/kvikio_harness.py run --report-dir $(REPORT_DIR) \
-		$(KVIKIO_TESTS) -- $(PYTEST_ARGS)
+		--against $(KVIKIO_AGAINST) $(KVIKIO_TESTS) -- $(PYTEST_ARGS)
 
 # Notebook outputs from the GPU machine: `make nb-wheels` here fetches Jupyter's wheels
 # (and tqdm) for its Python 3.12 into .nbwhl/, carried with .gpu/; `make gpu-notebooks`

@@ -6,9 +6,11 @@ kvikio's tests are third-party code: they are never committed. ``fetch`` copies 
 rapidsai/kvikio into the git-ignored ``.kvikio-tests/``,
 with a ``pytest.ini`` built from kvikio's own pytest settings and ``KVIKIO_COMMIT.txt``
 saying which commit they came from. ``run`` runs pytest on them with
-``tests/kvikio_shim`` first on ``PYTHONPATH`` (so ``import kvikio`` is kvikpy), writes
-the junit XML and a markdown summary (per file, then every failure with its first line)
-into the report folder, and exits with pytest's status.
+``tests/kvikio_shim`` first on ``PYTHONPATH`` (so ``import kvikio`` is kvikpy), or with
+``--against kvikio`` on the installed kvikio itself (the baseline), writes the junit XML
+and a markdown summary (per file, then every failure with its first line) into the
+report folder as ``kvikio-tests-{kvikpy,kvikio}.{xml,md}``, and exits with pytest's
+status.
 
 Usage::
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import os
 import shutil
 import subprocess
@@ -132,12 +135,18 @@ def outcome(case: ET.Element) -> tuple[str, str]:
     for tag in ("failure", "error", "skipped"):
         node = case.find(tag)
         if node is not None:
-            message = (node.get("message") or node.text or "").strip().splitlines()
-            return ("failed" if tag == "failure" else tag), (message[0] if message else "")
+            message = (node.get("message") or "").strip().splitlines()
+            first = message[0] if message else ""
+            if first in ("", "collection failure"):  # the reason is in the traceback
+                reasons = [
+                    ln[1:].strip() for ln in (node.text or "").splitlines() if ln[:2] == "E "
+                ]
+                first = reasons[-1] if reasons else first
+            return ("failed" if tag == "failure" else tag), first
     return "passed", ""
 
 
-def summary(junit: Path, commit_file: Path, pytest_rc: int) -> str:
+def summary(junit: Path, commit_file: Path, pytest_rc: int, against: str) -> str:
     root = ET.parse(junit).getroot()
     cases = list(root.iter("testcase"))
     per_file: dict[str, Counter[str]] = {}
@@ -148,14 +157,13 @@ def summary(junit: Path, commit_file: Path, pytest_rc: int) -> str:
         per_file.setdefault(name, Counter())[state] += 1
         if state in ("failed", "error"):
             problems.append((f"{name}::{case.get('name')}", state, message))
-    import kvikpy
-
+    impl = importlib.import_module(against)
     lines = [
-        "# kvikio's tests against kvikpy",
+        f"# kvikio's tests against {against}",
         "",
         f"- run: {datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}, "
-        f"kvikpy {kvikpy.__version__}, Python {sys.version.split()[0]}, "
-        f"CUDA available: {kvikpy.cuda_available()}, pytest exit status {pytest_rc}",
+        f"{against} {impl.__version__}, Python {sys.version.split()[0]}, "
+        f"pytest exit status {pytest_rc}",
     ]
     if commit_file.exists():
         lines += [f"- kvikio {line}" for line in commit_file.read_text().splitlines()[:4]]
@@ -173,7 +181,9 @@ def summary(junit: Path, commit_file: Path, pytest_rc: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(dest: Path, report_dir: Path, files: list[str], pytest_args: list[str]) -> int:
+def run(
+    dest: Path, report_dir: Path, against: str, files: list[str], pytest_args: list[str]
+) -> int:
     if not (dest / "tests" / "conftest.py").exists():
         print(
             f"error: no kvikio tests in {dest}/; run `make kvikio-tests-fetch` first "
@@ -182,11 +192,10 @@ def run(dest: Path, report_dir: Path, files: list[str], pytest_args: list[str]) 
         )
         return 2
     report_dir.mkdir(parents=True, exist_ok=True)
-    junit = report_dir / "kvikio-tests.xml"
+    junit = report_dir / f"kvikio-tests-{against}.xml"
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(SHIM), env.get("PYTHONPATH", "")) if p
-    )
+    if against == "kvikpy":  # else the real kvikio, for the baseline
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SHIM), env.get("PYTHONPATH", "")) if p)
     env["PYTHONSAFEPATH"] = "1"  # never import the source tree's kvikpy by accident
     targets = [str(dest / "tests" / f) for f in files] or [str(dest / "tests")]
     rc = subprocess.call(
@@ -213,9 +222,9 @@ def run(dest: Path, report_dir: Path, files: list[str], pytest_args: list[str]) 
     if not junit.exists():
         print(f"error: pytest exited with {rc} and wrote no {junit}", file=sys.stderr)
         return rc or 1
-    text = summary(junit, dest / "KVIKIO_COMMIT.txt", rc)
-    (report_dir / "kvikio-tests.md").write_text(text)
-    print(f"summary: {report_dir / 'kvikio-tests.md'}, junit: {junit}")
+    text = summary(junit, dest / "KVIKIO_COMMIT.txt", rc, against)
+    (report_dir / f"kvikio-tests-{against}.md").write_text(text)
+    print(f"summary: {report_dir / f'kvikio-tests-{against}.md'}, junit: {junit}")
     return rc
 
 
@@ -228,6 +237,12 @@ def main() -> int:
     p_run = sub.add_parser("run", help="run them against kvikpy")
     p_run.add_argument("--dest", type=Path, default=ROOT / ".kvikio-tests")
     p_run.add_argument("--report-dir", type=Path, required=True)
+    p_run.add_argument(
+        "--against",
+        choices=("kvikpy", "kvikio"),
+        default="kvikpy",
+        help="kvikpy through the shim (default), or the installed kvikio as a baseline",
+    )
     p_run.add_argument("files", nargs="*", help="test files in DEST (default: all)")
     argv = sys.argv[1:]
     extra: list[str] = []
@@ -237,7 +252,7 @@ def main() -> int:
     args = parser.parse_args(argv)
     if args.command == "fetch":
         return fetch(args.mirror, args.dest.resolve())
-    return run(args.dest.resolve(), args.report_dir.resolve(), args.files, extra)
+    return run(args.dest.resolve(), args.report_dir.resolve(), args.against, args.files, extra)
 
 
 if __name__ == "__main__":
