@@ -24,7 +24,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: demo test docs lint fmt develop rust-test stubtest typecheck py-test wheel wheels \
         gpu-wheel gpu-test gpu-bench gpu-bench-wheels gpu-notebooks nb-wheels clean check-rust \
-        notebooks bench-engine
+        notebooks bench-engine kvikio-tests-fetch kvikio-tests gpu-kvikio-tests
 
 # The demo needs only numpy and a build of kvikpy: its own small environment, with the
 # same pinned numpy and maturin as the development one.
@@ -132,6 +132,33 @@ gpu-test:
 	$(GPU_INSTALL) .gpu/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .nbwhl/*.whl)
 	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 JUPYTER_PLATFORM_DIRS=1 python3 tests/gpu_report.py --out $(REPORT) -- \
 		-p no:cacheprovider -q $(PYTEST_ARGS)
+
+# kvikio's own Python tests against kvikpy (docs/kvikio-tests.md). They are never
+# committed: `make kvikio-tests-fetch` copies them from a local git mirror of
+# rapidsai/kvikio (the search tool's `fetch github:rapidsai/kvikio` makes one) into the
+# git-ignored .kvikio-tests/, with the kvikio commit in .kvikio-tests/KVIKIO_COMMIT.txt.
+# `make kvikio-tests` runs them here against the .venv build; `make gpu-kvikio-tests`
+# runs them on the GPU machine against the carried wheel (carry .kvikio-tests with .gpu).
+# Both put tests/kvikio_shim first on PYTHONPATH (so `import kvikio` is kvikpy) and write
+# kvikio-tests-kvikpy.xml (junit) and kvikio-tests-kvikpy.md (summary) into $(REPORT_DIR)
+# (from the device tool: REPORT_DIR=$OUT). KVIKIO_TESTS picks files (default: all of them).
+# The baseline: `make gpu-kvikio-tests KVIKIO_AGAINST=kvikio` runs them on kvikio itself
+# (its wheels carried in .whl/, as for gpu-bench), into kvikio-tests-kvikio.{xml,md}.
+KVIKIO_MIRROR ?= /work/.mirror/rapidsai+kvikio/repo
+KVIKIO_TESTS ?=
+REPORT_DIR ?= /tmp/kvikpy-kvikio-tests
+KVIKIO_AGAINST ?= kvikpy
+kvikio-tests-fetch:
+	$(PYTHON) tests/kvikio_harness.py fetch --mirror $(KVIKIO_MIRROR)
+
+kvikio-tests: develop
+	$(BIN)/python tests/kvikio_harness.py run --report-dir $(REPORT_DIR) $(KVIKIO_TESTS) \
+		-- $(PYTEST_ARGS)
+
+gpu-kvikio-tests:
+	$(GPU_INSTALL) $(if $(filter kvikio,$(KVIKIO_AGAINST)),.whl/*.whl,.gpu/*.whl)
+	PYTHONPATH=/tmp/kvikpy-site python3 tests/kvikio_harness.py run --report-dir $(REPORT_DIR) \
+		--against $(KVIKIO_AGAINST) $(KVIKIO_TESTS) -- $(PYTEST_ARGS)
 
 # Notebook outputs from the GPU machine: `make nb-wheels` here fetches Jupyter's wheels
 # (and tqdm) for its Python 3.12 into .nbwhl/, carried with .gpu/; `make gpu-notebooks`
