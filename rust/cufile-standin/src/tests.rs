@@ -125,10 +125,8 @@ fn everything_needs_an_open_driver() {
     let not_open = err(E::CU_FILE_DRIVER_NOT_INITIALIZED);
     let mut props = std::mem::MaybeUninit::<CUfileDrvProps_t>::uninit();
     // SAFETY: `props` is writable.
-    assert_eq!(
-        unsafe { cuFileDriverGetProperties(props.as_mut_ptr()) },
-        not_open
-    );
+    let result = unsafe { cuFileDriverGetProperties(props.as_mut_ptr()) };
+    assert_eq!(result, not_open);
     assert_eq!(cuFileDriverSetPollMode(true, 4), not_open);
     assert_eq!(cuFileDriverSetMaxCacheSize(1024), not_open);
     let (_dir, path) = file_with(b"0123456789abcdef");
@@ -179,10 +177,8 @@ fn properties_defaults_and_setters() {
     let get = || {
         let mut props = std::mem::MaybeUninit::<CUfileDrvProps_t>::uninit();
         // SAFETY: `props` is writable.
-        assert_eq!(
-            unsafe { cuFileDriverGetProperties(props.as_mut_ptr()) },
-            RawError::SUCCESS
-        );
+        let result = unsafe { cuFileDriverGetProperties(props.as_mut_ptr()) };
+        assert_eq!(result, RawError::SUCCESS);
         // SAFETY: written by the call above.
         unsafe { props.assume_init() }
     };
@@ -215,10 +211,8 @@ fn properties_defaults_and_setters() {
     assert_eq!(cuFileDriverSetPollMode(false, 4), RawError::SUCCESS);
     assert_eq!(get().nvfs.dcontrolflags & 1, 0);
     // SAFETY: null is refused, not written.
-    assert_eq!(
-        unsafe { cuFileDriverGetProperties(ptr::null_mut()) },
-        err(E::CU_FILE_INVALID_VALUE)
-    );
+    let result = unsafe { cuFileDriverGetProperties(ptr::null_mut()) };
+    assert_eq!(result, err(E::CU_FILE_INVALID_VALUE));
     // A fresh open (after the last close) starts from the defaults again.
     close_all();
     assert_eq!(cuFileDriverOpen(), RawError::SUCCESS);
@@ -235,10 +229,8 @@ fn handle_registration_errors() {
     d.type_ = CUfileFileHandleType::CU_FILE_HANDLE_TYPE_USERSPACE_FS;
     let mut fh = ptr::null_mut();
     // SAFETY: valid locals.
-    assert_eq!(
-        unsafe { cuFileHandleRegister(&mut fh, &mut d) },
-        err(E::CU_FILE_IO_NOT_SUPPORTED)
-    );
+    let result = unsafe { cuFileHandleRegister(&mut fh, &mut d) };
+    assert_eq!(result, err(E::CU_FILE_IO_NOT_SUPPORTED));
     // A closed descriptor: EBADF, like the real library.
     let closed = File::open(&path).expect("open").as_raw_fd();
     assert_eq!(register(closed), Err(err(E::CU_FILE_INVALID_VALUE)));
@@ -337,10 +329,8 @@ fn reads_and_writes_with_offsets_and_end_of_file() {
         -(E::CU_FILE_INVALID_VALUE as isize)
     );
     // SAFETY: a null buffer is refused before any access.
-    assert_eq!(
-        unsafe { cuFileRead(fh, ptr::null_mut(), 10, 0, 0) },
-        -(E::CU_FILE_INVALID_VALUE as isize)
-    );
+    let result = unsafe { cuFileRead(fh, ptr::null_mut(), 10, 0, 0) };
+    assert_eq!(result, -(E::CU_FILE_INVALID_VALUE as isize));
     // Writes from a buffer offset, extending the file; read back.
     let new = data(70_000, 9);
     assert_eq!(write(fh, &new, 90_000, 10_000), 60_000);
@@ -424,10 +414,8 @@ fn batch_reads_complete_with_their_cookies() {
     let fh = register(f.as_raw_fd()).expect("register");
     let mut batch = ptr::null_mut();
     // SAFETY: `batch` is writable.
-    assert_eq!(
-        unsafe { cuFileBatchIOSetUp(&mut batch, 4) },
-        RawError::SUCCESS
-    );
+    let result = unsafe { cuFileBatchIOSetUp(&mut batch, 4) };
+    assert_eq!(result, RawError::SUCCESS);
     let mut buf = vec![0u8; 4 * 65_536];
     let ranges = [
         (0i64, 65_536usize),
@@ -451,16 +439,12 @@ fn batch_reads_complete_with_their_cookies() {
         })
         .collect();
     // SAFETY: four valid entries over `buf`, which outlives the batch.
-    assert_eq!(
-        unsafe { cuFileBatchIOSubmit(batch, 4, params.as_mut_ptr(), 0) },
-        RawError::SUCCESS
-    );
+    let result = unsafe { cuFileBatchIOSubmit(batch, 4, params.as_mut_ptr(), 0) };
+    assert_eq!(result, RawError::SUCCESS);
     // Full: nothing collected yet.
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { cuFileBatchIOSubmit(batch, 1, params.as_mut_ptr(), 0) },
-        err(E::CU_FILE_BATCH_FULL)
-    );
+    let result = unsafe { cuFileBatchIOSubmit(batch, 1, params.as_mut_ptr(), 0) };
+    assert_eq!(result, err(E::CU_FILE_BATCH_FULL));
     let mut events = collect(batch, 4, 4, None).expect("status");
     events.sort_by_key(|e| e.cookie as usize);
     let got: Vec<(usize, CUfileStatus_t, usize)> = events
@@ -483,10 +467,8 @@ fn batch_reads_complete_with_their_cookies() {
     // Collected: room again; nothing left, so a wait for more returns at once with none.
     assert!(collect(batch, 1, 4, None).expect("status").is_empty());
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { cuFileBatchIOSubmit(batch, 2, params.as_mut_ptr(), 0) },
-        RawError::SUCCESS
-    );
+    let result = unsafe { cuFileBatchIOSubmit(batch, 2, params.as_mut_ptr(), 0) };
+    assert_eq!(result, RawError::SUCCESS);
     let first = collect(
         batch,
         1,
@@ -522,44 +504,32 @@ fn batch_errors_and_failed_entries() {
     let fh = register(f.as_raw_fd()).expect("register");
     let mut batch = ptr::null_mut();
     // SAFETY: `batch` is writable.
-    assert_eq!(
-        unsafe { cuFileBatchIOSetUp(&mut batch, 0) },
-        err(E::CU_FILE_INVALID_VALUE)
-    );
+    let result = unsafe { cuFileBatchIOSetUp(&mut batch, 0) };
+    assert_eq!(result, err(E::CU_FILE_INVALID_VALUE));
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { cuFileBatchIOSetUp(&mut batch, 129) },
-        err(E::CU_FILE_INVALID_VALUE)
-    );
+    let result = unsafe { cuFileBatchIOSetUp(&mut batch, 129) };
+    assert_eq!(result, err(E::CU_FILE_INVALID_VALUE));
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { cuFileBatchIOSetUp(&mut batch, 2) },
-        RawError::SUCCESS
-    );
+    let result = unsafe { cuFileBatchIOSetUp(&mut batch, 2) };
+    assert_eq!(result, RawError::SUCCESS);
     let mut buf = vec![0u8; 4096];
     // SAFETY: an unknown batch is refused before the entries are read.
-    assert_eq!(
-        unsafe { cuFileBatchIOSubmit(16 as *mut c_void, 1, ptr::null_mut(), 0) },
-        err(E::CU_FILE_INVALID_VALUE)
-    );
+    let result = unsafe { cuFileBatchIOSubmit(16 as *mut c_void, 1, ptr::null_mut(), 0) };
+    assert_eq!(result, err(E::CU_FILE_INVALID_VALUE));
     // An unknown file handle in an entry: nothing is submitted.
     let mut bad = [
         io_params(fh, false, buf.as_mut_ptr(), 10, 0, 0, 1),
         io_params(0x999 as *mut c_void, false, buf.as_mut_ptr(), 10, 0, 0, 2),
     ];
     // SAFETY: two valid entries.
-    assert_eq!(
-        unsafe { cuFileBatchIOSubmit(batch, 2, bad.as_mut_ptr(), 0) },
-        err(E::CU_FILE_HANDLE_NOT_REGISTERED)
-    );
+    let result = unsafe { cuFileBatchIOSubmit(batch, 2, bad.as_mut_ptr(), 0) };
+    assert_eq!(result, err(E::CU_FILE_HANDLE_NOT_REGISTERED));
     assert!(collect(batch, 0, 2, None).expect("status").is_empty());
     // A write through a read-only descriptor fails in its event (ret: -1 as ssize_t).
     let mut failing = [io_params(fh, true, buf.as_mut_ptr(), 10, 0, 0, 7)];
     // SAFETY: one valid entry.
-    assert_eq!(
-        unsafe { cuFileBatchIOSubmit(batch, 1, failing.as_mut_ptr(), 0) },
-        RawError::SUCCESS
-    );
+    let result = unsafe { cuFileBatchIOSubmit(batch, 1, failing.as_mut_ptr(), 0) };
+    assert_eq!(result, RawError::SUCCESS);
     let events = collect(batch, 1, 2, None).expect("status");
     assert_eq!(events.len(), 1);
     assert_eq!(
