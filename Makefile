@@ -10,8 +10,9 @@
 #               dist/, checked by tests/test_packaging.py (auditwheel, licence, no-Rust install)
 #   make bench-engine   criterion benchmarks of the engine's host path (no GPU; not in `test`)
 #
-# GPU machine (no Rust there): `make gpu-wheel` here builds the wheel into .gpu/, which is
-# carried to the GPU machine, where `make gpu-test` installs it and runs the suite.
+# GPU machine (no Rust there): `make gpu-wheel` here builds the wheel (and the cuFile
+# stand-in, `make cufile-standin`) into .gpu/, which is carried to the GPU machine, where
+# `make gpu-test` installs the wheel and runs the suite.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -24,7 +25,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: demo test docs lint fmt develop rust-test stubtest typecheck py-test wheel wheels \
         gpu-wheel gpu-test gpu-bench gpu-bench-wheels gpu-notebooks nb-wheels clean check-rust \
-        notebooks bench-engine kvikio-tests-fetch kvikio-tests gpu-kvikio-tests
+        notebooks bench-engine kvikio-tests-fetch kvikio-tests gpu-kvikio-tests cufile-standin
 
 # The demo needs only numpy and a build of kvikpy: its own small environment, with the
 # same pinned numpy and maturin as the development one.
@@ -81,8 +82,18 @@ stubtest: develop
 typecheck: develop
 	$(BIN)/python -m mypy kvikpy
 
-py-test: develop
-	$(BIN)/python -m pytest
+# The stand-in's tests (tests/test_cufile_standin.py) load the library just built.
+py-test: develop cufile-standin
+	KVIKPY_CUFILE_STANDIN=$(CURDIR)/.gpu/libcufile_standin.so $(BIN)/python -m pytest
+
+# kvikpy's test stand-in for libcufile (rust/cufile-standin; never part of a wheel: maturin
+# builds rust/python only), built in release mode and copied to .gpu/, which travels to the
+# GPU machine. Loaded only when asked for: KVIKPY_CUFILE_LIBRARY=.gpu/libcufile_standin.so.
+CARGO_TARGET = $(shell $(CARGO) metadata --no-deps --format-version 1 | \
+	$(PYTHON) -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+cufile-standin: check-rust
+	$(CARGO) build --release --quiet -p kvikpy-cufile-standin
+	mkdir -p .gpu && cp $(CARGO_TARGET)/release/libcufile_standin.so .gpu/libcufile_standin.so
 
 # The documentation site (mkdocs.yml) in strict mode: a broken link, a missing page or an
 # unresolved API reference fails the build. Output in site/ (git-ignored). Then the
@@ -116,9 +127,11 @@ wheel: wheels
 
 # Build here, run on the GPU machine: the wheel (the same manylinux_2_28 build as
 # `make wheels`) and the test requirements travel in .gpu/.
+# The cuFile stand-in goes beside the wheel (`make gpu-test` installs only the *.whl).
 gpu-wheel: $(STAMP) check-rust
 	rm -rf .gpu && mkdir -p .gpu
 	$(ZIG_BUILD) --quiet --out .gpu
+	$(MAKE) --no-print-directory cufile-standin
 
 # On the GPU machine (Python 3.12, torch/cupy/pytest/hypothesis preinstalled, no Rust):
 # install the carried wheel outside the source tree, run the suite against it, and write
