@@ -337,10 +337,11 @@ pub fn check(call: &str, status: Status) -> Result<()> {
     if status.err == 0 {
         return Ok(());
     }
-    let mut text = format!("{call} failed: {}", message(status.err));
+    let mut text = format!("{} (in {call}", message(status.err));
     if status.cu_err != 0 {
-        text.push_str(&format!(" (CUDA error {})", status.cu_err));
+        text.push_str(&format!(", CUDA error {}", status.cu_err));
     }
+    text.push(')');
     Err(Error::CuFile(text))
 }
 

@@ -54,6 +54,10 @@ pub fn open(target: &Target<'_>) -> Option<Result<Arc<dyn Source>>> {
             return None;
         }
     }
+    // The library and driver first: a file opened "w" is not truncated for nothing.
+    if let Err(e) = driver::contained(|| driver::ready().map(|_| ())) {
+        return refuse(target, mode, &e);
+    }
     let posix = match PosixFile::open(target.path, target.flags) {
         Ok(posix) => posix,
         Err(e) => return Some(Err(e)),
@@ -67,18 +71,27 @@ pub fn open(target: &Target<'_>) -> Option<Result<Arc<dyn Source>>> {
             ));
             Some(Ok(Arc::new(CuFileSource { posix, handle })))
         }
-        Err(e) if auto => {
-            target.note(format!("{mode} and cuFile refused the file: {}", cause(&e)));
-            None
-        }
-        Err(e) => Some(Err(Error::CuFile(format!(
-            "compat_mode is OFF, so '{}' must go through cuFile (GPUDirect Storage), but \
-             {}; set compat_mode to AUTO to use POSIX where cuFile cannot be used, or ON \
-             to always use POSIX",
-            target.path.display(),
-            cause(&e)
-        )))),
+        Err(e) => refuse(target, mode, &e),
     }
+}
+
+/// AUTO declines with the reason; OFF fails with cuFile's message.
+fn refuse(
+    target: &Target<'_>,
+    mode: &str,
+    e: &Error,
+) -> Option<Result<Arc<dyn Source>>> {
+    if target.compat_mode == CompatMode::Auto {
+        target.note(format!("{mode} and cuFile refused the file: {}", cause(e)));
+        return None;
+    }
+    Some(Err(Error::CuFile(format!(
+        "compat_mode is OFF, so '{}' must go through cuFile (GPUDirect Storage), but {}; \
+         set compat_mode to AUTO to use POSIX where cuFile cannot be used, or ON to always \
+         use POSIX",
+        target.path.display(),
+        cause(e)
+    ))))
 }
 
 fn cause(e: &Error) -> String {
