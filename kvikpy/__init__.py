@@ -21,8 +21,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from kvikpy import _lib, cufile_driver, defaults
-from kvikpy._gds import memory_deregister, memory_register, stream_deregister, stream_register
 from kvikpy._api import cuda_available, device_count, read, write
+from kvikpy._gds import memory_deregister, memory_register, stream_deregister, stream_register
 from kvikpy._lib import Buffer, __version__
 from kvikpy._lib import bounce_buffer_free as _bounce_buffer_free
 from kvikpy.batch import Batch, read_many, read_ranges
@@ -31,9 +31,9 @@ from kvikpy.cufile import CuFile, IOFuture, IOFutureStream, wait_all
 from kvikpy.defaults import CompatMode
 from kvikpy.errors import (
     ConfigError,
-    CuFileError,
     CudaError,
     CudaUnavailableError,
+    CuFileError,
     InternalError,
     KvikpyError,
 )

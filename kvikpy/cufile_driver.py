@@ -138,9 +138,7 @@ def _set_one(name: str, value: Any) -> None:
     if name in _READ_ONLY:
         raise KeyError(f"the cuFile driver property {name!r} is read-only")
     if name not in _SETTABLE:
-        raise KeyError(
-            f"unknown cuFile driver property {name!r}; settable: {', '.join(_SETTABLE)}"
-        )
+        raise KeyError(f"unknown cuFile driver property {name!r}; settable: {', '.join(_SETTABLE)}")
     _lib.cufile_set_property(name, value)
 
 

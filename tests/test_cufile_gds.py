@@ -46,9 +46,11 @@ def test_on_is_posix(data_file):
 @pytest.mark.parametrize("mode", ["r", "r+", "w"])
 def test_off_is_a_clear_error(data_file, mode):
     path, data = data_file
-    with kvikpy.defaults.set("compat_mode", CompatMode.OFF):
-        with pytest.raises(kvikpy.CuFileError) as info:
-            kvikpy.CuFile(path, mode)
+    with (
+        kvikpy.defaults.set("compat_mode", CompatMode.OFF),
+        pytest.raises(kvikpy.CuFileError) as info,
+    ):
+        kvikpy.CuFile(path, mode)
     assert isinstance(info.value, RuntimeError) and isinstance(info.value, kvikpy.KvikpyError)
     text = str(info.value)
     assert f"compat_mode is OFF, so '{path}' must go through cuFile" in text
@@ -95,7 +97,7 @@ def test_cufile_driver_without_libcufile():
         d.get("nonexistent_property")
     with pytest.raises(kvikpy.CuFileError):
         d.set("poll_thresh_size", 1024)
-    with pytest.raises(ValueError, match="kvikpy.cufile_driver.set"):
+    with pytest.raises(ValueError, match=r"kvikpy\.cufile_driver\.set"):
         d.set(1, 2, 3)
 
 

@@ -86,10 +86,7 @@ def format_info(d: dict[str, Any]) -> str:
         f"cuda      {cuda}",
         f"gpu I/O   {io}",
         f"cuFile    {d['cufile']}",
-        *(
-            f"  {name:<22}  {value}"
-            for name, value in (d["gds"]["properties"] or {}).items()
-        ),
+        *(f"  {name:<22}  {value}" for name, value in (d["gds"]["properties"] or {}).items()),
         f"library   {d['library']}",
         "settings",
     ]

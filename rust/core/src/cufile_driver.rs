@@ -59,8 +59,12 @@ type SetPoll = unsafe extern "C" fn(bool, usize) -> Status;
 type SetSize = unsafe extern "C" fn(usize) -> Status;
 type GetVersion = unsafe extern "C" fn(*mut c_int) -> Status;
 type BatchSetUp = unsafe extern "C" fn(*mut cf::CUfileBatchHandle_t, c_uint) -> Status;
-type BatchSubmit =
-    unsafe extern "C" fn(cf::CUfileBatchHandle_t, c_uint, *mut cf::CUfileIOParams, c_uint) -> Status;
+type BatchSubmit = unsafe extern "C" fn(
+    cf::CUfileBatchHandle_t,
+    c_uint,
+    *mut cf::CUfileIOParams,
+    c_uint,
+) -> Status;
 type BatchStatus = unsafe extern "C" fn(
     cf::CUfileBatchHandle_t,
     c_uint,
@@ -157,7 +161,9 @@ fn dlerror() -> String {
         return "unknown error".into();
     }
     // SAFETY: non-null, NUL-terminated (see above).
-    unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(msg) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn load() -> std::result::Result<Api, String> {
@@ -173,7 +179,10 @@ fn load() -> std::result::Result<Api, String> {
         // stays loaded for the life of the process, as cudarc's own handle does.
         own_handle = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
         if own_handle.is_null() {
-            return Err(format!("{LIBRARY_VAR}={path} cannot be loaded: {}", dlerror()));
+            return Err(format!(
+                "{LIBRARY_VAR}={path} cannot be loaded: {}",
+                dlerror()
+            ));
         }
     }
     // SAFETY: cudarc's presence check only tries to open its candidate names.
@@ -241,8 +250,12 @@ fn load() -> std::result::Result<Api, String> {
         // SAFETY: the stand-in's description function takes nothing and returns a
         // static NUL-terminated string (or null).
         let text = unsafe { describe() };
+        if text.is_null() {
+            return None;
+        }
         // SAFETY: checked non-null; static for the life of the library.
-        (!text.is_null()).then(|| unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned())
+        let text = unsafe { CStr::from_ptr(text) };
+        Some(text.to_string_lossy().into_owned())
     });
     Ok(Api {
         driver_open: cast!(driver_open, Plain),
@@ -277,49 +290,91 @@ fn library_file(symbol: *mut c_void) -> Option<String> {
     }
     // SAFETY: dladdr succeeded, so it filled `info`.
     let info = unsafe { info.assume_init() };
+    if info.dli_fname.is_null() {
+        return None;
+    }
     // SAFETY: a non-null dli_fname is a NUL-terminated path owned by the loader.
-    (!info.dli_fname.is_null())
-        .then(|| unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned())
+    let name = unsafe { CStr::from_ptr(info.dli_fname) };
+    Some(name.to_string_lossy().into_owned())
 }
 
 /// The name and a short description of cuFile status code `code`.
 pub fn describe(code: u32) -> (&'static str, &'static str) {
     match code {
         0 => ("SUCCESS", "success"),
-        5001 => ("DRIVER_NOT_INITIALIZED", "the nvidia-fs driver is not loaded"),
+        5001 => (
+            "DRIVER_NOT_INITIALIZED",
+            "the nvidia-fs driver is not loaded",
+        ),
         5002 => ("DRIVER_INVALID_PROPS", "invalid driver properties"),
         5003 => ("DRIVER_UNSUPPORTED_LIMIT", "a driver limit is out of range"),
-        5004 => ("DRIVER_VERSION_MISMATCH", "the nvidia-fs driver's version does not match"),
-        5005 => ("DRIVER_VERSION_READ_ERROR", "the nvidia-fs driver's version cannot be read"),
+        5004 => (
+            "DRIVER_VERSION_MISMATCH",
+            "the nvidia-fs driver's version does not match",
+        ),
+        5005 => (
+            "DRIVER_VERSION_READ_ERROR",
+            "the nvidia-fs driver's version cannot be read",
+        ),
         5006 => ("DRIVER_CLOSING", "the driver is closing"),
-        5007 => ("PLATFORM_NOT_SUPPORTED", "this platform does not support GDS"),
+        5007 => (
+            "PLATFORM_NOT_SUPPORTED",
+            "this platform does not support GDS",
+        ),
         5008 => ("IO_NOT_SUPPORTED", "this file system does not support GDS"),
         5009 => ("DEVICE_NOT_SUPPORTED", "this GPU does not support GDS"),
         5010 => ("NVFS_DRIVER_ERROR", "the nvidia-fs driver failed"),
         5011 => ("CUDA_DRIVER_ERROR", "a CUDA driver call failed"),
         5012 => ("CUDA_POINTER_INVALID", "the pointer is not device memory"),
-        5013 => ("CUDA_MEMORY_TYPE_INVALID", "this kind of memory is not supported"),
-        5014 => ("CUDA_POINTER_RANGE_ERROR", "the range lies outside the allocation"),
-        5015 => ("CUDA_CONTEXT_MISMATCH", "the memory belongs to another CUDA context"),
+        5013 => (
+            "CUDA_MEMORY_TYPE_INVALID",
+            "this kind of memory is not supported",
+        ),
+        5014 => (
+            "CUDA_POINTER_RANGE_ERROR",
+            "the range lies outside the allocation",
+        ),
+        5015 => (
+            "CUDA_CONTEXT_MISMATCH",
+            "the memory belongs to another CUDA context",
+        ),
         5016 => ("INVALID_MAPPING_SIZE", "the mapping size is invalid"),
         5017 => ("INVALID_MAPPING_RANGE", "the mapping range is invalid"),
         5018 => ("INVALID_FILE_TYPE", "this kind of file is not supported"),
-        5019 => ("INVALID_FILE_OPEN_FLAG", "the file's open flags are not supported"),
+        5019 => (
+            "INVALID_FILE_OPEN_FLAG",
+            "the file's open flags are not supported",
+        ),
         5020 => ("DIO_NOT_SET", "the file was not opened with O_DIRECT"),
         5022 => ("INVALID_VALUE", "an argument is invalid"),
-        5023 => ("MEMORY_ALREADY_REGISTERED", "the memory is already registered"),
+        5023 => (
+            "MEMORY_ALREADY_REGISTERED",
+            "the memory is already registered",
+        ),
         5024 => ("MEMORY_NOT_REGISTERED", "the memory is not registered"),
         5025 => ("PERMISSION_DENIED", "permission denied"),
         5026 => ("DRIVER_ALREADY_OPEN", "the driver is already open"),
         5027 => ("HANDLE_NOT_REGISTERED", "file descriptor is not registered"),
-        5028 => ("HANDLE_ALREADY_REGISTERED", "the file is already registered"),
+        5028 => (
+            "HANDLE_ALREADY_REGISTERED",
+            "the file is already registered",
+        ),
         5029 => ("DEVICE_NOT_FOUND", "no GPU found"),
         5030 => ("INTERNAL_ERROR", "cuFile internal error"),
-        5031 => ("GETNEWFD_FAILED", "cuFile could not get a new file descriptor"),
-        5033 => ("NVFS_SETUP_ERROR", "the nvidia-fs driver could not be set up"),
+        5031 => (
+            "GETNEWFD_FAILED",
+            "cuFile could not get a new file descriptor",
+        ),
+        5033 => (
+            "NVFS_SETUP_ERROR",
+            "the nvidia-fs driver could not be set up",
+        ),
         5034 => ("IO_DISABLED", "GDS is disabled by the configuration"),
         5035 => ("BATCH_SUBMIT_FAILED", "the batch could not be submitted"),
-        5036 => ("GPU_MEMORY_PINNING_FAILED", "GPU memory could not be pinned"),
+        5036 => (
+            "GPU_MEMORY_PINNING_FAILED",
+            "GPU memory could not be pinned",
+        ),
         5037 => ("BATCH_FULL", "the batch has no free slot"),
         5038 => ("ASYNC_NOT_SUPPORTED", "asynchronous I/O is not supported"),
         _ => ("UNKNOWN", "an error code kvikpy does not know"),
@@ -418,24 +473,23 @@ impl Drop for InFlight {
 pub fn register_handle(fd: c_int) -> Result<usize> {
     let api = ready()?;
     let _call = InFlight::begin()?;
-    let mut descr = std::mem::MaybeUninit::<cf::CUfileDescr_t>::zeroed();
-    let d = descr.as_mut_ptr();
-    // SAFETY: `d` points to zeroed, writable memory for a descriptor; the fields are
-    // plain data (a tag, an fd in the union, a null ops pointer).
-    unsafe {
-        (*d).type_ = cf::CUfileFileHandleType::CU_FILE_HANDLE_TYPE_OPAQUE_FD;
-    }
-    // SAFETY: as above, the union's fd member.
-    unsafe {
-        (*d).handle.fd = fd;
-    }
+    // SAFETY: the descriptor is plain data (a tag, a union holding the fd, a null ops
+    // pointer), for which all-zero bytes are a valid value.
+    let mut descr: cf::CUfileDescr_t = unsafe { std::mem::zeroed() };
+    descr.type_ = cf::CUfileFileHandleType::CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+    descr.handle.fd = fd;
+    let d: *mut cf::CUfileDescr_t = &mut descr;
     let mut handle: cf::CUfileHandle_t = std::ptr::null_mut();
     // SAFETY: both pointers are valid for the call; `fd` is an open descriptor.
     check("cuFileHandleRegister", unsafe {
         (api.handle_register)(&mut handle, d)
     })?;
     let key = handle as usize;
-    state().handles.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
+    state()
+        .handles
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key);
     Ok(key)
 }
 
@@ -772,7 +826,14 @@ mod tests {
         );
         assert!(message(4242).starts_with("UNKNOWN (4242)"));
         assert!(check("x", Status { err: 0, cu_err: 0 }).is_ok());
-        let e = check("cuFileRead", Status { err: 5012, cu_err: 1 }).unwrap_err();
+        let e = check(
+            "cuFileRead",
+            Status {
+                err: 5012,
+                cu_err: 1,
+            },
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("CUDA_POINTER_INVALID (5012)"), "{e}");
         assert!(e.to_string().contains("CUDA error 1"), "{e}");
     }

@@ -62,11 +62,7 @@ pub fn cufile_properties<'py>(py: Python<'py>) -> BindResult<Bound<'py, PyDict>>
 /// Set one settable driver property (`KeyError` for any other name).
 #[boundary]
 #[pyfunction]
-pub fn cufile_set_property(
-    py: Python<'_>,
-    name: &str,
-    value: &Bound<'_, PyAny>,
-) -> BindResult<()> {
+pub fn cufile_set_property(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> BindResult<()> {
     let size = || -> PyResult<usize> {
         if value.is_instance_of::<pyo3::types::PyBool>() {
             return Err(PyTypeError::new_err(format!(
@@ -80,9 +76,7 @@ pub fn cufile_set_property(
         "poll_thresh_size" => Setting::PollThreshSize(size()?),
         "max_device_cache_size" => Setting::MaxDeviceCacheSize(size()?),
         "max_pinned_memory_size" => Setting::MaxPinnedMemorySize(size()?),
-        _ => {
-            return Err(PyKeyError::new_err(format!("{name} is not a settable property")).into())
-        }
+        _ => return Err(PyKeyError::new_err(format!("{name} is not a settable property")).into()),
     };
     without_gil(py, move || {
         driver::contained(|| driver::set_property(setting))

@@ -65,7 +65,11 @@ pub fn open(target: &Target<'_>) -> Option<Result<Arc<dyn Source>>> {
     match driver::contained(|| register(&posix)) {
         Ok(handle) => {
             let library = driver::api().map(|a| a.standin.is_some()).unwrap_or(false);
-            let through = if library { " (the test stand-in library)" } else { "" };
+            let through = if library {
+                " (the test stand-in library)"
+            } else {
+                ""
+            };
             target.note(format!(
                 "{mode} and the file is registered with cuFile{through}"
             ));
@@ -76,11 +80,7 @@ pub fn open(target: &Target<'_>) -> Option<Result<Arc<dyn Source>>> {
 }
 
 /// AUTO declines with the reason; OFF fails with cuFile's message.
-fn refuse(
-    target: &Target<'_>,
-    mode: &str,
-    e: &Error,
-) -> Option<Result<Arc<dyn Source>>> {
+fn refuse(target: &Target<'_>, mode: &str, e: &Error) -> Option<Result<Arc<dyn Source>>> {
     if target.compat_mode == CompatMode::Auto {
         target.note(format!("{mode} and cuFile refused the file: {}", cause(e)));
         return None;
@@ -459,17 +459,23 @@ impl CuFileSource {
             Direction::Read => "cuFileReadAsync",
             Direction::Write => "cuFileWriteAsync",
         };
-        let p: *mut AsyncParams = &mut *params;
+        let p = &mut *params;
+        let (size, file_offset, dev_offset, bytes): (*mut usize, *mut i64, *mut i64, *mut isize) = (
+            &mut p.size,
+            &mut p.file_offset,
+            &mut p.dev_offset,
+            &mut p.bytes,
+        );
         // SAFETY: the parameters live on the heap until the task below has seen the
         // stream pass the call; `span` is live device memory kept by `keepalive`.
         let status = unsafe {
             rw(
                 self.cu_handle(),
                 span.ptr as *mut c_void,
-                &mut (*p).size,
-                &mut (*p).file_offset,
-                &mut (*p).dev_offset,
-                &mut (*p).bytes,
+                size,
+                file_offset,
+                dev_offset,
+                bytes,
                 stream.as_raw() as *mut c_void,
             )
         };
