@@ -20,8 +20,9 @@ import atexit
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from kvikpy import _lib, defaults
+from kvikpy import _lib, cufile_driver, defaults
 from kvikpy._api import cuda_available, device_count, read, write
+from kvikpy._gds import memory_deregister, memory_register, stream_deregister, stream_register
 from kvikpy._lib import Buffer, __version__
 from kvikpy._lib import bounce_buffer_free as _bounce_buffer_free
 from kvikpy.batch import Batch, read_many, read_ranges
@@ -32,6 +33,7 @@ from kvikpy.errors import (
     ConfigError,
     CudaError,
     CudaUnavailableError,
+    CuFileError,
     InternalError,
     KvikpyError,
 )
@@ -43,6 +45,7 @@ __all__ = [
     "CompatMode",
     "ConfigError",
     "CuFile",
+    "CuFileError",
     "CudaError",
     "CudaUnavailableError",
     "IOFuture",
@@ -52,14 +55,20 @@ __all__ = [
     "__version__",
     "bounce_buffer_free",
     "cuda_available",
+    "cufile_driver",
     "defaults",
     "device_count",
+    "info",
     "iter_chunks",
+    "memory_deregister",
+    "memory_register",
     "numpy",
     "read",
     "read_many",
     "read_ranges",
     "safetensors",
+    "stream_deregister",
+    "stream_register",
     "wait_all",
     "write",
 ]
@@ -73,6 +82,23 @@ def bounce_buffer_free() -> int:
     and return to the (now smaller) pool when those finish.
     """
     return int(_bounce_buffer_free())
+
+
+def info() -> dict[str, Any]:
+    """What ``python -m kvikpy info`` prints, as a dict: versions, CUDA and its devices,
+    whether GPUDirect Storage (cuFile) is usable and why not, the settings and the
+    library's location.
+
+    Returns
+    -------
+    dict
+        See :func:`kvikpy._cli.info.collect_info` for the keys; ``gds`` says which path
+        GPU reads take (``gds["usable"]``, ``gds["reason"]``, the libcufile loaded and
+        its version, the driver properties).
+    """
+    from kvikpy._cli.info import collect_info
+
+    return collect_info()
 
 
 if TYPE_CHECKING:
@@ -95,6 +121,10 @@ def __dir__() -> list[str]:
     return sorted({*__all__, *(n for n in globals() if n.startswith("__") and n.endswith("__"))})
 
 
+# At exit, after the I/O below has finished (atexit runs last-registered first): close
+# what kvikpy opened in cuFile (handles of files still open, streams, the driver). A
+# no-op where cuFile was never used.
+atexit.register(_lib.cufile_shutdown, 30.0)
 # I/O threads still finishing an operation at exit may call back into Python (callbacks,
 # buffer releases); let them finish before the interpreter is torn down.
 atexit.register(_lib.wait_for_io, 30.0)

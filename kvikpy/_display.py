@@ -62,19 +62,38 @@ def buffer_html(buf: Any) -> str:
     return html_table("kvikpy.Buffer", buffer_rows(buf))
 
 
-def backend() -> str:
-    """How GPU reads and writes move today, whatever ``compat_mode`` says: kvikpy has no
-    cuFile (GPUDirect Storage) path yet, so every transfer is POSIX I/O through pinned
-    bounce buffers (and, for warm reads, DMA straight from the page cache)."""
-    return "POSIX, pinned bounce buffers"
+def backend(f: Any) -> str:
+    """How an open file's GPU reads and writes move, and why (its ``backend``)."""
+    name, why = f.backend
+    if name == "cufile":
+        return f"cuFile (GPUDirect Storage) for transfers of at least gds_threshold; {why}"
+    return f"POSIX, pinned bounce buffers; {why}"
 
 
-def cufile_note(compat_mode: str) -> str:
-    """Why cuFile is not used, for ``info``: honest for every ``compat_mode``."""
-    return (
-        f"not used: kvikpy has no GPUDirect Storage path yet, so compat_mode={compat_mode} "
-        "reads and writes through POSIX"
-    )
+def gpu_io(gds: dict[str, Any], compat_mode: str) -> str:
+    """Which path GPU reads take under ``compat_mode``, for ``info``."""
+    if compat_mode == "ON" or not gds["usable"]:
+        return "POSIX, pinned bounce buffers"
+    return "cuFile (GPUDirect Storage) for files cuFile registers, POSIX for the others"
+
+
+def cufile_note(gds: dict[str, Any], compat_mode: str) -> str:
+    """Whether cuFile is usable and what ``compat_mode`` then does, for ``info``."""
+    library = gds["library"]
+    if gds["standin"] is not None:
+        library = f"{library} (kvikpy's test stand-in, not NVIDIA's libcufile)"
+    where = f"libcufile {gds['libcufile_version'] or '?'} at {library}" if library else ""
+    if gds["usable"]:
+        state = f"usable ({where})"
+    else:
+        state = f"not usable: {gds['reason']}" + (f" ({where})" if where else "")
+    if compat_mode == "ON":
+        return f"{state}; compat_mode=ON reads and writes through POSIX"
+    if compat_mode == "OFF" and not gds["usable"]:
+        return f"{state}; compat_mode=OFF fails to open files (kvikpy.CuFileError)"
+    if not gds["usable"]:
+        return f"{state}; so compat_mode={compat_mode} reads and writes through POSIX"
+    return f"{state}; compat_mode={compat_mode} registers each file (CuFile.backend says)"
 
 
 def cufile_rows(f: Any) -> list[tuple[str, Any]]:
@@ -84,7 +103,7 @@ def cufile_rows(f: Any) -> list[tuple[str, Any]]:
     else:
         n = f.nbytes()
         rows += [("size", f"{human_bytes(n)} ({n:,} bytes)"), ("state", "open")]
-    rows.append(("GPU I/O", backend()))
+    rows.append(("GPU I/O", backend(f)))
     return rows
 
 

@@ -311,6 +311,19 @@ class CuFile:
         self.close()
 
     @property
+    def backend(self) -> tuple[str, str]:
+        """Which source reads and writes the file, and why it was chosen at open.
+
+        ``("cufile", why)``: GPU transfers of at least ``gds_threshold`` bytes go through
+        cuFile (GPUDirect Storage); ``("posix", why)``: every transfer goes through POSIX
+        I/O (pinned bounce buffers for GPU memory). The choice follows kvikio's
+        ``compat_mode`` rule, for example ``("posix", "compat_mode is AUTO and cuFile
+        refused the file: HANDLE_NOT_REGISTERED (5027) file descriptor is not
+        registered (in cuFileHandleRegister)")``. Kept after :meth:`close`.
+        """
+        return self._handle.backend
+
+    @property
     def path(self) -> str:
         """The path the file was opened with."""
         return _paths.fspath(self._handle.path)

@@ -69,9 +69,9 @@ class CompatMode(enum.IntEnum):
     """kvikio's choice between cuFile (GPUDirect Storage) and POSIX I/O.
 
     In kvikio, ``OFF`` forces cuFile, ``ON`` forces POSIX with bounce buffers and ``AUTO``
-    uses cuFile where the system supports it. kvikpy keeps the setting and kvikio's
-    :func:`is_compat_mode_preferred` answer, but has no cuFile path yet: all I/O runs
-    through POSIX whatever the mode (``python -m kvikpy info`` says so).
+    uses cuFile where the system supports it and the file registers. kvikpy applies it
+    per file when the file is opened (``CuFile.backend`` says which source a file got and
+    why; ``python -m kvikpy info`` whether cuFile is usable here).
     """
 
     OFF = 0

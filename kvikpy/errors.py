@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "CuFileError",
     "CudaError",
     "CudaUnavailableError",
     "InternalError",
@@ -46,3 +47,12 @@ class CudaUnavailableError(KvikpyError, RuntimeError):
 
 class CudaError(KvikpyError, RuntimeError):
     """A CUDA driver call failed; the message names the call and the ``CUresult``."""
+
+
+class CuFileError(KvikpyError, RuntimeError):
+    """cuFile (GPUDirect Storage) could not be used, or one of its calls failed.
+
+    Raised where cuFile was required (``compat_mode`` OFF, :mod:`kvikpy.cufile_driver`)
+    and on failed cuFile transfers; the message carries cuFile's own error
+    (``HANDLE_NOT_REGISTERED (5027) ...``). A ``RuntimeError``, as kvikio raises.
+    """

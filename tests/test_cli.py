@@ -49,6 +49,7 @@ INFO_KEYS = {
     "compat_mode_preferred",
     "gpu_io",
     "cufile",
+    "gds",
     "settings",
     "library",
 }
@@ -312,23 +313,34 @@ def test_info_text_in_process(capsys):
 
 
 @pytest.mark.parametrize("mode", ["ON", "OFF", "AUTO"])
-def test_info_never_claims_gpudirect_storage(mode):
-    """kvikpy has no cuFile path: whatever compat_mode says, info reports POSIX."""
+def test_info_explains_the_gpu_path_without_libcufile(mode):
+    """Without libcufile (this machine, CI): info says GDS is unusable, why, and what each
+    compat_mode then does."""
+    if kvikpy.info()["gds"]["library"] is not None:
+        pytest.skip("libcufile loads here")
     r = run_cli("info", KVIKIO_COMPAT_MODE=mode)
     assert r.returncode == 0, r.stderr
     assert "gpu I/O   POSIX, pinned bounce buffers" in r.stdout
-    assert f"compat_mode={mode} reads and writes through POSIX" in r.stdout
-    assert "cuFile (GPUDirect Storage)" not in r.stdout
+    assert "cuFile    not usable: libcufile is not installed" in r.stdout
+    expected = {
+        "ON": "compat_mode=ON reads and writes through POSIX",
+        "OFF": "compat_mode=OFF fails to open files (kvikpy.CuFileError)",
+        "AUTO": "so compat_mode=AUTO reads and writes through POSIX",
+    }[mode]
+    assert expected in r.stdout
     d = json.loads(run_cli("info", "--json", KVIKIO_COMPAT_MODE=mode).stdout)
     assert d["gpu_io"] == "POSIX, pinned bounce buffers"
+    assert d["gds"]["usable"] is False
+    assert d["gds"]["reason"].startswith("libcufile is not installed")
+    assert d["gds"]["libcufile_version"] is None and d["gds"]["properties"] is None
 
 
-def test_cufile_reprs_never_claim_gpudirect_storage(tmp_path):
+def test_cufile_reprs_say_which_path_and_why(tmp_path):
     path = tmp_path / "f.bin"
     path.write_bytes(b"0123456789abcdef")
-    with kvikpy.defaults.set(compat_mode=kvikpy.CompatMode.OFF), kvikpy.CuFile(path) as f:
+    with kvikpy.defaults.set(compat_mode=kvikpy.CompatMode.ON), kvikpy.CuFile(path) as f:
         html = f._repr_html_()
-    assert "POSIX, pinned bounce buffers" in html
+    assert "POSIX, pinned bounce buffers; compat_mode is ON" in html
     assert "GPUDirect" not in html
 
 

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 import kvikpy
-from kvikpy import _devices, _display, _lib, defaults
+from kvikpy import _devices, _display, _gds, _lib, defaults
 
 __all__ = ["add_parser", "collect_info", "command", "format_info"]
 
@@ -42,10 +42,16 @@ def collect_info() -> dict[str, Any]:
         ``kvikpy``, ``python``, ``python_implementation``, ``executable``, ``platform``,
         ``cuda_available``, ``cuda_unavailable_reason``, ``device_count``, ``devices``
         (``"cuda:N"`` labels: the engine does not report device names), ``compat_mode``
-        (whether I/O resolves to POSIX rather than cuFile), ``settings`` and ``library``
-        (the path of the loaded extension module).
+        (whether I/O resolves to POSIX rather than cuFile), ``gpu_io`` (which path GPU
+        reads take), ``cufile`` (one line: whether cuFile is usable, why not, and what
+        ``compat_mode`` then does), ``gds`` (see :func:`kvikpy._gds.gds_status`: usable,
+        the first reason it is not, the libcufile loaded, stand-in or not, its version,
+        nvidia-fs, the driver properties), ``settings`` and ``library`` (the path of the
+        loaded extension module).
     """
     available = kvikpy.cuda_available()
+    gds = _gds.gds_status()
+    mode = str(_setting_value("compat_mode"))
     count = kvikpy.device_count() if available else 0
     return {
         "kvikpy": kvikpy.__version__,
@@ -58,8 +64,9 @@ def collect_info() -> dict[str, Any]:
         "device_count": count,
         "devices": [_devices.label(i) for i in range(count)],
         "compat_mode_preferred": defaults.is_compat_mode_preferred(),
-        "gpu_io": _display.backend(),
-        "cufile": _display.cufile_note(str(_setting_value("compat_mode"))),
+        "gpu_io": _display.gpu_io(gds, mode),
+        "cufile": _display.cufile_note(gds, mode),
+        "gds": gds,
         "settings": {name: _setting_value(name) for name in _lib.setting_names()},
         "library": os.path.abspath(str(_lib.__file__)),
     }
@@ -79,6 +86,7 @@ def format_info(d: dict[str, Any]) -> str:
         f"cuda      {cuda}",
         f"gpu I/O   {io}",
         f"cuFile    {d['cufile']}",
+        *(f"  {name:<22}  {value}" for name, value in (d["gds"]["properties"] or {}).items()),
         f"library   {d['library']}",
         "settings",
     ]

@@ -332,6 +332,34 @@ fn read_elements(
     let work = pieces(elements, cap);
     let lengths: Vec<usize> = work.iter().map(|p| p.len).collect();
     let errors: Vec<Mutex<Option<Error>>> = elements.iter().map(|_| Mutex::new(None)).collect();
+    if let (Some(file), Span::Device(device)) = (&shared, dest) {
+        // The shared file's own batch transfers (cuFile's batch API), where it has them.
+        let reads: Vec<(u64, DeviceSpan)> = work
+            .iter()
+            .map(|p| (p.offset, device.sub(p.dst, p.len)))
+            .collect();
+        if let Some(outcome) = file.device_batch(&reads, settings) {
+            let counts = outcome?;
+            for (p, got) in work.iter().zip(counts) {
+                let failed = match got {
+                    Ok(n) if n == p.len => None,
+                    Ok(n) => Some(truncated(file.path(), p.offset, p.len, n)),
+                    Err(e) => Some(e),
+                };
+                if let Some(e) = failed {
+                    let mut slot = errors[p.element].lock().unwrap_or_else(|x| x.into_inner());
+                    slot.get_or_insert(e);
+                }
+            }
+            if let Some(progress) = progress {
+                progress.fetch_add(total as u64, Ordering::Relaxed);
+            }
+            return Ok(errors
+                .into_iter()
+                .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+                .collect());
+        }
+    }
     let pool = crate::pool::pool(settings.num_threads)?;
     let segments = segments(&lengths, cap);
     let job = Job {
@@ -380,15 +408,24 @@ impl Job<'_> {
         slot.get_or_insert(e);
     }
 
+    /// Open the piece's file (or share the batch's).
+    fn open_piece(&self, piece: &Piece) -> Result<Arc<dyn Source>> {
+        let element = &self.elements[piece.element];
+        match &element.origin {
+            Origin::File(path) => FileHandle::open_with(path, "r", self.settings)?.get(),
+            Origin::Range(_) => Ok(Arc::clone(self.shared.ok_or_else(|| {
+                Error::InvalidArgument("a range element needs the batch's file".into())
+            })?)),
+        }
+    }
+
     /// Open the piece's file (or share the batch's) and read its bytes into `span`.
     fn read_piece(&self, piece: &Piece, span: HostSpan) -> Result<()> {
-        let element = &self.elements[piece.element];
-        let file = match &element.origin {
-            Origin::File(path) => FileHandle::open_with(path, "r", self.settings)?.get()?,
-            Origin::Range(_) => Arc::clone(self.shared.ok_or_else(|| {
-                Error::InvalidArgument("a range element needs the batch's file".into())
-            })?),
-        };
+        self.read_piece_from(&self.open_piece(piece)?, piece, span)
+    }
+
+    /// Read the piece's bytes from `file` into `span`.
+    fn read_piece_from(&self, file: &Arc<dyn Source>, piece: &Piece, span: HostSpan) -> Result<()> {
         let got = file.read_host(span, piece.offset, self.settings)?;
         if got == piece.len {
             return Ok(());
@@ -423,19 +460,44 @@ impl Job<'_> {
     }
 
     /// Read a segment's pieces into one pinned bounce buffer, then move it in one DMA.
+    /// Pieces of files whose source has its own batch transfers (cuFile) go straight to
+    /// the device instead, and the rest is then moved piece by piece.
     fn gather(&self, part: &[Piece], device: DeviceSpan, start: usize, end: usize) -> Result<()> {
         let context = crate::cuda::bind(device.ordinal)?;
         let lane = crate::cuda::thread_stream(&context)?;
         let mut ring = Ring::pinned(lane, 1, self.settings)?;
         let staged = ring.stage(0, 0, end - start);
-        for p in part {
-            if let Err(e) = self.read_piece(p, staged.sub(p.dst - start, p.len)) {
+        let mut direct = vec![false; part.len()];
+        for (k, p) in part.iter().enumerate() {
+            let outcome = self.open_piece(p).and_then(|file| {
+                let reads = [(p.offset, device.sub(p.dst, p.len))];
+                match file.device_batch(&reads, self.settings) {
+                    Some(counts) => {
+                        direct[k] = true;
+                        let got = counts?.pop().unwrap_or(Ok(0))?;
+                        if got == p.len {
+                            return Ok(());
+                        }
+                        Err(truncated(file.path(), p.offset, p.len, got))
+                    }
+                    None => self.read_piece_from(&file, p, staged.sub(p.dst - start, p.len)),
+                }
+            });
+            if let Err(e) = outcome {
                 self.record(p, e);
             }
         }
-        // SAFETY: `staged` lies in the ring's pinned buffer, held until the ring has
-        // drained below; the destination `start..end` lies inside `device`.
-        unsafe { ring.upload(0, device.ptr + start as u64, staged.as_ptr(), end - start)? };
+        if !direct.iter().any(|&d| d) {
+            // SAFETY: `staged` lies in the ring's pinned buffer, held until the ring has
+            // drained below; the destination `start..end` lies inside `device`.
+            unsafe { ring.upload(0, device.ptr + start as u64, staged.as_ptr(), end - start)? };
+            return ring.drain();
+        }
+        for (p, _) in part.iter().zip(&direct).filter(|(_, &d)| !d) {
+            let from = staged.sub(p.dst - start, p.len);
+            // SAFETY: as above, for this piece's part of the buffer and the destination.
+            unsafe { ring.upload(0, device.ptr + p.dst as u64, from.as_ptr(), p.len)? };
+        }
         ring.drain()
     }
 }

@@ -72,6 +72,10 @@ pub enum Error {
     /// shrank after it was sized (a whole-file read, a batch element). The message names
     /// the file, the offset and the counts. Mapped to `OSError`.
     Truncated(String),
+    /// cuFile (GPUDirect Storage) cannot be used or one of its calls failed; the message
+    /// carries cuFile's own (`HANDLE_NOT_REGISTERED (5027) ...`). Mapped to
+    /// `kvikpy.CuFileError` (a `RuntimeError`, as kvikio raises).
+    CuFile(String),
     /// A bug: engine code panicked. The panic is caught at the task or call boundary
     /// and reported as `kvikpy.InternalError` instead of crossing into Python.
     Panic(String),
@@ -151,6 +155,7 @@ impl Clone for Error {
             },
             Self::Truncated(m) => Self::Truncated(m.clone()),
             Self::Panic(m) => Self::Panic(m.clone()),
+            Self::CuFile(m) => Self::CuFile(m.clone()),
             Self::OutOfMemory(m) => Self::OutOfMemory(m.clone()),
         }
     }
@@ -193,7 +198,7 @@ impl fmt::Display for Error {
             Self::Cuda { call, code, name } => {
                 write!(f, "CUDA driver call {call} failed with {name} ({code})")
             }
-            Self::OutOfMemory(m) | Self::Truncated(m) => f.write_str(m),
+            Self::OutOfMemory(m) | Self::Truncated(m) | Self::CuFile(m) => f.write_str(m),
             Self::Panic(m) => write!(f, "internal error in kvikpy (a bug, please report it): {m}"),
         }
     }

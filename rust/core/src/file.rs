@@ -80,6 +80,8 @@ impl OpenFlags {
 pub struct FileHandle {
     path: PathBuf,
     open: Mutex<Option<Arc<dyn Source>>>,
+    /// Which source reads the file, and why it was chosen.
+    backend: (&'static str, String),
 }
 
 impl FileHandle {
@@ -93,11 +95,18 @@ impl FileHandle {
     pub fn open_with(path: impl AsRef<Path>, mode: &str, settings: &Settings) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let flags = OpenFlags::parse(mode)?;
-        let source = crate::source::open(&path, flags, settings)?;
+        let opened = crate::source::open(&path, flags, settings)?;
         Ok(Self {
             path,
-            open: Mutex::new(Some(source)),
+            backend: (opened.source.name(), opened.reason),
+            open: Mutex::new(Some(opened.source)),
         })
+    }
+
+    /// The name of the source that reads the file (`"posix"`, `"cufile"`) and why it was
+    /// chosen at open; kept after close.
+    pub fn backend(&self) -> (&'static str, &str) {
+        (self.backend.0, &self.backend.1)
     }
 
     /// The open source, or [`Error::Closed`].

@@ -11,7 +11,7 @@ pub mod batch;
 pub mod bounce;
 pub mod ceiling;
 pub mod cuda;
-mod cufile_probe;
+pub mod cufile_driver;
 pub mod device_io;
 pub mod error;
 pub mod file;

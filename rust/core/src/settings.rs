@@ -324,7 +324,7 @@ pub fn is_compat_mode_preferred(mode: CompatMode) -> bool {
     match mode {
         CompatMode::On => true,
         CompatMode::Off => false,
-        CompatMode::Auto => !crate::cufile_probe::cufile_usable(),
+        CompatMode::Auto => !crate::cufile_driver::usable(),
     }
 }
 

@@ -13,6 +13,7 @@ pyo3::import_exception!(kvikpy.errors, ConfigError);
 pyo3::import_exception!(kvikpy.errors, InternalError);
 pyo3::import_exception!(kvikpy.errors, CudaUnavailableError);
 pyo3::import_exception!(kvikpy.errors, CudaError);
+pyo3::import_exception!(kvikpy.errors, CuFileError);
 
 /// The error of a binding function: an engine error on its way to Python, or a Python
 /// exception already raised (a failed conversion, an attribute lookup). Binding functions
@@ -77,6 +78,7 @@ fn engine_error(e: Error) -> PyErr {
         Error::OutOfMemory(_) => PyMemoryError::new_err(e.to_string()),
         Error::CudaUnavailable(_) => CudaUnavailableError::new_err(e.to_string()),
         Error::Cuda { .. } => CudaError::new_err(e.to_string()),
+        Error::CuFile(_) => CuFileError::new_err(e.to_string()),
         Error::InvalidArgument(_) | Error::InvalidSetting { .. } | Error::Closed => {
             PyValueError::new_err(e.to_string())
         }

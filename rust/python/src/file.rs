@@ -165,6 +165,13 @@ impl FileHandle {
         self.inner.is_closed()
     }
 
+    /// Which source reads the file (`"posix"` or `"cufile"`) and why it was chosen.
+    #[getter]
+    fn backend(&self) -> (&'static str, String) {
+        let (name, why) = self.inner.backend();
+        (name, why.to_owned())
+    }
+
     #[getter]
     fn path(&self) -> std::path::PathBuf {
         self.inner.path().to_path_buf()

@@ -9,6 +9,7 @@ mod boundary;
 mod buffer;
 mod ceiling;
 mod cuda;
+mod cufile;
 mod dlpack;
 mod errors;
 mod file;
@@ -52,5 +53,16 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(settings::thread_pool_size, m)?)?;
     m.add_function(wrap_pyfunction!(blocking::_panic_for_tests, m)?)?;
     m.add_function(wrap_pyfunction!(ceiling::pread_ceiling, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::cufile_version, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::cufile_driver_open, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::cufile_driver_close, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::cufile_shutdown, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::cufile_properties, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::cufile_set_property, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::cufile_status, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::memory_register, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::memory_deregister, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::stream_register, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::stream_deregister, m)?)?;
     Ok(())
 }

@@ -27,6 +27,11 @@ impl Stream {
         Self(handle)
     }
 
+    /// The raw `CUstream` value.
+    pub fn as_raw(self) -> usize {
+        self.0
+    }
+
     fn cu(self) -> sys::CUstream {
         self.0 as sys::CUstream
     }

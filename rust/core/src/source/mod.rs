@@ -9,12 +9,14 @@
 //! Adding a source is one file in this folder (a type implementing [`Source`] and an
 //! `open` function with the [`Opener`] signature) and one line in [`OPENERS`].
 
+pub mod cufile;
 mod mapping;
 mod page_cache_dma;
 pub mod posix;
 mod posix_io;
 
 use std::any::Any;
+use std::cell::RefCell;
 use std::fmt::Debug;
 use std::os::fd::RawFd;
 use std::path::Path;
@@ -114,6 +116,18 @@ pub trait Source: Send + Sync + Debug {
     ) -> std::result::Result<Result<IoFuture>, Keepalive> {
         Err(keepalive)
     }
+
+    /// Read each `(file offset, device span)` of a batch with the source's own batch
+    /// transfers (cuFile's batch API), all spans on one device; each read's count (short
+    /// only at the end of the file) or error. `None`: the source has none, and the batch
+    /// reads through the bounce ring.
+    fn device_batch(
+        &self,
+        _reads: &[(u64, DeviceSpan)],
+        _settings: &Settings,
+    ) -> Option<Result<Vec<Result<usize>>>> {
+        None
+    }
 }
 
 /// What keeps an operation's memory alive until its last task has finished (the Python
@@ -175,6 +189,25 @@ pub struct Target<'a> {
     pub flags: OpenFlags,
     /// The `compat_mode` setting when the file is opened: `On` asks for POSIX only.
     pub compat_mode: CompatMode,
+    /// Why each source took or declined the target, in order (for `CuFile.backend`).
+    pub notes: &'a RefCell<Vec<String>>,
+}
+
+impl Target<'_> {
+    /// Record why this source takes or declines the target.
+    pub fn note(&self, why: String) {
+        self.notes.borrow_mut().push(why);
+    }
+}
+
+/// A source opened by [`open`], with which source it is and why it was chosen.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    /// The source.
+    pub source: Arc<dyn Source>,
+    /// Why this source reads the file (`"compat_mode is AUTO and cuFile refused the
+    /// file: ..."`).
+    pub reason: String,
 }
 
 /// A source's constructor: `None` when the source does not take this target (another
@@ -183,16 +216,18 @@ pub type Opener = fn(&Target<'_>) -> Option<Result<Arc<dyn Source>>>;
 
 /// Every source, in the order a path is offered to them; the first that takes it opens
 /// it. POSIX takes every local path, so it comes last.
-pub const OPENERS: &[Opener] = &[posix::open];
+pub const OPENERS: &[Opener] = &[cufile::open, posix::open];
 
-/// Open `path` with `flags`: the first source of [`OPENERS`] that takes it.
-pub fn open(path: &Path, flags: OpenFlags, settings: &Settings) -> Result<Arc<dyn Source>> {
+/// Open `path` with `flags`: the first source of [`OPENERS`] that takes it, and why.
+pub fn open(path: &Path, flags: OpenFlags, settings: &Settings) -> Result<Opened> {
+    let notes = RefCell::new(Vec::new());
     let target = Target {
         path,
         flags,
         compat_mode: settings.compat_mode,
+        notes: &notes,
     };
-    OPENERS
+    let source = OPENERS
         .iter()
         .find_map(|open| open(&target))
         .unwrap_or_else(|| {
@@ -200,7 +235,14 @@ pub fn open(path: &Path, flags: OpenFlags, settings: &Settings) -> Result<Arc<dy
                 "no source can open '{}'",
                 path.display()
             )))
-        })
+        })?;
+    let notes = notes.into_inner();
+    let reason = if notes.is_empty() {
+        format!("the {} source takes every local path", source.name())
+    } else {
+        notes.join("; ")
+    };
+    Ok(Opened { source, reason })
 }
 
 /// The error for `what` (a kind of read) of a file that reports 0 bytes but has content.
