@@ -473,11 +473,13 @@ impl Drop for InFlight {
 pub fn register_handle(fd: c_int) -> Result<usize> {
     let api = ready()?;
     let _call = InFlight::begin()?;
-    // SAFETY: the descriptor is plain data (a tag, a union holding the fd, a null ops
-    // pointer), for which all-zero bytes are a valid value.
-    let mut descr: cf::CUfileDescr_t = unsafe { std::mem::zeroed() };
-    descr.type_ = cf::CUfileFileHandleType::CU_FILE_HANDLE_TYPE_OPAQUE_FD;
-    descr.handle.fd = fd;
+    // Built field by field: all-zero bytes are not a valid `CUfileDescr_t` (its tag is a
+    // Rust enum), and `mem::zeroed` of it aborts the process.
+    let mut descr = cf::CUfileDescr_t {
+        type_: cf::CUfileFileHandleType::CU_FILE_HANDLE_TYPE_OPAQUE_FD,
+        handle: cf::CUfileDescr_t__bindgen_ty_1 { fd },
+        fs_ops: std::ptr::null(),
+    };
     let d: *mut cf::CUfileDescr_t = &mut descr;
     let mut handle: cf::CUfileHandle_t = std::ptr::null_mut();
     // SAFETY: both pointers are valid for the call; `fd` is an open descriptor.
