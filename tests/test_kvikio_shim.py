@@ -9,6 +9,7 @@ shim's finder never enters this test process.
 from __future__ import annotations
 
 import json
+import os
 import pkgutil
 import textwrap
 import xml.etree.ElementTree as ET
@@ -31,9 +32,14 @@ def kvikpy_modules() -> list[str]:
 
 def shim_python(code: str) -> dict[str, object]:
     """Run ``code`` with the shim first on the path; it prints one JSON object."""
-    proc = run_python(textwrap.dedent(code), env={"PYTHONPATH": str(SHIM), "PYTHONSAFEPATH": "1"})
+    proc = run_python(textwrap.dedent(code), env={"PYTHONPATH": SHIM_PATH, "PYTHONSAFEPATH": "1"})
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+# The shim first, then whatever path this run imports kvikpy from (an installed wheel on
+# the GPU machine).
+SHIM_PATH = os.pathsep.join(p for p in (str(SHIM), os.environ.get("PYTHONPATH", "")) if p)
 
 
 def test_every_kvikpy_module_is_kvikio_module() -> None:
