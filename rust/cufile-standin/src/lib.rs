@@ -261,7 +261,8 @@ pub unsafe extern "C" fn cuFileHandleRegister(
                 return Err(Fail::op(CUfileOpError::CU_FILE_HANDLE_ALREADY_REGISTERED));
             }
             let id = state.new_id();
-            state.handles.insert(id, state::FileEntry { fd });
+            let io_fd = buffered_twin(fd);
+            state.handles.insert(id, state::FileEntry { fd, io_fd });
             // SAFETY: `fh` is writable.
             unsafe { fh.write(id as *mut c_void) };
             Ok(())
@@ -273,8 +274,34 @@ pub unsafe extern "C" fn cuFileHandleRegister(
 #[no_mangle]
 pub extern "C" fn cuFileHandleDeregister(fh: *mut c_void) {
     guard((), || {
-        state::lock().handles.remove(&(fh as usize));
+        if let Some(entry) = state::lock().handles.remove(&(fh as usize)) {
+            if entry.io_fd != entry.fd {
+                // SAFETY: `io_fd` was opened by `buffered_twin` and is closed once, here.
+                unsafe { libc::close(entry.io_fd) };
+            }
+        }
     })
+}
+
+/// `fd`, or where it was opened with O_DIRECT, the same file reopened without it (through
+/// `/proc/self/fd`); `fd` itself if the reopening fails.
+fn buffered_twin(fd: c_int) -> c_int {
+    // SAFETY: F_GETFL on a descriptor checked open by fstat; no memory is involved.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 || flags & libc::O_DIRECT == 0 {
+        return fd;
+    }
+    let Ok(path) = std::ffi::CString::new(format!("/proc/self/fd/{fd}")) else {
+        return fd;
+    };
+    let access = flags & libc::O_ACCMODE;
+    // SAFETY: `path` is NUL-terminated; no O_CREAT, so no mode argument is read.
+    let twin = unsafe { libc::open(path.as_ptr(), access | libc::O_CLOEXEC) };
+    if twin < 0 {
+        fd
+    } else {
+        twin
+    }
 }
 
 /// Registers a buffer by its base address (bookkeeping only: nothing is pinned).
@@ -322,7 +349,7 @@ fn target(
     file_offset: i64,
     buf_offset: i64,
 ) -> Result<(i32, usize), Fail> {
-    let fd = state::lock_open()?.file(fh as usize)?.fd;
+    let fd = state::lock_open()?.file(fh as usize)?.io_fd;
     if base == 0 || file_offset < 0 || buf_offset < 0 || size > isize::MAX as usize {
         return Err(invalid());
     }
@@ -406,7 +433,7 @@ unsafe fn enqueue(
         status((|| {
             let (fd, flags) = {
                 let state = state::lock_open()?;
-                let fd = state.file(fh as usize)?.fd;
+                let fd = state.file(fh as usize)?.io_fd;
                 (
                     fd,
                     state.streams.get(&(stream as usize)).copied().unwrap_or(0),
@@ -604,7 +631,7 @@ pub unsafe extern "C" fn cuFileBatchIOSubmit(
                 {
                     return Err(invalid());
                 }
-                let fd = state.file(fh as usize)?.fd;
+                let fd = state.file(fh as usize)?.io_fd;
                 let addr = (io.devPtr_base as usize)
                     .checked_add(io.devPtr_offset as usize)
                     .ok_or_else(invalid)?;

@@ -56,11 +56,15 @@ pub fn default_props() -> CUfileDrvProps_t {
     }
 }
 
-/// A registered file: the descriptor it was registered with.
+/// A registered file: the descriptor it was registered with, and the one I/O goes through.
 #[derive(Debug, Clone, Copy)]
 pub struct FileEntry {
     /// The caller's descriptor (not owned: the caller closes it).
     pub fd: i32,
+    /// The descriptor reads and writes use: `fd` itself, or, when `fd` was opened with
+    /// O_DIRECT (as kvikpy and kvikio register it), a buffered reopening of the same file
+    /// owned by the entry, since the stand-in stages through unaligned host memory.
+    pub io_fd: i32,
 }
 
 /// Everything the API keeps between calls.
