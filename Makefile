@@ -25,7 +25,8 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: demo test docs lint fmt develop rust-test stubtest typecheck py-test wheel wheels \
         gpu-wheel gpu-test gpu-bench gpu-bench-wheels gpu-notebooks nb-wheels clean check-rust \
-        notebooks bench-engine kvikio-tests-fetch kvikio-tests gpu-kvikio-tests cufile-standin
+        notebooks bench-engine kvikio-tests-fetch kvikio-tests gpu-kvikio-tests cufile-standin \
+        zarr-wheels
 
 # The demo needs only numpy and a build of kvikpy: its own small environment, with the
 # same pinned numpy and maturin as the development one.
@@ -142,7 +143,8 @@ REPORT ?= docs/gpu-test-report.md
 GPU_INSTALL = python3 -m pip install -q --no-index --no-deps --no-compile --upgrade \
 	--target /tmp/kvikpy-site
 gpu-test:
-	$(GPU_INSTALL) .gpu/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .nbwhl/*.whl)
+	$(GPU_INSTALL) .gpu/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .nbwhl/*.whl) \
+		$(wildcard .zwhl/*.whl)
 	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 JUPYTER_PLATFORM_DIRS=1 python3 tests/gpu_report.py --out $(REPORT) -- \
 		-p no:cacheprovider -q $(PYTEST_ARGS)
 
@@ -169,7 +171,8 @@ kvikio-tests: develop
 		-- $(PYTEST_ARGS)
 
 gpu-kvikio-tests:
-	$(GPU_INSTALL) $(if $(filter kvikio,$(KVIKIO_AGAINST)),.whl/*.whl,.gpu/*.whl)
+	$(GPU_INSTALL) $(if $(filter kvikio,$(KVIKIO_AGAINST)),.whl/*.whl,.gpu/*.whl) \
+		$(wildcard .zwhl/*.whl)
 	PYTHONPATH=/tmp/kvikpy-site python3 tests/kvikio_harness.py run --report-dir $(REPORT_DIR) \
 		--against $(KVIKIO_AGAINST) $(KVIKIO_TESTS) -- $(PYTEST_ARGS)
 
@@ -183,8 +186,25 @@ nb-wheels:
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 		--platform manylinux2014_x86_64 --platform any -d .nbwhl $(NB_WHEELS)
 
+# kvikpy.zarr on the GPU machine (no network there): `make zarr-wheels` here downloads
+# zarr, its dependencies, pytest-asyncio (zarr's StoreTests) and nvCOMP's Python package
+# (nvidia-nvcomp-cu13 and its library, about 34 MB of the 45 MB) for Python 3.12 into
+# .zwhl/ (git-ignored); carry it with .gpu/, and `make gpu-test`, `gpu-kvikio-tests`,
+# `gpu-bench` and `gpu-notebooks` install it when present.
+# `make zarr-wheels ZARR_NVCOMP=` leaves nvCOMP out (9 MB: zstd then decodes on the CPU),
+# to fit a carry with .nbwhl/ under the device tool's 64 MiB.
+ZARR_NVCOMP ?= nvidia-nvcomp-cu13==6.0.0.12 nvidia-libnvcomp-cu13==6.0.0.12
+ZARR_WHEELS = $(shell grep -E '^(zarr|numcodecs|pytest-asyncio)==' requirements-dev.txt) \
+	donfig google-crc32c typing_extensions packaging pyyaml $(ZARR_NVCOMP)
+zarr-wheels:
+	rm -rf .zwhl && $(BIN)/python -m pip download -q --no-deps --only-binary=:all: \
+		--python-version 3.12 --platform manylinux_2_28_x86_64 \
+		--platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 --platform any -d .zwhl $(ZARR_WHEELS)
+	du -sh .zwhl
+
 gpu-notebooks:
-	$(GPU_INSTALL) .gpu/*.whl .nbwhl/*.whl $(wildcard .whl/nanoarrow-*.whl)
+	$(GPU_INSTALL) .gpu/*.whl .nbwhl/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .zwhl/*.whl)
 	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 JUPYTER_PLATFORM_DIRS=1 python3 notebooks/execute.py
 	tar cf $(NB_OUT) notebooks/*.ipynb
 
@@ -201,7 +221,7 @@ notebooks: develop
 BENCH_OUT ?= /tmp/kvikpy-bench
 BENCH ?=
 gpu-bench:
-	$(GPU_INSTALL) .gpu/*.whl .whl/*.whl $(wildcard .nbwhl/tqdm-*.whl)
+	$(GPU_INSTALL) .gpu/*.whl .whl/*.whl $(wildcard .nbwhl/tqdm-*.whl) $(wildcard .zwhl/*.whl)
 	mkdir -p $(BENCH_OUT)
 	if [ -n "$(BENCH)" ]; then \
 		PYTHONPATH=/tmp/kvikpy-site:. PYTHONSAFEPATH=1 python3 -m benchmarks $(BENCH) $(BENCH_ARGS); \

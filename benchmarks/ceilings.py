@@ -3,8 +3,9 @@ pinned host-to-device copy bandwidth, page-cache pread into pinned memory with n
 threads (kvikpy's engine, `_lib.pread_ceiling`), and cold O_DIRECT disk reads.
 
 Usage: python -m benchmarks ceilings [--size-mib 4096] [--cold] [--out ceilings.json]
---cold drops the page cache before each O_DIRECT run (needs root; "guest-cold": the host
-of a virtual machine may still cache the disk).
+--cold drops the file's pages from the page cache before each O_DIRECT run
+(kvikpy.drop_file_page_cache: no root needed; "guest-cold": the host of a virtual machine
+may still cache the disk).
 """
 
 from __future__ import annotations
@@ -13,17 +14,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import time
 
+import kvikpy
 from benchmarks.common import scratch_dir, write_random_file
 from kvikpy import _lib
-
-
-def drop_caches() -> None:
-    subprocess.run(["sync"], check=True)
-    with open("/proc/sys/vm/drop_caches", "w") as fh:
-        fh.write("3\n")
 
 
 def main() -> None:
@@ -66,7 +61,7 @@ def main() -> None:
         for threads in (1, 4, 16):
             speeds = []
             for _ in range(3):
-                drop_caches()
+                kvikpy.drop_file_page_cache(path)
                 s, b, total = _lib.pread_ceiling(path, threads, 4 << 20, True, pinned)
                 assert total == expected
                 speeds.append(b / s / 1e9)

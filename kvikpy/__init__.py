@@ -20,12 +20,17 @@ import atexit
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from kvikpy import _lib, cufile_driver, defaults
+from kvikpy import _lib, cufile_driver, defaults, utils
 from kvikpy._api import cuda_available, device_count, read, write
-from kvikpy._gds import memory_deregister, memory_register, stream_deregister, stream_register
-from kvikpy._lib import Buffer, __version__
-from kvikpy._lib import bounce_buffer_free as _bounce_buffer_free
+from kvikpy._lib import Buffer, __git_commit__, __version__
+from kvikpy._page_cache import (
+    clear_page_cache,
+    drop_file_page_cache,
+    drop_system_page_cache,
+    get_page_cache_info,
+)
 from kvikpy.batch import Batch, read_many, read_ranges
+from kvikpy.buffer import bounce_buffer_free, memory_deregister, memory_register
 from kvikpy.chunks import ChunkIterator, iter_chunks
 from kvikpy.cufile import CuFile, IOFuture, IOFutureStream, wait_all
 from kvikpy.defaults import CompatMode
@@ -36,7 +41,17 @@ from kvikpy.errors import (
     CuFileError,
     InternalError,
     KvikpyError,
+    MmapClosedError,
 )
+from kvikpy.mmap import Mmap
+from kvikpy.remote_file import (
+    RemoteEndpointType,
+    RemoteFile,
+    infer_remote_endpoint_type,
+    is_remote_file_available,
+)
+from kvikpy.stream import stream_deregister, stream_register
+from kvikpy.utils import kvikio_deprecation_notice
 
 __all__ = [
     "Batch",
@@ -52,14 +67,26 @@ __all__ = [
     "IOFutureStream",
     "InternalError",
     "KvikpyError",
+    "Mmap",
+    "MmapClosedError",
+    "RemoteEndpointType",
+    "RemoteFile",
+    "__git_commit__",
     "__version__",
     "bounce_buffer_free",
+    "clear_page_cache",
     "cuda_available",
     "cufile_driver",
     "defaults",
     "device_count",
+    "drop_file_page_cache",
+    "drop_system_page_cache",
+    "get_page_cache_info",
+    "infer_remote_endpoint_type",
     "info",
+    "is_remote_file_available",
     "iter_chunks",
+    "kvikio_deprecation_notice",
     "memory_deregister",
     "memory_register",
     "numpy",
@@ -69,19 +96,10 @@ __all__ = [
     "safetensors",
     "stream_deregister",
     "stream_register",
+    "utils",
     "wait_all",
     "write",
 ]
-
-
-def bounce_buffer_free() -> int:
-    """Free the idle bounce buffers kvikpy keeps (pinned ones for GPU transfers, aligned
-    ones for O_DIRECT).
-
-    Returns the number of bytes released. Buffers in use by running operations are kept
-    and return to the (now smaller) pool when those finish.
-    """
-    return int(_bounce_buffer_free())
 
 
 def info() -> dict[str, Any]:

@@ -201,7 +201,9 @@ def read(
     Parameters
     ----------
     path
-        The file.
+        The file: a local path, or a remote file's URL (``http://``, ``https://``,
+        ``s3://``, ``webhdfs://``; see :class:`kvikpy.RemoteFile`), read with parallel
+        range requests.
     offset
         Where the range starts, in bytes from the start of the file; default 0. An offset
         past the end of the file raises ``ValueError``.
@@ -277,7 +279,11 @@ def read(
     with CuFile(path, "r") as f:
         file_size = f.nbytes()
         content = None
-        if file_size == 0 and _paths.has_content(f.fileno()):
+        if (
+            file_size == 0
+            and not _paths.is_url(_paths.fspath(path))
+            and _paths.has_content(f.fileno())
+        ):
             # A pseudo-file (/proc, /sys): host reads read it to its end; device reads get
             # the engine's error (it cannot be sized) instead of empty data.
             if ordinal is not None:

@@ -161,6 +161,9 @@ _SETTING_VARIABLES = {
     "auto_direct_io_read": "KVIKIO_AUTO_DIRECT_IO_READ",
     "auto_direct_io_write": "KVIKIO_AUTO_DIRECT_IO_WRITE",
     "page_cache_dma": "KVIKPY_PAGE_CACHE_DMA",
+    "http_max_attempts": "KVIKIO_HTTP_MAX_ATTEMPTS",
+    "http_status_codes": "KVIKIO_HTTP_STATUS_CODES",
+    "http_timeout": "KVIKIO_HTTP_TIMEOUT",
 }
 
 

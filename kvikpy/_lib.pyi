@@ -11,8 +11,11 @@ __all__ = [
     "Buffer",
     "FileHandle",
     "Future",
+    "MmapHandle",
     "Progress",
+    "RemoteHandle",
     "StreamFuture",
+    "__git_commit__",
     "__version__",
     "_panic_for_tests",
     "batch_arrow",
@@ -36,12 +39,14 @@ __all__ = [
     "device_stream_capsule",
     "get_setting",
     "host_stream_capsule",
+    "infer_remote_endpoint_type",
     "is_compat_mode_preferred",
     "live_buffers",
     "memory_deregister",
     "memory_register",
     "page_cache_dma_bytes",
     "pread_ceiling",
+    "read_file_ranges_batch",
     "read_files_batch",
     "read_ranges_batch",
     "set_settings",
@@ -52,6 +57,7 @@ __all__ = [
     "wait_for_io",
 ]
 
+__git_commit__: str
 __version__: str
 
 @final
@@ -78,8 +84,12 @@ class FileHandle:
     def read(
         self, buf: Any, size: int | None = None, file_offset: int = 0, task_size: int | None = None
     ) -> int: ...
-    def read_exact(self, buf: Any, size: int, file_offset: int = 0) -> int: ...
-    def pread_exact(self, buf: Any, size: int, file_offset: int = 0) -> Future: ...
+    def read_exact(
+        self, buf: Any, size: int, file_offset: int = 0, task_size: int | None = None
+    ) -> int: ...
+    def pread_exact(
+        self, buf: Any, size: int, file_offset: int = 0, task_size: int | None = None
+    ) -> Future: ...
     def write(
         self, buf: Any, size: int | None = None, file_offset: int = 0, task_size: int | None = None
     ) -> int: ...
@@ -105,6 +115,29 @@ class FileHandle:
         file_offset: int = 0,
         dev_offset: int = 0,
     ) -> StreamFuture: ...
+
+@final
+class MmapHandle:
+    def __new__(
+        cls,
+        path: str | PathLike[str],
+        flags: str = "r",
+        initial_map_size: int | None = None,
+        initial_map_offset: int = 0,
+        mode: int = 0o644,
+        map_flags: int | None = None,
+    ) -> MmapHandle: ...
+    def initial_map_size(self) -> int: ...
+    def initial_map_offset(self) -> int: ...
+    def file_size(self) -> int: ...
+    def close(self) -> None: ...
+    def closed(self) -> bool: ...
+    @property
+    def path(self) -> str: ...
+    def read(self, buf: Any, size: int | None = None, offset: int = 0) -> int: ...
+    def pread(
+        self, buf: Any, size: int | None = None, offset: int = 0, task_size: int | None = None
+    ) -> Future: ...
 
 @final
 class Future:
@@ -196,6 +229,12 @@ def read_ranges_batch(
     ordinal: int | None,
     progress: Progress | None = None,
 ) -> tuple[Buffer, list[int], list[tuple[int, BaseException]]]: ...
+def read_file_ranges_batch(
+    ranges: list[tuple[str, int, bool, int | None]],
+    ordinal: int | None,
+    skip: bool,
+    align: int,
+) -> tuple[Buffer, list[int], list[int], list[tuple[int, BaseException]]]: ...
 def device_stream_capsule(iterator: Any, on_gpu: bool) -> Any: ...
 def host_stream_capsule(iterator: Any, requested_schema: Any | None = None) -> Any: ...
 def batch_schema() -> Any: ...
@@ -212,7 +251,7 @@ def batch_arrow(
     device: bool,
     meta: BatchDeviceMeta | None = None,
 ) -> tuple[Any, Any]: ...
-def get_setting(name: str) -> bool | int | str: ...
+def get_setting(name: str) -> bool | int | str | list[int]: ...
 def set_settings(pairs: list[tuple[str, Any]]) -> None: ...
 def setting_names() -> list[str]: ...
 def is_compat_mode_preferred(mode: str) -> bool: ...
@@ -236,3 +275,72 @@ def memory_register(buf: Any, flags: int = 0) -> None: ...
 def memory_deregister(buf: Any) -> None: ...
 def stream_register(stream: int, flags: int) -> None: ...
 def stream_deregister(stream: int) -> None: ...
+
+# Page-cache utilities (rust/python/src/page_cache.rs).
+__all__ += [
+    "_os_error_for_tests",
+    "drop_file_page_cache",
+    "drop_system_page_cache",
+    "page_cache_info",
+]
+
+def page_cache_info(file: str | int, offset: int, length: int) -> tuple[int, int]: ...
+def drop_file_page_cache(file: str | int, offset: int, length: int, sync_first: bool) -> None: ...
+def drop_system_page_cache(reclaim_dentries_and_inodes: bool, sync_first: bool) -> bool: ...
+def _os_error_for_tests(errno: int) -> None: ...
+
+@final
+class RemoteHandle:
+    @staticmethod
+    def open_http(url: str, nbytes: int | None = None) -> RemoteHandle: ...
+    @staticmethod
+    def open_s3(
+        bucket_name: str,
+        object_name: str,
+        nbytes: int | None = None,
+        aws_region_name: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_endpoint_url: str | None = None,
+        aws_session_token: str | None = None,
+    ) -> RemoteHandle: ...
+    @staticmethod
+    def open_s3_from_http_url(
+        url: str,
+        nbytes: int | None = None,
+        aws_region_name: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_session_token: str | None = None,
+    ) -> RemoteHandle: ...
+    @staticmethod
+    def open_s3_from_s3_url(
+        url: str,
+        nbytes: int | None = None,
+        aws_region_name: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_endpoint_url: str | None = None,
+        aws_session_token: str | None = None,
+    ) -> RemoteHandle: ...
+    @staticmethod
+    def open_s3_public(url: str, nbytes: int | None = None) -> RemoteHandle: ...
+    @staticmethod
+    def open_s3_presigned_url(presigned_url: str, nbytes: int | None = None) -> RemoteHandle: ...
+    @staticmethod
+    def open_webhdfs(url: str, nbytes: int | None = None) -> RemoteHandle: ...
+    @staticmethod
+    def open(
+        url: str,
+        remote_endpoint_type: int = 0,
+        allow_list: list[int] | None = None,
+        nbytes: int | None = None,
+    ) -> RemoteHandle: ...
+    def nbytes(self) -> int: ...
+    def remote_endpoint_type(self) -> int: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def file(self) -> FileHandle: ...
+
+def infer_remote_endpoint_type(url: str) -> int: ...

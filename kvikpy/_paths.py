@@ -20,6 +20,14 @@ StrPath: TypeAlias = "str | bytes | os.PathLike[str] | os.PathLike[bytes]"
 
 _PIECE = 1 << 20
 
+# URL schemes read as remote files (the engine's `source::remote::as_url` rule).
+_URL_SCHEMES = ("http://", "https://", "s3://", "webhdfs://")
+
+
+def is_url(name: str) -> bool:
+    """Whether ``name`` (from :func:`fspath`) is a remote file's URL, not a local path."""
+    return name[:10].lower().startswith(_URL_SCHEMES)
+
 
 def fspath(path: StrPath) -> str:
     """``path`` as a ``str`` naming the same file; ``TypeError`` for anything else."""

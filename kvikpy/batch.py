@@ -149,7 +149,9 @@ def read_many(
     Parameters
     ----------
     paths
-        The files, in the order their elements take in the batch.
+        The files, in the order their elements take in the batch: local paths or remote
+        files' URLs (``http://``, ``https://``, ``s3://``, ``webhdfs://``; see
+        :class:`kvikpy.RemoteFile`), sized with one request each.
     device
         ``"cuda"`` (the current GPU), ``"cuda:N"``, an int, or ``"cpu"``.
     stream
@@ -228,7 +230,8 @@ def read_ranges(
     Parameters
     ----------
     path
-        The file.
+        The file: a local path or a remote file's URL (read with one range request per
+        piece).
     ranges
         A sequence of ``(offset, size)`` pairs, or two integer arrays
         ``(offsets, sizes)`` of the same length.

@@ -9,6 +9,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from kvikpy import _lib, _paths
+from kvikpy._page_cache import (
+    clear_page_cache,
+    drop_file_page_cache,
+    drop_system_page_cache,
+    get_page_cache_info,
+)
 from kvikpy._streams import stream_handle
 
 if TYPE_CHECKING:
@@ -16,7 +22,16 @@ if TYPE_CHECKING:
 
     from typing_extensions import Buffer as BufferProtocol  # collections.abc.Buffer in 3.12
 
-__all__ = ["CuFile", "IOFuture", "IOFutureStream", "wait_all"]
+__all__ = [
+    "CuFile",
+    "IOFuture",
+    "IOFutureStream",
+    "clear_page_cache",
+    "drop_file_page_cache",
+    "drop_system_page_cache",
+    "get_page_cache_info",
+    "wait_all",
+]
 
 OpenMode: TypeAlias = Literal["r", "rb", "r+", "r+b", "rb+", "w", "wb", "w+", "w+b"]
 """The modes :class:`CuFile` opens files with."""
@@ -259,9 +274,15 @@ class CuFile:
     100
     """
 
+    # A remote file's URL, kept as given (the engine's path would collapse its "//").
+    _url: str | None = None
+
     def __init__(self, file: _paths.StrPath, flags: OpenMode = "r") -> None:
-        self._handle = _lib.FileHandle(_paths.fspath(file), flags)
+        name = _paths.fspath(file)
+        self._handle = _lib.FileHandle(name, flags)
         self._flags: OpenMode = flags
+        if _paths.is_url(name):
+            self._url = name
 
     @classmethod
     def _create_keep(cls, file: _paths.StrPath) -> CuFile:
@@ -325,8 +346,8 @@ class CuFile:
 
     @property
     def path(self) -> str:
-        """The path the file was opened with."""
-        return _paths.fspath(self._handle.path)
+        """The path the file was opened with (a remote file's URL, as given)."""
+        return self._url or _paths.fspath(self._handle.path)
 
     @property
     def mode(self) -> OpenMode:
@@ -342,7 +363,7 @@ class CuFile:
                 f"cannot pickle the closed {self!r}: there is nothing to reopen; pickle "
                 "its path instead, or pickle it while it is open"
             )
-        return (_reopen, (os.path.abspath(self.path), self._flags))
+        return (_reopen, (self._url or os.path.abspath(self.path), self._flags))
 
     def __repr__(self) -> str:
         from kvikpy._display import cufile_repr

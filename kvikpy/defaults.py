@@ -18,7 +18,17 @@ setting                  environment variable              default
 ``auto_direct_io_read``  ``KVIKIO_AUTO_DIRECT_IO_READ``    ``False``
 ``auto_direct_io_write`` ``KVIKIO_AUTO_DIRECT_IO_WRITE``   ``True``
 ``page_cache_dma``       ``KVIKPY_PAGE_CACHE_DMA``         ``True``
+``http_max_attempts``    ``KVIKIO_HTTP_MAX_ATTEMPTS``      3
+``http_status_codes``    ``KVIKIO_HTTP_STATUS_CODES``      ``[429, 500, 502, 503, 504]``
+``http_timeout``         ``KVIKIO_HTTP_TIMEOUT``           60 (seconds)
 =======================  ================================  ===========================
+
+The ``http_*`` settings govern remote files (:class:`kvikpy.RemoteFile`, URLs given to
+:func:`kvikpy.read`): each HTTP request is tried up to ``http_max_attempts`` times when
+the server answers one of ``http_status_codes`` or the attempt takes longer than
+``http_timeout`` seconds, waiting 0.5 s, 1 s, 2 s then 4 s between attempts.
+``KVIKIO_HTTP_STATUS_CODES`` is a comma-separated list of 3-digit codes (``429,503``);
+``defaults.set("http_status_codes", [429, 503])`` takes a list.
 
 Environment variables are read on first use. Sizes are plain integers of bytes
 (``4194304``, not ``4MiB``); booleans accept ``true/false``, ``on/off``, ``yes/no`` and
@@ -96,7 +106,8 @@ def get(name: str) -> Any:
     Returns
     -------
     Any
-        The value: an int, a bool, or a :class:`CompatMode` for ``compat_mode``.
+        The value: an int, a bool, a :class:`CompatMode` for ``compat_mode``, or a list
+        of ints for ``http_status_codes``.
 
     Raises
     ------

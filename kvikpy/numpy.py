@@ -1,20 +1,120 @@
-"""``numpy.fromfile`` / ``ndarray.tofile`` counterparts that read and write through kvikpy."""
+"""kvikio's ``kvikio.numpy``: ``numpy.fromfile`` / ``ndarray.tofile`` counterparts that read
+and write through kvikpy, and :class:`LikeWrapper`, which makes ``numpy.fromfile`` itself
+read through kvikpy into the array type of your choice (a CuPy array on the GPU)."""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from kvikpy import _lib, _paths
-from kvikpy.cufile import CuFile
+from kvikpy.cufile import CuFile, OpenMode
+from kvikpy.errors import FileTypeError, UnsupportedOperationError
 
-__all__ = ["fromfile", "tofile"]
+__all__ = ["FileLike", "LikeWrapper", "fromfile", "tofile"]
+
+
+@runtime_checkable
+class FileLike(Protocol):
+    """An open file object backed by an operating-system file: anything with ``fileno()``
+    (``open(...)``, ``tempfile.TemporaryFile()``...)."""
+
+    def fileno(self) -> int: ...
+
+
+#: What :func:`fromfile` and :func:`tofile` take as ``file``.
+File: TypeAlias = "_paths.StrPath | FileLike"
+
+
+class LikeWrapper:
+    """Makes ``numpy.fromfile`` read through kvikpy, into an array of ``like``'s type.
+
+    Pass it as ``like=`` (numpy's ``__array_function__`` protocol): ``numpy.fromfile``
+    then calls :func:`fromfile` with ``like=like``, so the file lands in a new array of
+    ``like``'s kind, straight into GPU memory for a CuPy ``like``. Every other numpy
+    function given it as ``like=`` runs as numpy's own, unchanged.
+
+    Parameters
+    ----------
+    like
+        An array of the type to return (``cupy.empty(0)``, ``numpy.empty(0)``...).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from kvikpy.numpy import LikeWrapper
+    >>> np.arange(10).tofile("/tmp/kvikpy-like")
+    >>> np.fromfile("/tmp/kvikpy-like", dtype=int, like=LikeWrapper(np.empty(0)))
+    array([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+
+    With CuPy, ``np.fromfile(path, dtype=int, like=LikeWrapper(cupy.empty(0)))`` (or
+    ``cupy.fromfile(...)`` with the same ``like``) returns a CuPy array.
+    """
+
+    def __init__(self, like: Any) -> None:
+        self._like = like
+
+    def __array_function__(
+        self,
+        func: Callable[..., Any],
+        types: Iterable[type],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        if func is not np.fromfile:
+            return func(*args, **kwargs)
+        return fromfile(*args, like=self._like, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"LikeWrapper({type(self._like).__module__}.{type(self._like).__qualname__})"
+
+
+def _is_path(file: object) -> bool:
+    return isinstance(file, str | bytes | os.PathLike)
+
+
+def _opened(file: File, mode: OpenMode) -> tuple[CuFile, FileLike | None, int]:
+    """A :class:`CuFile` on ``file``, the file object given (if one was), and where its
+    I/O starts: 0 for a path; the object's current position for a file object, whose
+    descriptor is reopened through ``/proc/self/fd`` (the same file, even renamed or
+    deleted) after its buffered data is flushed."""
+    if _is_path(file):
+        return CuFile(file, mode), None, 0  # type: ignore[arg-type]  # narrowed by _is_path
+    if isinstance(file, FileLike):
+        # The reopened descriptor could read or write what the object itself may not.
+        allowed = getattr(file, "readable" if mode == "r" else "writable", None)
+        if callable(allowed) and not allowed():
+            raise UnsupportedOperationError(
+                f"Operation not permitted: the file object was not opened for "
+                f"{'reading' if mode == 'r' else 'writing'} (mode "
+                f"{getattr(file, 'mode', '?')!r})"
+            )
+        flush = getattr(file, "flush", None)
+        if callable(flush):
+            flush()
+        fd = file.fileno()
+        tell = getattr(file, "tell", None)
+        start = int(tell()) if callable(tell) else os.lseek(fd, 0, os.SEEK_CUR)
+        return CuFile(f"/proc/self/fd/{fd}", mode), file, start
+    raise FileTypeError(
+        f"file must be a path (str, bytes or os.PathLike) or an open file object with "
+        f"fileno(), not {type(file).__name__}"
+    )
+
+
+def _advance(file: FileLike | None, position: int) -> None:
+    """Move a given file object past the bytes read or written, as numpy does."""
+    seek = getattr(file, "seek", None)
+    if callable(seek):
+        seek(position)
 
 
 def fromfile(
-    file: _paths.StrPath,
+    file: File,
     dtype: npt.DTypeLike = float,
     count: int = -1,
     sep: str = "",
@@ -27,7 +127,9 @@ def fromfile(
     Parameters
     ----------
     file
-        Path of the file.
+        A path, or an open file object (anything with ``fileno()``): reading starts at its
+        current position plus ``offset``, and leaves it after the last item read, as
+        ``numpy.fromfile`` does.
     dtype
         Data type of the returned array.
     count
@@ -36,10 +138,10 @@ def fromfile(
     sep
         Only ``""`` (binary) is supported; text parsing raises ``NotImplementedError``.
     offset
-        Byte offset in the file where reading starts.
+        Byte offset where reading starts (from the file object's position, for one).
     like
         An array whose type decides the returned array's type (numpy's ``like=``
-        protocol); default a numpy array.
+        protocol); default a numpy array. A CuPy array reads into GPU memory.
 
     Examples
     --------
@@ -50,8 +152,8 @@ def fromfile(
     """
     if sep != "":
         raise NotImplementedError(
-            "kvikpy.numpy.fromfile reads binary files only (sep=''); "
-            "use numpy.fromfile for text files"
+            "Non-default value of the `sep` argument is not supported: kvikpy.numpy.fromfile "
+            "reads binary files only (sep=''); use numpy.fromfile for text files"
         )
     if offset < 0:
         raise ValueError(f"offset must be non-negative, got {offset}")
@@ -59,28 +161,36 @@ def fromfile(
     if dt.itemsize == 0:
         raise ValueError(f"cannot read items of zero size ({dt})")
     if count < -1:
-        raise ValueError(f"count must be -1 (all) or non-negative, got {count}")
-    with CuFile(file, "r") as f:
+        # numpy's (and kvikio's) words, for code that matches them.
+        raise ValueError(
+            f"negative dimensions are not allowed: count must be -1 (all items) or "
+            f"non-negative, got {count}"
+        )
+    f, given, start = _opened(file, "r")
+    with f:
+        start += offset
         file_size = f.nbytes()
         content = None
         if file_size == 0 and _paths.has_content(f.fileno()):
             # A pseudo-file (/proc, /sys) reports 0 bytes: read it to its end instead.
             content = _paths.read_to_end(f.fileno())
             file_size = len(content)
-        available = max(file_size - offset, 0) // dt.itemsize
+        available = max(file_size - start, 0) // dt.itemsize
         n = available if count == -1 else min(count, available)
         out = np.empty((n,), dtype=dt) if like is None else np.empty((n,), dtype=dt, like=like)
+        nbytes = n * dt.itemsize
         # A byte view reads every dtype, datetimes included (they export no buffer).
         view = out.view(np.uint8)
         if content is None:
-            f.read(view, size=n * dt.itemsize, file_offset=offset)
+            f.read(view, size=nbytes, file_offset=start)
         else:
-            view[...] = np.frombuffer(content, np.uint8, n * dt.itemsize, offset)
+            view[...] = np.frombuffer(content, np.uint8, nbytes, start)
+    _advance(given, start + nbytes)
     return out
 
 
-def tofile(ary: Any, file: _paths.StrPath) -> None:
-    """Write ``ary`` to ``file`` in C order, replacing the file, like ``ndarray.tofile``.
+def tofile(ary: Any, file: File) -> None:
+    """Write ``ary`` to ``file`` in C order, like ``ndarray.tofile``.
 
     Arrays that are not C-contiguous (Fortran-ordered, strided) are copied to C order
     first, as ``ndarray.tofile`` does; CuPy arrays stay on the GPU for that copy.
@@ -90,12 +200,17 @@ def tofile(ary: Any, file: _paths.StrPath) -> None:
     ary
         The array to write: numpy, CuPy, or any contiguous host or GPU buffer.
     file
-        Path of the file; created if missing, truncated if present.
+        A path, created if missing and truncated if present; or an open file object,
+        written at its current position (nothing is truncated) and left after the bytes
+        written, as ``ndarray.tofile`` does.
     """
     if hasattr(ary, "__array_function__"):
         ary = np.ascontiguousarray(ary, like=ary)
         if ary.dtype.kind in "mM":
             ary = ary.view(np.uint8)
-    _lib.buffer_nbytes(ary)  # refuse a bad buffer before the file is truncated
-    with CuFile(file, "w") as f:
-        f.write(ary)
+    nbytes = _lib.buffer_nbytes(ary)  # refuse a bad buffer before the file is truncated
+    # A path is replaced; a file object is written where it stands, never truncated.
+    f, given, start = _opened(file, "w" if _is_path(file) else "r+")
+    with f:
+        f.write(ary, file_offset=start)
+    _advance(given, start + nbytes)

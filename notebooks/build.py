@@ -17,6 +17,7 @@ import make_arrow_batches  # noqa: E402
 import make_frameworks_formats  # noqa: E402
 import make_measure  # noqa: E402
 import make_quickstart  # noqa: E402
+import make_zarr  # noqa: E402
 
 NOTEBOOKS = {
     "01-quickstart.ipynb": make_quickstart.CELLS,
@@ -24,6 +25,7 @@ NOTEBOOKS = {
     "03-file-formats.ipynb": make_frameworks_formats.FORMATS,
     "04-arrow-and-batches.ipynb": make_arrow_batches.CELLS,
     "05-measure-your-machine.ipynb": make_measure.CELLS,
+    "06-zarr-on-the-gpu.ipynb": make_zarr.CELLS,
 }
 
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -46,6 +47,18 @@ def random_file(folder: Path, n: int, seed: int = 0, name: str | None = None) ->
     ``name`` is given), and those bytes."""
     data = random_bytes(n, seed)
     return write_file(folder / (name or f"d{seed}.bin"), data), data
+
+
+def task_lengths(offset: int, size: int, task: int) -> list[int]:
+    """The engine's split: boundaries on a grid anchored at the 4 KiB below ``offset``."""
+    anchor = offset - offset % 4096
+    cuts = [offset]
+    edge = anchor + task
+    while edge < offset + size:
+        cuts.append(edge)
+        edge += task
+    cuts.append(offset + size)
+    return [b - a for a, b in itertools.pairwise(cuts)]
 
 
 def o_direct_supported(path: Path) -> bool:

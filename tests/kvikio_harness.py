@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -44,7 +45,8 @@ EXAMPLES_DIR = "python/kvikio/examples"
 WANTED_REFS = ("refs/tags/v26.10.00", "refs/heads/branch-26.10", "refs/heads/release/26.10")
 
 # kvikio's pytest settings that need a plugin kvikpy's environments do not have
-# (asyncio_mode: pytest-asyncio, used only by kvikio's zarr tests).
+# (asyncio_mode: pytest-asyncio, used only by kvikio's zarr tests; `run` passes it with -o
+# where pytest-asyncio is installed).
 DROPPED_INI_KEYS = ("asyncio_mode",)
 
 
@@ -198,6 +200,10 @@ def run(
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SHIM), env.get("PYTHONPATH", "")) if p)
     env["PYTHONSAFEPATH"] = "1"  # never import the source tree's kvikpy by accident
     targets = [str(dest / "tests" / f) for f in files] or [str(dest / "tests")]
+    # kvikio's asyncio_mode (its zarr tests' async fixtures), where pytest-asyncio is
+    # installed (`make zarr-wheels` carries it to the GPU machine).
+    if importlib.util.find_spec("pytest_asyncio") is not None:
+        pytest_args = ["-o", "asyncio_mode=auto", *pytest_args]
     rc = subprocess.call(
         [
             sys.executable,

@@ -18,6 +18,9 @@ NAMES = [
     "auto_direct_io_read",
     "auto_direct_io_write",
     "page_cache_dma",
+    "http_max_attempts",
+    "http_status_codes",
+    "http_timeout",
 ]
 
 # A valid value for each setting that differs from the usual default.
@@ -30,6 +33,9 @@ OTHER = {
     "auto_direct_io_read": True,
     "auto_direct_io_write": False,
     "page_cache_dma": False,
+    "http_max_attempts": 5,
+    "http_status_codes": [500, 429],
+    "http_timeout": 7,
 }
 
 

@@ -78,6 +78,10 @@ MALFORMED = [
     ("KVIKIO_AUTO_DIRECT_IO_READ", "2"),
     ("KVIKIO_AUTO_DIRECT_IO_WRITE", "enabled"),
     ("KVIKPY_PAGE_CACHE_DMA", "maybe"),
+    ("KVIKIO_HTTP_MAX_ATTEMPTS", "0"),
+    ("KVIKIO_HTTP_TIMEOUT", "-5"),
+    ("KVIKIO_HTTP_STATUS_CODES", "503;429"),
+    ("KVIKIO_HTTP_STATUS_CODES", "5030"),
 ]
 
 
@@ -109,6 +113,9 @@ def _cases() -> dict[str, dict[str, str]]:
             "KVIKIO_TASK_SIZE": "1048576",
             "KVIKIO_GDS_THRESHOLD": "12345",
             "KVIKIO_BOUNCE_BUFFER_SIZE": "8192",
+            "KVIKIO_HTTP_MAX_ATTEMPTS": "7",
+            "KVIKIO_HTTP_TIMEOUT": "9",
+            "KVIKIO_HTTP_STATUS_CODES": " 503, 429 ",
         },
         "gds0-read-yes-write-no": {
             "KVIKIO_GDS_THRESHOLD": "0",
@@ -166,6 +173,9 @@ def test_defaults_without_any_variable(env_results):
         "auto_direct_io_read": False,
         "auto_direct_io_write": True,
         "page_cache_dma": True,
+        "http_max_attempts": 3,
+        "http_status_codes": [429, 500, 502, 503, 504],
+        "http_timeout": 60,
     }
 
 
@@ -196,6 +206,8 @@ def test_numeric_variables_win_over_defaults(env_results):
     assert s["gds_threshold"] == 12345
     assert s["bounce_buffer_size"] == 8192
     assert s["compat_mode"] == "AUTO"
+    assert (s["http_max_attempts"], s["http_timeout"]) == (7, 9)
+    assert s["http_status_codes"] == [503, 429]
 
 
 def test_gds_threshold_zero_is_allowed(env_results):

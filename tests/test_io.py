@@ -653,6 +653,28 @@ def test_bounce_buffer_free_returns_bytes_released(tmp_path):
     assert kvikpy.bounce_buffer_free() == 0
 
 
+def test_bounce_buffer_free_counts_each_buffer_as_the_bounce_buffer_size_it_served(tmp_path):
+    """kvikio's count: a buffer is ``bounce_buffer_size`` bytes, though kvikpy's allocation
+    is rounded up to whole pages (5000 -> 8192 here)."""
+    path = tmp_path / "f.bin"
+    data = random_bytes(1 << 20, seed=37)
+    path.write_bytes(data)
+    if not o_direct_supported(path):
+        pytest.skip("no O_DIRECT on this filesystem")
+    kvikpy.bounce_buffer_free()
+    for size in (5000, 12_345):
+        kvikpy.defaults.set(
+            {"auto_direct_io_read": True, "bounce_buffer_size": size, "num_threads": 1}
+        )
+        buf = aligned_array(len(data), 1)  # unaligned: staged through the bounce pool
+        with kvikpy.CuFile(path) as f:
+            assert f.read(buf) == len(data)
+        assert buf.tobytes() == data
+        freed = kvikpy.bounce_buffer_free()
+        assert freed > 0 and freed % size == 0, (size, freed)
+        assert kvikpy.bounce_buffer_free() == 0
+
+
 def test_exact_reads_fail_when_the_file_is_shorter_than_sized(tmp_path: Path) -> None:
     """The one short-read check is the engine's: an exact read of more bytes than the file
     holds (as after the file shrank) raises OSError naming the file, on every path."""
@@ -674,5 +696,6 @@ def test_exact_reads_fail_when_the_file_is_shorter_than_sized(tmp_path: Path) ->
             with pytest.raises(OSError, match="shrank while being read") as info:
                 attempt()
             assert "shrunk" in str(info.value)
+            assert isinstance(info.value, RuntimeError), "kvikio raises RuntimeError here"
         # Not exact, the same read is short and fine (kvikio's semantics).
         assert f.read(big) == 300_000

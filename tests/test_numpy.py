@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 from conftest import random_bytes
@@ -135,3 +137,144 @@ def test_tofile_then_fromfile_roundtrip(tmp_path):
     ary = np.random.default_rng(67).standard_normal(123_457).astype(np.float32)
     knp.tofile(ary, tmp_path / "f.bin")
     np.testing.assert_array_equal(knp.fromfile(tmp_path / "f.bin", dtype=np.float32), ary)
+
+
+# --- open file objects, as numpy.fromfile / ndarray.tofile take them ---------------------
+
+
+@pytest.mark.parametrize("dtype", ["u1", "int64", "float32", STRUCT])
+def test_fromfile_reads_an_open_file_object(data_file, dtype):
+    with open(data_file, "rb") as fh:
+        got = knp.fromfile(fh, dtype=dtype)
+    expected = np.fromfile(data_file, dtype=dtype)
+    assert got.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize(("skip", "count", "offset"), [(0, -1, 0), (16, 3, 8), (5, 10, 3)])
+def test_fromfile_starts_at_the_file_position_and_moves_it_like_numpy(
+    data_file, skip, count, offset
+):
+    with open(data_file, "rb") as fh:
+        fh.read(skip)  # buffered: the object's position is not the descriptor's
+        got = knp.fromfile(fh, dtype="i2", count=count, offset=offset)
+        ours_after = fh.tell()
+        following = fh.read(4)
+    with open(data_file, "rb") as fh:
+        fh.read(skip)
+        expected = np.fromfile(fh, dtype="i2", count=count, offset=offset)
+        theirs_after = fh.tell()
+        assert following == fh.read(4)
+    assert got.tobytes() == expected.tobytes()
+    assert ours_after == theirs_after
+
+
+def test_fromfile_takes_any_object_with_fileno(data_file):
+    import tempfile
+
+    with tempfile.TemporaryFile() as tmp:  # not an io.FileIO on every platform
+        tmp.write(data_file.read_bytes())
+        tmp.seek(0)
+        assert knp.fromfile(tmp, dtype="u1").tobytes() == data_file.read_bytes()
+
+
+def test_fromfile_sees_what_a_file_object_has_not_flushed_yet(tmp_path):
+    path = tmp_path / "pending.bin"
+    with open(path, "w+b") as fh:
+        fh.write(b"\x01\x02\x03\x04")  # still in Python's buffer
+        fh.seek(0)
+        assert knp.fromfile(fh, dtype="u1").tolist() == [1, 2, 3, 4]
+
+
+def test_fromfile_refuses_a_file_object_opened_for_writing(tmp_path):
+    with (
+        open(tmp_path / "w.bin", "wb") as fh,
+        pytest.raises(io.UnsupportedOperation, match="Operation not permitted") as info,
+    ):
+        knp.fromfile(fh, dtype="u1")
+    assert isinstance(info.value, RuntimeError)
+
+
+def test_tofile_writes_into_a_file_object_where_it_stands_like_ndarray_tofile(tmp_path):
+    ary = np.random.default_rng(68).random(100)
+    for name, write in (("ours", knp.tofile), ("theirs", lambda a, fh: a.tofile(fh))):
+        with open(tmp_path / name, "wb") as fh:
+            fh.write(b"header")
+            write(ary, fh)
+            fh.write(b"trailer")
+    assert (tmp_path / "ours").read_bytes() == (tmp_path / "theirs").read_bytes()
+    assert (tmp_path / "ours").read_bytes()[6:-7] == ary.tobytes()
+
+
+def test_tofile_into_a_file_object_does_not_truncate(file_with):
+    path = file_with(random_bytes(1000, seed=69))
+    before = path.read_bytes()
+    with open(path, "r+b") as fh:
+        fh.seek(100)
+        knp.tofile(np.arange(10, dtype="u1"), fh)
+        assert fh.tell() == 110
+    assert path.read_bytes() == before[:100] + bytes(range(10)) + before[110:]
+
+
+def test_tofile_refuses_a_file_object_opened_for_reading(file_with):
+    path = file_with(random_bytes(100, seed=70))
+    before = path.read_bytes()
+    with open(path, "rb") as fh, pytest.raises(io.UnsupportedOperation) as info:
+        knp.tofile(np.arange(10, dtype="u1"), fh)
+    assert isinstance(info.value, RuntimeError)
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("bad", [1.5, None, 3])
+def test_a_file_that_is_neither_path_nor_file_object_is_a_type_error(bad):
+    for call in (lambda: knp.fromfile(bad), lambda: knp.tofile(np.zeros(1), bad)):
+        with pytest.raises(TypeError, match="path"):
+            call()
+
+
+# --- LikeWrapper: numpy.fromfile itself reads through kvikpy ---------------------------
+
+
+@pytest.mark.parametrize("dtype", ["u1", "int64", "float32", "float64"])
+def test_likewrapper_routes_numpy_fromfile_through_kvikpy(tmp_path, dtype):
+    """kvikio's test_fromfile, with numpy arrays."""
+    path = str(tmp_path / "like.bin")
+    src = np.arange(100, dtype=dtype)
+    src.tofile(path)
+    like = knp.LikeWrapper(like=np.empty(()))
+    for got in (
+        np.fromfile(path, dtype, like=like),
+        np.fromfile(path, dtype=dtype, like=like),
+        np.fromfile(file=path, dtype=dtype, like=like),
+    ):
+        assert type(got) is np.ndarray
+        np.testing.assert_array_equal(got, src)
+    np.testing.assert_array_equal(np.fromfile(path, dtype=dtype, count=58, like=like), src[:58])
+    got = np.fromfile(path, dtype=dtype, offset=src.itemsize, like=like)
+    np.testing.assert_array_equal(got, src[1:])
+    assert len(np.fromfile(path, dtype=dtype, offset=1, count=10, like=like)) == 10
+    got = np.fromfile(path, dtype="u1", offset=7, like=like)
+    np.testing.assert_array_equal(got, src.view("u1")[7:])
+    with open(path, "rb") as fh:
+        np.testing.assert_array_equal(np.fromfile(file=fh, dtype=dtype, like=like), src)
+
+
+def test_likewrapper_errors_are_kvikpy_s(tmp_path):
+    """numpy.fromfile would parse text and accept count=-42 as "all": these errors show the
+    call went through kvikpy (kvikio's test_fromfile_error)."""
+    path = tmp_path / "one.bin"
+    np.arange(1, dtype="u1").tofile(path)
+    like = knp.LikeWrapper(like=np.empty(1, dtype="u1"))
+    with pytest.raises(FileNotFoundError, match="no file"):
+        np.fromfile("no file", like=like)
+    with pytest.raises(NotImplementedError, match=r"Non-default value of the `sep`"):
+        np.fromfile(file=path, sep=",", like=like)
+    with pytest.raises(ValueError, match=r"[Nn]egative dimensions are not allowed"):
+        np.fromfile(file=path, like=like, count=-42)
+
+
+def test_likewrapper_leaves_other_numpy_functions_alone():
+    like = knp.LikeWrapper(np.empty(0))
+    got = np.empty(3, like=like)
+    assert type(got) is np.ndarray and got.shape == (3,)
+    np.testing.assert_array_equal(np.array([1, 2], like=like), [1, 2])
+    assert "numpy.ndarray" in repr(like)

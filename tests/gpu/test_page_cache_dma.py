@@ -4,12 +4,11 @@ bounce buffers when the pages are not resident or the setting is off."""
 
 from __future__ import annotations
 
-import itertools
 import os
 from pathlib import Path
 
 import pytest
-from conftest import random_file
+from conftest import random_file, task_lengths
 
 import kvikpy
 from kvikpy import _lib
@@ -17,18 +16,6 @@ from kvikpy import _lib
 torch = pytest.importorskip("torch")
 
 MiB = 1 << 20
-
-
-def task_lengths(offset: int, size: int, task: int) -> list[int]:
-    """The engine's split: boundaries on a grid anchored at the 4 KiB below ``offset``."""
-    anchor = offset - offset % 4096
-    cuts = [offset]
-    edge = anchor + task
-    while edge < offset + size:
-        cuts.append(edge)
-        edge += task
-    cuts.append(offset + size)
-    return [b - a for a, b in itertools.pairwise(cuts)]
 
 
 @pytest.mark.parametrize("offset", [0, 1, 4095, 4096 + 7, (3 * MiB) + 1])

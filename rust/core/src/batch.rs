@@ -31,8 +31,9 @@ const MIN_SEGMENT: usize = 256 << 10;
 /// Where one element of a batch comes from.
 #[derive(Debug, Clone)]
 pub enum Origin {
-    /// A whole file: opened, read and closed by the task that reads it.
-    File(PathBuf),
+    /// A file from this byte offset (0 for a whole file): opened, read and closed by the
+    /// task that reads it.
+    File(PathBuf, u64),
     /// Bytes at this offset of the batch's shared file (`read_ranges`).
     Range(u64),
 }
@@ -52,7 +53,16 @@ pub struct Element {
 /// failure names its path.
 fn file_sizes(settings: &Settings, paths: &[PathBuf]) -> Result<Vec<Result<u64>>> {
     let pool = crate::pool::pool(settings.num_threads)?;
-    Ok(pool.install(|| paths.par_iter().map(regular_file_size).collect()))
+    Ok(pool.install(|| {
+        paths
+            .par_iter()
+            .map(|path| match crate::source::remote::as_url(path) {
+                // A URL: its size, asked of the server.
+                Some(url) => crate::source::remote::size_of(url, settings),
+                None => regular_file_size(path),
+            })
+            .collect()
+    }))
 }
 
 fn regular_file_size(path: &PathBuf) -> Result<u64> {
@@ -93,6 +103,9 @@ pub struct Plan {
     indices: Vec<usize>,
     /// Where each input starts in the destination, and the total after the last.
     offsets: Vec<usize>,
+    /// Each input's length (less than the gap to the next start where elements are
+    /// aligned).
+    lengths: Vec<usize>,
     /// Inputs that failed before any read (only with `skip`), by index.
     failures: Vec<(usize, Error)>,
     /// The file of `Origin::Range` elements.
@@ -106,8 +119,11 @@ pub struct Plan {
 /// the batch skips failures).
 #[derive(Debug)]
 pub struct Outcome {
-    /// `inputs + 1` byte offsets: input `i` is `offsets[i]..offsets[i + 1]`.
+    /// `inputs + 1` byte offsets: input `i` starts at `offsets[i]`; unless the batch
+    /// aligns its elements, it is `offsets[i]..offsets[i + 1]`.
     pub offsets: Vec<usize>,
+    /// Each input's length in bytes.
+    pub lengths: Vec<usize>,
     /// The inputs that failed, by index, in input order; they are empty in the
     /// destination.
     pub failures: Vec<(usize, Error)>,
@@ -126,7 +142,7 @@ pub fn plan_files(settings: &Settings, paths: Vec<PathBuf>, skip: bool) -> Resul
                 .map_err(|_| Error::InvalidArgument(format!("'{}' is too large", path.display())))
         });
         match size {
-            Ok(len) => inputs.push(Some((Origin::File(path), len))),
+            Ok(len) => inputs.push(Some((Origin::File(path, 0), len))),
             Err(e) if skip => {
                 failures.push((i, e));
                 inputs.push(None); // an empty element
@@ -134,7 +150,62 @@ pub fn plan_files(settings: &Settings, paths: Vec<PathBuf>, skip: bool) -> Resul
             Err(e) => return Err(e),
         }
     }
-    Plan::new(inputs, None, failures, skip)
+    Plan::new(inputs, None, failures, skip, 1)
+}
+
+/// Where a [`plan_file_ranges`] element starts: from the start of its file, or this many
+/// bytes before its end (a suffix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// This byte offset from the start of the file.
+    Offset(u64),
+    /// This many bytes before the end of the file (the whole file if it is shorter).
+    Suffix(u64),
+}
+
+/// Plan reading a byte range of each of many files (a zarr store's chunks) into one
+/// allocation, each element starting at a multiple of `align` bytes. A range is cut at
+/// its file's end, as a read past the end of a file would be: one starting past the end
+/// is empty, one without a `size` runs to the end. With `skip`, a file that cannot be
+/// sized becomes an empty element listed in the outcome; without it, the first such file
+/// (in input order) is the error.
+pub fn plan_file_ranges(
+    settings: &Settings,
+    ranges: Vec<(PathBuf, Start, Option<u64>)>,
+    skip: bool,
+    align: usize,
+) -> Result<Plan> {
+    if !align.is_power_of_two() {
+        return Err(Error::InvalidArgument(format!(
+            "the alignment of batch elements must be a power of two, got {align}"
+        )));
+    }
+    let paths: Vec<PathBuf> = ranges.iter().map(|(p, _, _)| p.clone()).collect();
+    let sizes = file_sizes(settings, &paths)?;
+    let mut failures = Vec::new();
+    let mut inputs = Vec::with_capacity(ranges.len());
+    for (i, ((path, start, size), file_size)) in ranges.into_iter().zip(sizes).enumerate() {
+        let clamped = file_size.and_then(|file_size| {
+            let offset = match start {
+                Start::Offset(o) => o.min(file_size),
+                Start::Suffix(n) => file_size.saturating_sub(n),
+            };
+            let len = size.map_or(file_size - offset, |s| s.min(file_size - offset));
+            let len = usize::try_from(len).map_err(|_| {
+                Error::InvalidArgument(format!("'{}' is too large", path.display()))
+            })?;
+            Ok((offset, len))
+        });
+        match clamped {
+            Ok((offset, len)) => inputs.push(Some((Origin::File(path, offset), len))),
+            Err(e) if skip => {
+                failures.push((i, e));
+                inputs.push(None);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Plan::new(inputs, None, failures, skip, align)
 }
 
 /// Plan reading `ranges` (`(offset, size)` pairs) of the file at `path` into one
@@ -156,7 +227,7 @@ pub fn plan_ranges(settings: &Settings, path: &Path, ranges: &[(u64, u64)]) -> R
             .map_err(|_| Error::InvalidArgument(format!("range {i} is too large")))?;
         inputs.push(Some((Origin::Range(offset), len)));
     }
-    Plan::new(inputs, Some(handle), Vec::new(), false)
+    Plan::new(inputs, Some(handle), Vec::new(), false, 1)
 }
 
 impl Plan {
@@ -165,12 +236,13 @@ impl Plan {
         shared: Option<FileHandle>,
         failures: Vec<(usize, Error)>,
         skip: bool,
+        align: usize,
     ) -> Result<Self> {
         let lengths: Vec<usize> = inputs
             .iter()
             .map(|input| input.as_ref().map_or(0, |(_, len)| *len))
             .collect();
-        let (mut offsets, total) = layout(&lengths)?;
+        let (mut offsets, total) = layout_aligned(&lengths, align)?;
         let (indices, elements) = inputs
             .into_iter()
             .zip(&offsets)
@@ -184,6 +256,7 @@ impl Plan {
             elements,
             indices,
             offsets,
+            lengths,
             failures,
             shared,
             skip,
@@ -233,6 +306,7 @@ impl Plan {
         }
         Ok(Outcome {
             offsets: self.offsets,
+            lengths: self.lengths,
             failures,
         })
     }
@@ -240,13 +314,22 @@ impl Plan {
 
 /// Lay `sizes` end to end: each element's start, and the total.
 pub fn layout(sizes: &[usize]) -> Result<(Vec<usize>, usize)> {
+    layout_aligned(sizes, 1)
+}
+
+/// Lay `sizes` one after another, each starting at a multiple of `align` (a power of
+/// two): each element's start, and the total (the end of the last element).
+pub fn layout_aligned(sizes: &[usize], align: usize) -> Result<(Vec<usize>, usize)> {
+    let overflow =
+        || Error::InvalidArgument("the batch's total size overflows the address space".into());
     let mut starts = Vec::with_capacity(sizes.len());
     let mut total = 0usize;
     for &len in sizes {
-        starts.push(total);
-        total = total.checked_add(len).ok_or_else(|| {
-            Error::InvalidArgument("the batch's total size overflows the address space".into())
-        })?;
+        let start = total
+            .checked_next_multiple_of(align.max(1))
+            .ok_or_else(overflow)?;
+        starts.push(start);
+        total = start.checked_add(len).ok_or_else(overflow)?;
     }
     Ok((starts, total))
 }
@@ -292,8 +375,7 @@ fn pieces(elements: &[Element], cap: usize) -> Vec<Piece> {
     let mut out = Vec::with_capacity(elements.len());
     for (i, e) in elements.iter().enumerate() {
         let base = match e.origin {
-            Origin::File(_) => 0,
-            Origin::Range(offset) => offset,
+            Origin::File(_, offset) | Origin::Range(offset) => offset,
         };
         let mut done = 0usize;
         loop {
@@ -330,7 +412,17 @@ fn read_elements(
     let total: usize = elements.iter().map(|e| e.len).sum();
     let cap = segment_size(total, settings.num_threads, settings.bounce_buffer_size);
     let work = pieces(elements, cap);
-    let lengths: Vec<usize> = work.iter().map(|p| p.len).collect();
+    // Each piece's length plus the alignment gap before it, so that a segment's span in
+    // the destination (what a bounce buffer stages) stays within the cap.
+    let mut end = 0usize;
+    let lengths: Vec<usize> = work
+        .iter()
+        .map(|p| {
+            let span = p.dst + p.len - end.min(p.dst);
+            end = p.dst + p.len;
+            span
+        })
+        .collect();
     let errors: Vec<Mutex<Option<Error>>> = elements.iter().map(|_| Mutex::new(None)).collect();
     if let (Some(file), Span::Device(device)) = (&shared, dest) {
         // The shared file's own batch transfers (cuFile's batch API), where it has them.
@@ -412,7 +504,14 @@ impl Job<'_> {
     fn open_piece(&self, piece: &Piece) -> Result<Arc<dyn Source>> {
         let element = &self.elements[piece.element];
         match &element.origin {
-            Origin::File(path) => FileHandle::open_with(path, "r", self.settings)?.get(),
+            Origin::File(path, offset) => match crate::source::remote::as_url(path) {
+                // A whole remote file, sized when the batch was planned: no second size
+                // request. A range of one (at an offset) is opened as any file is.
+                Some(url) if *offset == 0 => {
+                    crate::source::remote::open_sized(url, element.len as u64, self.settings)
+                }
+                _ => FileHandle::open_with(path, "r", self.settings)?.get(),
+            },
             Origin::Range(_) => Ok(Arc::clone(self.shared.ok_or_else(|| {
                 Error::InvalidArgument("a range element needs the batch's file".into())
             })?)),
@@ -564,5 +663,15 @@ mod tests {
     fn layout_lays_elements_end_to_end() {
         assert_eq!(layout(&[3, 0, 5]).unwrap(), (vec![0, 3, 3], 8));
         assert!(layout(&[usize::MAX, 1]).is_err());
+    }
+
+    #[test]
+    fn aligned_layout_starts_each_element_on_a_multiple() {
+        assert_eq!(
+            layout_aligned(&[3, 0, 5, 16], 16).unwrap(),
+            (vec![0, 16, 16, 32], 48)
+        );
+        assert_eq!(layout_aligned(&[], 16).unwrap(), (vec![], 0));
+        assert!(layout_aligned(&[usize::MAX - 2, 1], 16).is_err());
     }
 }

@@ -5,6 +5,11 @@
 //! pinned (page-locked) buffers the same way. Buffers are never allocated per call: a
 //! task takes one from the pool and gives it back when dropped, so the pool holds at
 //! most as many buffers as tasks ever ran at once.
+//!
+//! Each buffer also records the `bounce_buffer_size` it serves, which can be smaller than
+//! its allocation (rounded up to whole pages, plus a page of alignment room for pinned
+//! ones): [`BouncePool::free_idle`] reports freed buffers in those units, as kvikio's
+//! `bounce_buffer_free` counts its buffers of exactly `bounce_buffer_size` bytes.
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
@@ -55,6 +60,7 @@ impl BounceAllocator for PageAlignedAllocator {
 struct Idle {
     ptr: NonNull<u8>,
     size: usize,
+    serves: usize,
 }
 
 // SAFETY: an idle buffer is plain memory owned by the pool; no thread holds a reference.
@@ -83,9 +89,10 @@ impl BouncePool {
         })
     }
 
-    /// A buffer of exactly `size` bytes: an idle one if there is one, else a new one.
-    /// Idle buffers of another size (left from before a `bounce_buffer_size` change) are freed.
-    pub fn acquire(self: &Arc<Self>, size: usize) -> Result<BounceBuffer> {
+    /// A buffer of exactly `size` bytes serving a `bounce_buffer_size` of `serves` bytes:
+    /// an idle one if there is one, else a new one. Idle buffers of another size (left
+    /// from before a `bounce_buffer_size` change) are freed.
+    pub fn acquire(self: &Arc<Self>, size: usize, serves: usize) -> Result<BounceBuffer> {
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             // Buffers of another size are left from before a `bounce_buffer_size` change.
@@ -109,11 +116,13 @@ impl BouncePool {
             pool: Arc::clone(self),
             ptr,
             size,
+            serves,
         })
     }
 
-    /// Free every idle buffer; returns the bytes released. Buffers in use stay valid and
-    /// return to the pool when their task finishes.
+    /// Free every idle buffer; returns the sum of the `bounce_buffer_size` each served
+    /// (kvikio's count; the memory released is each buffer's allocation, at least that).
+    /// Buffers in use stay valid and return to the pool when their task finishes.
     pub fn free_idle(&self) -> usize {
         let drained: Vec<Idle> = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
@@ -121,7 +130,7 @@ impl BouncePool {
         };
         let mut freed = 0;
         for b in drained {
-            freed += b.size;
+            freed += b.serves;
             // SAFETY: idle buffers came from this allocator with their recorded size.
             unsafe { self.allocator.deallocate(b.ptr, b.size) };
         }
@@ -145,6 +154,7 @@ pub struct BounceBuffer {
     pool: Arc<BouncePool>,
     ptr: NonNull<u8>,
     size: usize,
+    serves: usize,
 }
 
 // SAFETY: the buffer is exclusively owned by whoever holds the BounceBuffer.
@@ -174,6 +184,7 @@ impl Drop for BounceBuffer {
         idle.push(Idle {
             ptr: self.ptr,
             size: self.size,
+            serves: self.serves,
         });
     }
 }
@@ -191,26 +202,43 @@ mod tests {
     #[test]
     fn buffers_are_aligned_reused_and_freed() {
         let pool = BouncePool::new(PageAlignedAllocator);
-        let mut a = pool.acquire(8192).unwrap();
+        let mut a = pool.acquire(8192, 8192).unwrap();
         assert_eq!(a.as_mut_slice().as_ptr() as usize % DIRECT_IO_ALIGNMENT, 0);
         let addr = a.as_mut_slice().as_ptr() as usize;
         drop(a);
         assert_eq!(pool.idle_count(), 1);
-        let mut b = pool.acquire(8192).unwrap();
+        let mut b = pool.acquire(8192, 8192).unwrap();
         assert_eq!(
             b.as_mut_slice().as_ptr() as usize,
             addr,
             "idle buffer is reused"
         );
-        let c = pool.acquire(8192).unwrap();
+        let c = pool.acquire(8192, 8192).unwrap();
         drop(b);
         drop(c);
         assert_eq!(pool.idle_count(), 2);
         // A size change frees the stale buffers instead of keeping them forever.
-        let d = pool.acquire(4096).unwrap();
+        let d = pool.acquire(4096, 4096).unwrap();
         assert_eq!(pool.idle_count(), 0);
         drop(d);
         assert_eq!(pool.free_idle(), 4096);
         assert_eq!(pool.idle_count(), 0);
+    }
+
+    #[test]
+    fn freed_bytes_count_the_size_each_buffer_last_served() {
+        let pool = BouncePool::new(PageAlignedAllocator);
+        drop(pool.acquire(8192, 1024).unwrap());
+        assert_eq!(
+            pool.free_idle(),
+            1024,
+            "the setting served, not the 8 KiB allocation"
+        );
+        assert_eq!(pool.free_idle(), 0);
+        drop(pool.acquire(8192, 1024).unwrap());
+        // Same allocation size, another setting: the idle buffer is reused and now serves 2048.
+        drop(pool.acquire(8192, 2048).unwrap());
+        assert_eq!(pool.idle_count(), 1);
+        assert_eq!(pool.free_idle(), 2048);
     }
 }

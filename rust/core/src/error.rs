@@ -41,6 +41,17 @@ pub enum Error {
         /// What the setting accepts, for the message.
         expected: &'static str,
     },
+    /// A negative number where kvikio takes a C `size_t` (a setting, a page-cache offset or
+    /// length). Mapped to `kvikpy.errors.NegativeValueError`: a `ValueError`, and the
+    /// `OverflowError` kvikio raises for it.
+    Negative {
+        /// What was given the value, such as `"setting 'task_size'"` or `"offset"`.
+        what: String,
+        /// The refused value, as given.
+        value: String,
+        /// What is accepted, for the message.
+        expected: &'static str,
+    },
     /// An environment variable holds a value that cannot be parsed. Mapped to
     /// `kvikpy.ConfigError` (a `ValueError`), naming the variable.
     MalformedEnv {
@@ -76,12 +87,70 @@ pub enum Error {
     /// carries cuFile's own (`HANDLE_NOT_REGISTERED (5027) ...`). Mapped to
     /// `kvikpy.CuFileError` (a `RuntimeError`, as kvikio raises).
     CuFile(String),
+    /// A range outside what a mapping or file covers (kvikio's `std::out_of_range`: a
+    /// `kvikpy.Mmap` region past the end of the file, a read outside the mapped region).
+    /// Mapped to `IndexError`, as kvikio raises.
+    OutOfRange(String),
+    /// A read from a closed `kvikpy.Mmap`. Mapped to `kvikpy.MmapClosedError`, both a
+    /// `ValueError` (as Python's closed files raise) and a `RuntimeError` (as kvikio
+    /// raises).
+    MmapClosed(PathBuf),
+    /// A remote file (HTTP, S3, WebHDFS) could not be opened or read. `kind` says what
+    /// failed, for the binding's choice of exception (`kvikpy.errors.RemoteError` and its
+    /// subclasses, which are also `FileNotFoundError`, `PermissionError`,
+    /// `ConnectionError`, `TimeoutError`... as fits); `message` names the URL, what the
+    /// server answered and what to do.
+    Remote {
+        /// What failed.
+        kind: RemoteFailure,
+        /// The URL the failure is about, as given (for the exception's `filename`).
+        url: String,
+        /// The full message.
+        message: String,
+    },
     /// A bug: engine code panicked. The panic is caught at the task or call boundary
     /// and reported as `kvikpy.InternalError` instead of crossing into Python.
     Panic(String),
 }
 
+/// What kind of failure an [`Error::Remote`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteFailure {
+    /// The server has no such file (HTTP 404 or 410, WebHDFS `FileNotFoundException`).
+    NotFound,
+    /// The server refused access (HTTP 401 or 403): credentials missing or wrong.
+    Forbidden,
+    /// Nothing listens at the address (connection refused).
+    Refused,
+    /// The connection failed otherwise: the host is unknown, TLS failed, or the server
+    /// closed the connection before the answer was complete.
+    Connection,
+    /// The request took longer than the `http_timeout` setting, every attempt.
+    Timeout,
+    /// The server answered with an error status (after the retries the
+    /// `http_status_codes` setting asks for).
+    Status,
+    /// The answer is not what was asked for: a body shorter or longer than the range,
+    /// a size the server does not report.
+    Body,
+    /// The server ignored a range request (answered the whole file to a request for
+    /// part of it): it does not support HTTP ranges.
+    NoRange,
+    /// The URL, endpoint type or credentials cannot make a request (a malformed URL, an
+    /// unsupported scheme, an endpoint type outside the allow list, missing AWS keys).
+    InvalidUrl,
+}
+
 impl Error {
+    /// An [`Error::Remote`] of `kind` about `url`.
+    pub fn remote(kind: RemoteFailure, url: &str, message: impl Into<String>) -> Self {
+        Self::Remote {
+            kind,
+            url: url.to_string(),
+            message: message.into(),
+        }
+    }
+
     /// An [`Error::Os`] built from the current `errno`.
     pub fn last_os(op: &'static str, path: &std::path::Path) -> Self {
         Self::os(op, path, io::Error::last_os_error())
@@ -138,6 +207,15 @@ impl Clone for Error {
                 value: value.clone(),
                 expected,
             },
+            Self::Negative {
+                what,
+                value,
+                expected,
+            } => Self::Negative {
+                what: what.clone(),
+                value: value.clone(),
+                expected,
+            },
             Self::MalformedEnv {
                 var,
                 value,
@@ -154,9 +232,16 @@ impl Clone for Error {
                 name: name.clone(),
             },
             Self::Truncated(m) => Self::Truncated(m.clone()),
+            Self::Remote { kind, url, message } => Self::Remote {
+                kind: *kind,
+                url: url.clone(),
+                message: message.clone(),
+            },
             Self::Panic(m) => Self::Panic(m.clone()),
             Self::CuFile(m) => Self::CuFile(m.clone()),
             Self::OutOfMemory(m) => Self::OutOfMemory(m.clone()),
+            Self::OutOfRange(m) => Self::OutOfRange(m.clone()),
+            Self::MmapClosed(p) => Self::MmapClosed(p.clone()),
         }
     }
 }
@@ -182,6 +267,15 @@ impl fmt::Display for Error {
                 f,
                 "invalid value {value} for setting '{name}': expected {expected}"
             ),
+            Self::Negative {
+                what,
+                value,
+                expected,
+            } => write!(
+                f,
+                "invalid value {value} for {what}: a negative value cannot be a size, a count \
+                 or an offset; expected {expected}"
+            ),
             Self::MalformedEnv {
                 var,
                 value,
@@ -198,7 +292,16 @@ impl fmt::Display for Error {
             Self::Cuda { call, code, name } => {
                 write!(f, "CUDA driver call {call} failed with {name} ({code})")
             }
-            Self::OutOfMemory(m) | Self::Truncated(m) | Self::CuFile(m) => f.write_str(m),
+            Self::OutOfMemory(m) | Self::Truncated(m) | Self::CuFile(m) | Self::OutOfRange(m) => {
+                f.write_str(m)
+            }
+            Self::MmapClosed(path) => write!(
+                f,
+                "Cannot read from a closed MmapHandle ('{}' was closed by close() or by \
+                 leaving its with block); create a new kvikpy.Mmap to read it again",
+                path.display()
+            ),
+            Self::Remote { message, .. } => f.write_str(message),
             Self::Panic(m) => write!(f, "internal error in kvikpy (a bug, please report it): {m}"),
         }
     }

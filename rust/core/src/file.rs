@@ -103,6 +103,16 @@ impl FileHandle {
         })
     }
 
+    /// A handle over a source opened explicitly rather than chosen by
+    /// [`crate::source::open`] (the mmap source); `reason` says why it reads the file.
+    pub fn from_source(source: Arc<dyn Source>, reason: String) -> Self {
+        Self {
+            path: source.path().to_path_buf(),
+            backend: (source.name(), reason),
+            open: Mutex::new(Some(source)),
+        }
+    }
+
     /// The name of the source that reads the file (`"posix"`, `"cufile"`) and why it was
     /// chosen at open; kept after close.
     pub fn backend(&self) -> (&'static str, &str) {

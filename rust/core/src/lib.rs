@@ -17,6 +17,7 @@ pub mod error;
 pub mod file;
 pub mod future;
 pub mod memory;
+pub mod page_cache;
 pub mod pool;
 pub mod request;
 pub mod ring;

@@ -41,7 +41,8 @@ pub fn pinned_buffers(
 ) -> Result<Vec<BounceBuffer>> {
     let pool = cuda::pinned_pool(ordinal)?;
     let size = pinned_buffer_size(settings);
-    (0..count).map(|_| pool.acquire(size)).collect()
+    let serves = settings.bounce_buffer_size;
+    (0..count).map(|_| pool.acquire(size, serves)).collect()
 }
 
 /// Where `len` file bytes from `file_offset` go in `buffer`: at the same offset modulo

@@ -52,10 +52,12 @@ pub enum SettingValue {
     Int(u64),
     /// `compat_mode`.
     Mode(CompatMode),
+    /// `http_status_codes`.
+    Codes(StatusCodes),
 }
 
 /// Every setting name, in documentation order.
-pub const SETTING_NAMES: [&str; 8] = [
+pub const SETTING_NAMES: [&str; 11] = [
     "compat_mode",
     "num_threads",
     "task_size",
@@ -64,6 +66,9 @@ pub const SETTING_NAMES: [&str; 8] = [
     "auto_direct_io_read",
     "auto_direct_io_write",
     "page_cache_dma",
+    "http_max_attempts",
+    "http_status_codes",
+    "http_timeout",
 ];
 
 /// The most threads the default thread count picks; more do not add PCIe or page-cache
@@ -106,6 +111,12 @@ pub struct Settings {
     /// kvikpy's own: DMA device reads of page-cache-resident ranges straight from the
     /// cached pages (pinned in place) instead of copying them through bounce buffers.
     pub page_cache_dma: bool,
+    /// Attempts of one HTTP request (remote files), the first included, at least 1.
+    pub http_max_attempts: usize,
+    /// HTTP status codes answered by a retry (with backoff) rather than an error.
+    pub http_status_codes: StatusCodes,
+    /// The longest one HTTP request may take, in seconds, at least 1.
+    pub http_timeout: u64,
 }
 
 impl Default for Settings {
@@ -119,6 +130,9 @@ impl Default for Settings {
             auto_direct_io_read: false,
             auto_direct_io_write: true,
             page_cache_dma: true,
+            http_max_attempts: 3,
+            http_status_codes: StatusCodes::KVIKIO_DEFAULT,
+            http_timeout: 60,
         }
     }
 }
@@ -175,6 +189,23 @@ impl Settings {
         if let Some(v) = getenv("KVIKPY_PAGE_CACHE_DMA") {
             s.page_cache_dma = env_bool("KVIKPY_PAGE_CACHE_DMA", &v)?;
         }
+        if let Some(v) = getenv("KVIKIO_HTTP_MAX_ATTEMPTS") {
+            s.http_max_attempts = env_int("KVIKIO_HTTP_MAX_ATTEMPTS", &v, 1)? as usize;
+        }
+        if let Some(v) = getenv("KVIKIO_HTTP_TIMEOUT") {
+            s.http_timeout = env_int("KVIKIO_HTTP_TIMEOUT", &v, 1)?;
+        }
+        if let Some(v) = getenv("KVIKIO_HTTP_STATUS_CODES") {
+            // kvikio: an empty variable means the default list.
+            if !v.is_empty() {
+                s.http_status_codes = StatusCodes::parse(&v).ok_or(Error::MalformedEnv {
+                    var: "KVIKIO_HTTP_STATUS_CODES",
+                    value: v.clone(),
+                    expected: "comma-separated 3-digit HTTP status codes (e.g. 429,500,503), \
+                               at most 32",
+                })?;
+            }
+        }
         Ok(s)
     }
 
@@ -194,6 +225,9 @@ impl Settings {
             "auto_direct_io_read" => SettingValue::Bool(self.auto_direct_io_read),
             "auto_direct_io_write" => SettingValue::Bool(self.auto_direct_io_write),
             "page_cache_dma" => SettingValue::Bool(self.page_cache_dma),
+            "http_max_attempts" => SettingValue::Int(self.http_max_attempts as u64),
+            "http_status_codes" => SettingValue::Codes(self.http_status_codes),
+            "http_timeout" => SettingValue::Int(self.http_timeout),
             _ => return Err(Error::UnknownSetting(name.to_string())),
         })
     }
@@ -212,6 +246,22 @@ impl Settings {
             }
             ("compat_mode", _) => {
                 return Err(invalid("a CompatMode, a bool, or 'ON'/'OFF'/'AUTO'"))
+            }
+            ("http_max_attempts" | "http_timeout", SettingValue::Int(n)) => {
+                if n == 0 {
+                    return Err(invalid("a positive integer"));
+                }
+                if name == "http_timeout" {
+                    self.http_timeout = n;
+                } else {
+                    self.http_max_attempts =
+                        usize::try_from(n).map_err(|_| invalid("an integer that fits in usize"))?;
+                }
+            }
+            ("http_max_attempts" | "http_timeout", _) => return Err(invalid("a positive integer")),
+            ("http_status_codes", SettingValue::Codes(codes)) => self.http_status_codes = codes,
+            ("http_status_codes", _) => {
+                return Err(invalid("a list of HTTP status codes (at most 32)"))
             }
             ("num_threads" | "task_size" | "bounce_buffer_size", SettingValue::Int(n)) => {
                 if n == 0 {
@@ -252,6 +302,75 @@ fn describe(value: SettingValue) -> String {
         SettingValue::Bool(b) => if b { "True" } else { "False" }.to_string(),
         SettingValue::Int(n) => n.to_string(),
         SettingValue::Mode(m) => m.as_str().to_string(),
+        SettingValue::Codes(c) => format!("{:?}", c.as_slice()),
+    }
+}
+
+/// A list of HTTP status codes kept in order, with a fixed capacity so that [`Settings`]
+/// stays `Copy` (every operation snapshots it).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct StatusCodes {
+    codes: [u16; StatusCodes::CAPACITY],
+    len: u8,
+}
+
+impl StatusCodes {
+    /// The most codes a list holds (HTTP defines about 60; a retry list names a few).
+    pub const CAPACITY: usize = 32;
+
+    /// kvikio's default: 429, 500, 502, 503, 504.
+    pub const KVIKIO_DEFAULT: Self = {
+        let mut codes = [0u16; Self::CAPACITY];
+        codes[0] = 429;
+        codes[1] = 500;
+        codes[2] = 502;
+        codes[3] = 503;
+        codes[4] = 504;
+        Self { codes, len: 5 }
+    };
+
+    /// The list of `codes`, in order; `None` for more than [`StatusCodes::CAPACITY`] codes.
+    pub fn new(codes: &[u16]) -> Option<Self> {
+        if codes.len() > Self::CAPACITY {
+            return None;
+        }
+        let mut list = Self {
+            codes: [0; Self::CAPACITY],
+            len: codes.len() as u8,
+        };
+        list.codes[..codes.len()].copy_from_slice(codes);
+        Some(list)
+    }
+
+    /// Parse kvikio's `KVIKIO_HTTP_STATUS_CODES` format: 3-digit integers separated by
+    /// commas, spaces allowed around them.
+    pub fn parse(text: &str) -> Option<Self> {
+        let codes = text
+            .split(',')
+            .map(|item| {
+                let item = item.trim();
+                (item.len() == 3 && item.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| item.parse::<u16>().ok())
+                    .flatten()
+            })
+            .collect::<Option<Vec<u16>>>()?;
+        Self::new(&codes)
+    }
+
+    /// The codes, in order.
+    pub fn as_slice(&self) -> &[u16] {
+        &self.codes[..usize::from(self.len)]
+    }
+
+    /// Whether `status` is in the list.
+    pub fn contains(&self, status: u16) -> bool {
+        self.as_slice().contains(&status)
+    }
+}
+
+impl std::fmt::Debug for StatusCodes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
     }
 }
 
@@ -406,6 +525,46 @@ mod tests {
             env(&[("KVIKIO_TASK_SIZE", "1048576")]).unwrap().task_size,
             1 << 20
         );
+    }
+
+    #[test]
+    fn http_settings_parse_like_kvikio() {
+        let s = env(&[]).unwrap();
+        assert_eq!(s.http_max_attempts, 3);
+        assert_eq!(s.http_timeout, 60);
+        assert_eq!(s.http_status_codes.as_slice(), &[429, 500, 502, 503, 504]);
+        let s = env(&[
+            ("KVIKIO_HTTP_MAX_ATTEMPTS", "5"),
+            ("KVIKIO_HTTP_TIMEOUT", "2"),
+            ("KVIKIO_HTTP_STATUS_CODES", " 503 ,429"),
+        ])
+        .unwrap();
+        assert_eq!((s.http_max_attempts, s.http_timeout), (5, 2));
+        assert_eq!(s.http_status_codes.as_slice(), &[503, 429]);
+        assert_eq!(
+            env(&[("KVIKIO_HTTP_STATUS_CODES", "")])
+                .unwrap()
+                .http_status_codes,
+            StatusCodes::KVIKIO_DEFAULT
+        );
+        for bad in ["5O3", "50", "5030", "503,", ",503", "503;429", "abc"] {
+            let err = env(&[("KVIKIO_HTTP_STATUS_CODES", bad)]).unwrap_err();
+            assert!(
+                err.to_string().contains("KVIKIO_HTTP_STATUS_CODES"),
+                "{bad}"
+            );
+        }
+        assert!(env(&[("KVIKIO_HTTP_MAX_ATTEMPTS", "0")]).is_err());
+        assert!(env(&[("KVIKIO_HTTP_TIMEOUT", "0")]).is_err());
+        let mut s = Settings::default();
+        assert!(s.set("http_timeout", SettingValue::Int(0)).is_err());
+        assert!(s.set("http_max_attempts", SettingValue::Int(0)).is_err());
+        assert!(s.set("http_status_codes", SettingValue::Int(1)).is_err());
+        let codes = StatusCodes::new(&[500]).unwrap();
+        s.set("http_status_codes", SettingValue::Codes(codes))
+            .unwrap();
+        assert!(s.http_status_codes.contains(500) && !s.http_status_codes.contains(503));
+        assert!(StatusCodes::new(&[500; 33]).is_none());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use kvikpy_core::allocation::Placement;
-use kvikpy_core::batch::{plan_files, plan_ranges, Plan};
+use kvikpy_core::batch::{plan_file_ranges, plan_files, plan_ranges, Plan, Start};
 use kvikpy_core::{Error, Settings};
 use pyo3::prelude::*;
 
@@ -93,6 +93,43 @@ pub fn read_ranges_batch(
     read(py, &settings, plan, ordinal, progress)
 }
 
+/// What the zarr store's batch read returns: the allocation, each element's start (and
+/// the total), each element's length, and the failed elements as `(index, exception)`.
+type RangesResult = (Buffer, Vec<i64>, Vec<i64>, Vec<(usize, PyErr)>);
+
+/// Read a byte range of each of many files into one allocation, each element starting at
+/// a multiple of `align` bytes (kvikpy.zarr's store). Each range is `(path, start,
+/// from_end, size)`: `start` bytes from the file's start, or with `from_end` the last
+/// `start` bytes; `size` `None` for the rest of the file. Ranges are cut at the file's
+/// end. With `skip`, files that cannot be read are listed; otherwise the first raises.
+#[boundary]
+#[pyfunction]
+#[pyo3(signature = (ranges, ordinal, skip, align))]
+pub fn read_file_ranges_batch(
+    py: Python<'_>,
+    ranges: Vec<(PathBuf, u64, bool, Option<u64>)>,
+    ordinal: Option<usize>,
+    skip: bool,
+    align: usize,
+) -> PyResult<RangesResult> {
+    let settings = kvikpy_core::settings::current().map_err(to_py)?;
+    let ranges = ranges
+        .into_iter()
+        .map(|(path, start, from_end, size)| {
+            let start = if from_end {
+                Start::Suffix(start)
+            } else {
+                Start::Offset(start)
+            };
+            (path, start, size)
+        })
+        .collect();
+    let plan = without_gil(py, || plan_file_ranges(&settings, ranges, skip, align))?;
+    let (buffer, offsets, lengths, failures) = read_plan(py, &settings, plan, ordinal, None)?;
+    let lengths = lengths.iter().map(|&n| n as i64).collect();
+    Ok((buffer, offsets, lengths, failures))
+}
+
 /// Allocate the plan's destination and read it; convert the outcome.
 fn read(
     py: Python<'_>,
@@ -101,6 +138,20 @@ fn read(
     ordinal: Option<usize>,
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
+    let (buffer, offsets, _, failures) = read_plan(py, settings, plan, ordinal, progress)?;
+    Ok((buffer, offsets, failures))
+}
+
+/// Allocate the plan's destination and read it: the buffer, the element starts (and the
+/// total), the element lengths and the failures.
+#[allow(clippy::type_complexity)]
+fn read_plan(
+    py: Python<'_>,
+    settings: &Settings,
+    plan: Plan,
+    ordinal: Option<usize>,
+    progress: Option<&Progress>,
+) -> PyResult<(Buffer, Vec<i64>, Vec<usize>, Vec<(usize, PyErr)>)> {
     let total = plan.total();
     if let Some(p) = progress {
         p.total.store(total as u64, Ordering::Relaxed);
@@ -117,5 +168,5 @@ fn read(
         .into_iter()
         .map(|(i, e)| (i, to_py(e)))
         .collect();
-    Ok((buffer, offsets, failures))
+    Ok((buffer, offsets, outcome.lengths, failures))
 }

@@ -21,7 +21,8 @@ pub struct FileHandle {
     inner: kvikpy_core::FileHandle,
 }
 
-fn task_size_arg(task_size: Option<i64>) -> PyResult<Option<usize>> {
+/// A `task_size` argument: `None` for the setting, else a positive byte count.
+pub(crate) fn task_size_arg(task_size: Option<i64>) -> PyResult<Option<usize>> {
     match task_size {
         Some(t) if t <= 0 => Err(PyValueError::new_err(format!(
             "task_size must be a positive number of bytes, got {t}"
@@ -88,6 +89,11 @@ fn finish(py: Python<'_>, future: IoFuture) -> PyResult<usize> {
 }
 
 impl FileHandle {
+    /// The Python handle of a file the engine already opened (a remote file).
+    pub fn from_core(inner: kvikpy_core::FileHandle) -> Self {
+        Self { inner }
+    }
+
     /// Convert `call` into one request on `buf` and submit it; the span it covers too.
     fn submit(
         &self,
@@ -223,16 +229,18 @@ impl FileHandle {
 
     /// `pread` that must fill `size` bytes: a file that ends first (it shrank after it
     /// was sized) is an `OSError`, not a short count.
-    #[pyo3(signature = (buf, size, file_offset=0))]
+    #[pyo3(signature = (buf, size, file_offset=0, task_size=None))]
     fn pread_exact(
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         size: i64,
         file_offset: i64,
+        task_size: Option<i64>,
     ) -> PyResult<Future> {
         let mut call = Call::new(Direction::Read, Some(size), file_offset, Completion::Future);
         call.exact = true;
+        call.task_size = task_size;
         Ok(Future::from(self.submit(py, buf, call)?.0))
     }
 
@@ -266,13 +274,14 @@ impl FileHandle {
 
     /// `read` that must fill `size` bytes: a file that ends first (it shrank after it was
     /// sized) is an `OSError`, not a short count.
-    #[pyo3(signature = (buf, size, file_offset=0))]
+    #[pyo3(signature = (buf, size, file_offset=0, task_size=None))]
     fn read_exact(
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         size: i64,
         file_offset: i64,
+        task_size: Option<i64>,
     ) -> PyResult<usize> {
         let mut call = Call::new(
             Direction::Read,
@@ -281,6 +290,7 @@ impl FileHandle {
             Completion::Blocking,
         );
         call.exact = true;
+        call.task_size = task_size;
         finish(py, self.submit(py, buf, call)?.0)
     }
 

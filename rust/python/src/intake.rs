@@ -86,8 +86,9 @@ impl Intake {
         match self.span {
             Span::Device(d) => Ok(d),
             Span::Host(_) => Err(PyValueError::new_err(format!(
-                "CuFile.{method} works on device (GPU) memory only, and this buffer is host \
-                 memory; use CuFile.{alternative} for host buffers"
+                "Non-CUDA buffers not supported: CuFile.{method} works on device (GPU) \
+                 memory only, and this buffer is host memory; use CuFile.{alternative} for \
+                 host buffers"
             ))),
         }
     }

@@ -15,6 +15,9 @@ mod errors;
 mod file;
 mod future;
 mod intake;
+mod mmap;
+mod page_cache;
+mod remote;
 mod settings;
 
 use pyo3::prelude::*;
@@ -22,7 +25,9 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("__git_commit__", env!("KVIKPY_GIT_COMMIT"))?;
     m.add_class::<file::FileHandle>()?;
+    m.add_class::<mmap::MmapHandle>()?;
     m.add_class::<future::Future>()?;
     m.add_class::<future::StreamFuture>()?;
     m.add_class::<buffer::Buffer>()?;
@@ -36,6 +41,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(batch::read_files_batch, m)?)?;
     m.add_class::<batch::Progress>()?;
     m.add_function(wrap_pyfunction!(batch::read_ranges_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(batch::read_file_ranges_batch, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::batch_arrow, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::batch_schema, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::check_device_kwargs, m)?)?;
@@ -64,5 +70,11 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cufile::memory_deregister, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::stream_register, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::stream_deregister, m)?)?;
+    m.add_function(wrap_pyfunction!(page_cache::page_cache_info, m)?)?;
+    m.add_function(wrap_pyfunction!(page_cache::drop_file_page_cache, m)?)?;
+    m.add_function(wrap_pyfunction!(page_cache::drop_system_page_cache, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::_os_error_for_tests, m)?)?;
+    m.add_class::<remote::RemoteHandle>()?;
+    m.add_function(wrap_pyfunction!(remote::infer_remote_endpoint_type, m)?)?;
     Ok(())
 }

@@ -1,10 +1,11 @@
 //! Settings access for `kvikpy.defaults`: values cross as bool, int or str.
 
-use kvikpy_core::settings::{self, CompatMode, SettingValue, Settings, SETTING_NAMES};
+use kvikpy_core::settings::{self, CompatMode, SettingValue, Settings, StatusCodes, SETTING_NAMES};
 use kvikpy_core::Error;
 use kvikpy_macros::boundary;
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyString};
+use pyo3::types::{PyBool, PyInt, PyList, PyString};
 
 use crate::errors::BindResult;
 
@@ -21,7 +22,47 @@ pub fn get_setting(py: Python<'_>, name: &str) -> BindResult<Py<PyAny>> {
             n.into_any().unbind()
         }
         SettingValue::Mode(m) => PyString::new(py, m.as_str()).into_any().unbind(),
+        SettingValue::Codes(codes) => PyList::new(py, codes.as_slice())?.into_any().unbind(),
     })
+}
+
+/// `http_status_codes` from a list (or tuple) of ints: `TypeError` for anything else,
+/// as kvikio raises.
+fn convert_codes(value: &Bound<'_, PyAny>) -> BindResult<SettingValue> {
+    let type_error = || {
+        PyTypeError::new_err(format!(
+            "http_status_codes must be a list of int HTTP status codes, got {}",
+            value
+                .repr()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|_| "?".into())
+        ))
+    };
+    if value.is_instance_of::<PyString>() || value.is_instance_of::<PyBool>() {
+        return Err(type_error().into());
+    }
+    let items: Vec<Bound<'_, PyAny>> = value
+        .try_iter()
+        .map_err(|_| type_error())?
+        .collect::<PyResult<_>>()?;
+    let mut codes = Vec::with_capacity(items.len());
+    for item in items {
+        if !item.is_instance_of::<PyInt>() || item.is_instance_of::<PyBool>() {
+            return Err(type_error().into());
+        }
+        let code = item.extract::<u16>().map_err(|_| Error::InvalidSetting {
+            name: "http_status_codes".into(),
+            value: item.to_string(),
+            expected: "HTTP status codes from 0 to 65535",
+        })?;
+        codes.push(code);
+    }
+    let codes = StatusCodes::new(&codes).ok_or_else(|| Error::InvalidSetting {
+        name: "http_status_codes".into(),
+        value: format!("a list of {}", codes.len()),
+        expected: "at most 32 status codes",
+    })?;
+    Ok(SettingValue::Codes(codes))
 }
 
 fn convert(name: &str, value: &Bound<'_, PyAny>) -> Result<SettingValue, Error> {
@@ -40,6 +81,17 @@ fn convert(name: &str, value: &Bound<'_, PyAny>) -> Result<SettingValue, Error> 
         };
     }
     if value.is_instance_of::<PyInt>() {
+        if value.lt(0).unwrap_or(false) {
+            // kvikio's sizes and counts are C `size_t`: it raises OverflowError for these.
+            return Err(Error::Negative {
+                what: format!("setting '{name}'"),
+                value: value.to_string(),
+                expected: match name {
+                    "gds_threshold" => "a non-negative integer",
+                    _ => "a positive integer",
+                },
+            });
+        }
         return match value.extract::<u64>() {
             Ok(n) => Ok(SettingValue::Int(n)),
             Err(_) => Err(invalid("a non-negative integer")),
@@ -54,6 +106,7 @@ fn convert(name: &str, value: &Bound<'_, PyAny>) -> Result<SettingValue, Error> 
     }
     // Known names get the kind of value their setting holds; unknown names get KeyError.
     Err(invalid(match Settings::default().get(name)? {
+        SettingValue::Codes(_) => "a list of HTTP status codes",
         SettingValue::Mode(_) => "a CompatMode, a bool, or 'ON'/'OFF'/'AUTO'",
         SettingValue::Bool(_) => "a bool",
         SettingValue::Int(_) => "an integer",
@@ -66,8 +119,13 @@ fn convert(name: &str, value: &Bound<'_, PyAny>) -> Result<SettingValue, Error> 
 pub fn set_settings(pairs: Vec<(String, Bound<'_, PyAny>)>) -> BindResult<()> {
     let converted = pairs
         .iter()
-        .map(|(name, value)| Ok((name.as_str(), convert(name, value)?)))
-        .collect::<Result<Vec<_>, Error>>()?;
+        .map(|(name, value)| {
+            if name == "http_status_codes" {
+                return Ok((name.as_str(), convert_codes(value)?));
+            }
+            Ok((name.as_str(), convert(name, value)?))
+        })
+        .collect::<BindResult<Vec<_>>>()?;
     settings::set_many(&converted)?;
     Ok(())
 }

@@ -1,6 +1,7 @@
-//! Read-only shared mappings of file ranges (the page-cache DMA reads from them) and the
-//! page size.
+//! Read-only mappings of file ranges (the page-cache DMA reads from them, the mmap source
+//! copies out of them) and the page size.
 
+use std::io;
 use std::os::fd::RawFd;
 
 use crate::tasks::align_down;
@@ -19,9 +20,10 @@ pub fn page_size() -> usize {
     })
 }
 
-/// A read-only shared mapping of part of a file, unmapped on drop. The engine never
-/// dereferences it: it only asks which pages are resident and hands the pages to the DMA
-/// engine, so a file truncated meanwhile cannot raise SIGBUS in this process.
+/// A read-only mapping of part of a file, unmapped on drop. The engine never dereferences
+/// it: it asks which pages are resident, hands pages to the DMA engine, or has the kernel
+/// copy out of it (`process_vm_readv`, which reports a page past the end of a file
+/// truncated meanwhile as `EFAULT`), so such a file cannot raise SIGBUS in this process.
 #[derive(Debug)]
 pub struct FileMapping {
     base: *mut libc::c_void,
@@ -29,31 +31,48 @@ pub struct FileMapping {
     head: usize,
 }
 
+// SAFETY: the mapping is an address range owned by this value alone and unmapped only on
+// drop; it is mapped PROT_READ, so threads sharing it only read through the kernel or DMA.
+unsafe impl Send for FileMapping {}
+// SAFETY: as above: `&FileMapping` exposes the addresses and read-only queries only.
+unsafe impl Sync for FileMapping {}
+
 impl FileMapping {
-    /// Map the bytes `offset..offset+len` of `fd` (any alignment: the mapping starts at
-    /// the page holding `offset`). `None` when the kernel refuses (a pipe, a file system
+    /// Map the bytes `offset..offset+len` of `fd` shared (any alignment: the mapping starts
+    /// at the page holding `offset`). `None` when the kernel refuses (a pipe, a file system
     /// without mmap, address space exhausted): callers then read the ordinary way.
     pub fn map(fd: RawFd, offset: u64, len: usize) -> Option<Self> {
+        Self::map_with(fd, offset, len, libc::MAP_SHARED).ok()
+    }
+
+    /// [`FileMapping::map`] with the caller's `mmap(2)` flags (`MAP_PRIVATE`,
+    /// `MAP_POPULATE`...), always `PROT_READ`; the kernel's error when it refuses (`EINVAL`
+    /// for an empty range or an offset past what `off_t` holds).
+    pub fn map_with(fd: RawFd, offset: u64, len: usize, flags: libc::c_int) -> io::Result<Self> {
+        let invalid = || io::Error::from_raw_os_error(libc::EINVAL);
         let start = align_down(offset, page_size());
         let head = (offset - start) as usize;
-        let map_len = head.checked_add(len)?;
-        let at = libc::off_t::try_from(start).ok()?;
+        let map_len = head.checked_add(len).ok_or_else(invalid)?;
+        let at = libc::off_t::try_from(start).map_err(|_| invalid())?;
         if len == 0 {
-            return None;
+            return Err(invalid());
         }
-        // SAFETY: a fresh mapping at an address of the kernel's choosing; nothing else
-        // is affected. Failure is reported as MAP_FAILED.
+        // SAFETY: a fresh mapping at an address of the kernel's choosing (callers never
+        // pass MAP_FIXED); nothing else is affected. Failure is reported as MAP_FAILED.
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 map_len,
                 libc::PROT_READ,
-                libc::MAP_SHARED,
+                flags,
                 fd,
                 at,
             )
         };
-        (base != libc::MAP_FAILED).then_some(Self {
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
             base,
             len: map_len,
             head,
@@ -82,10 +101,23 @@ impl FileMapping {
 
     /// Whether every page of the mapping is in the page cache right now (`mincore`).
     pub fn resident(&self) -> bool {
-        let pages = self.len.div_ceil(page_size());
+        self.resident_range(0, self.len)
+    }
+
+    /// Whether every page of `from..from+len` (bytes from [`Self::base`], `from`
+    /// page-aligned) is in the page cache right now; false for a range outside the mapping.
+    pub fn resident_range(&self, from: usize, len: usize) -> bool {
+        if from % page_size() != 0 || from.checked_add(len).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        let pages = len.div_ceil(page_size());
         let mut vec = vec![0u8; pages];
-        // SAFETY: `base..base+len` is our live mapping and `vec` has one byte per page.
-        let rc = unsafe { libc::mincore(self.base, self.len, vec.as_mut_ptr()) };
+        // SAFETY: `from < len <= self.len` (checked above), so the address stays inside
+        // our live mapping.
+        let start = unsafe { self.base.cast::<u8>().add(from) };
+        // SAFETY: `start..start+len` lies inside our live mapping (checked above), starts
+        // on a page, and `vec` has one byte per page.
+        let rc = unsafe { libc::mincore(start.cast(), len, vec.as_mut_ptr()) };
         rc == 0 && vec.iter().all(|&b| b & 1 == 1)
     }
 }

@@ -7,13 +7,17 @@
 //! ring, batches) talks to `dyn Source` only.
 //!
 //! Adding a source is one file in this folder (a type implementing [`Source`] and an
-//! `open` function with the [`Opener`] signature) and one line in [`OPENERS`].
+//! `open` function with the [`Opener`] signature) and one line in [`OPENERS`]. A source
+//! that callers ask for by name instead (the mmap source behind `kvikpy.Mmap`) is one
+//! file with its own constructor, and stays out of [`OPENERS`].
 
 pub mod cufile;
 mod mapping;
+pub mod mmap;
 mod page_cache_dma;
 pub mod posix;
 mod posix_io;
+pub mod remote;
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -173,8 +177,9 @@ impl dyn Source {
         if allowed {
             return Ok(());
         }
+        // kvikio's words ("Operation not permitted") lead, for code that matches them.
         Err(Error::UnsupportedOperation(format!(
-            "'{}' was opened {verb}; open it with {modes}",
+            "Operation not permitted: '{}' was opened {verb}; open it with {modes}",
             self.path().display()
         )))
     }
@@ -215,8 +220,9 @@ pub struct Opened {
 pub type Opener = fn(&Target<'_>) -> Option<Result<Arc<dyn Source>>>;
 
 /// Every source, in the order a path is offered to them; the first that takes it opens
-/// it. POSIX takes every local path, so it comes last.
-pub const OPENERS: &[Opener] = &[cufile::open, posix::open];
+/// it. Remote files take URLs only, so they come first; POSIX takes every local path, so
+/// it comes last.
+pub const OPENERS: &[Opener] = &[remote::open, cufile::open, posix::open];
 
 /// Open `path` with `flags`: the first source of [`OPENERS`] that takes it, and why.
 pub fn open(path: &Path, flags: OpenFlags, settings: &Settings) -> Result<Opened> {

@@ -48,6 +48,14 @@ pub fn bytes_moved() -> u64 {
     BYTES_MOVED.load(Ordering::Relaxed)
 }
 
+/// Whether a device read of `span` under `settings` may try page-cache DMA at all.
+pub fn worth_trying(span: &DeviceSpan, settings: &Settings) -> bool {
+    settings.page_cache_dma
+        && settings.num_threads <= MAX_THREADS
+        && span.len >= MIN_MAPPED_READ
+        && cuda::can_register_read_only(span.ordinal)
+}
+
 /// Read `span.len()` bytes at `offset` into device memory straight from the page cache,
 /// if the range is resident; see [`Direct`] for the outcomes.
 pub fn read_resident(
@@ -57,11 +65,7 @@ pub fn read_resident(
     settings: &Settings,
     lane: Lane<'_>,
 ) -> Result<Direct> {
-    if !settings.page_cache_dma
-        || settings.num_threads > MAX_THREADS
-        || span.len < MIN_MAPPED_READ
-        || !cuda::can_register_read_only(span.ordinal)
-    {
+    if !worth_trying(&span, settings) {
         return Ok(Direct::NotUsed);
     }
     let size = file.size()?;
@@ -75,24 +79,44 @@ pub fn read_resident(
     if !mapping.resident() {
         return Ok(Direct::NotUsed);
     }
+    // SAFETY: `mapping` is a live read-only mapping of `mapping.len()` bytes from its
+    // page-aligned base, dropped only after this call returns.
+    unsafe { upload_mapped(mapping.base(), mapping.len(), mapping.head(), span, lane) }
+}
+
+/// DMA the bytes `base+head..base+len` of a mapped, resident file range into the start of
+/// `span` (`len - head <= span.len`), pinning `base..base+len` piece by piece; see
+/// [`Direct`] for the outcomes (a piece the driver refuses to pin stops it).
+///
+/// # Safety
+/// `base` is page-aligned and `base..base+len` a live read-only mapping that stays
+/// mapped until this call returns.
+pub unsafe fn upload_mapped(
+    base: *const u8,
+    len: usize,
+    head: usize,
+    span: DeviceSpan,
+    lane: Lane<'_>,
+) -> Result<Direct> {
+    debug_assert!(head <= len && len - head <= span.len);
     let page = page_size();
     let piece = align_down(PIECE.max(page) as u64, page) as usize;
-    let head = mapping.head();
-    // Declared after the mapping, so dropped (draining the stream, then unpinning) first.
+    // Dropped (draining the stream, then unpinning) before returning, while the caller's
+    // mapping is still live.
     let mut ring: Ring<'_, Option<HostRegistration>> =
         Ring::with(lane, (0..MAX_SLOTS).map(|_| None).collect());
     let mut done = 0usize; // bytes of the request queued so far
-    let mut start = 0usize; // page-aligned start of the next piece, from the mapping's base
+    let mut start = 0usize; // page-aligned start of the next piece, from `base`
     let mut k = 0usize;
-    while start < mapping.len() {
+    while start < len {
         let slot = k % ring.len();
         *ring.reclaim(slot)? = None; // its DMA is done: unpin
-        let end = (start + piece).min(mapping.len());
-        // SAFETY: `start < end <= mapping.len()`, so the offset stays inside the mapping.
-        let piece_start = unsafe { mapping.base().add(start) };
+        let end = (start + piece).min(len);
+        // SAFETY: `start < end <= len`, so the offset stays inside the mapping.
+        let piece_start = unsafe { base.add(start) };
         // SAFETY: `piece_start..piece_start + (end - start)` lies inside the live mapping,
-        // which outlives the ring (declared before it); the ring waits for the stream
-        // before unpinning.
+        // which outlives the ring (the caller keeps it until this call returns); the ring
+        // waits for the stream before unpinning.
         let registration =
             unsafe { HostRegistration::read_only(span.ordinal, piece_start, end - start) };
         let Ok(registration) = registration else {
@@ -107,11 +131,11 @@ pub fn read_resident(
         *ring.reclaim(slot)? = Some(registration);
         let from = start.max(head);
         let count = end - from;
-        // SAFETY: `from <= end <= mapping.len()`, so the offset stays inside the mapping.
-        let source = unsafe { mapping.base().add(from) };
+        // SAFETY: `from <= end <= len`, so the offset stays inside the mapping.
+        let source = unsafe { base.add(from) };
         // SAFETY: the source pages are pinned by this slot's registration until its event
         // has completed (or the stream drained); the destination lies inside `span`
-        // (`done + count <= len <= span.len`).
+        // (`done + count <= len - head <= span.len`).
         unsafe { ring.upload(slot, span.ptr + done as u64, source, count)? };
         done += count;
         start = end;
@@ -119,7 +143,6 @@ pub fn read_resident(
     }
     ring.drain()?;
     drop(ring);
-    drop(mapping);
     BYTES_MOVED.fetch_add(done as u64, Ordering::Relaxed);
     Ok(Direct::Complete(done))
 }

@@ -304,7 +304,7 @@ fn staged(
     // reallocate buffers on every call.
     let buffer_size = align_up(settings.bounce_buffer_size as u64, DIRECT_IO_ALIGNMENT) as usize;
     let chunk_size = buffer_size.min(span.len());
-    let mut bounce = host_pool().acquire(buffer_size)?;
+    let mut bounce = host_pool().acquire(buffer_size, settings.bounce_buffer_size)?;
     let staging = HostSpan::from_slice(bounce.as_mut_slice());
     let mut done = 0usize;
     while done < span.len() {

@@ -1,0 +1,336 @@
+"""zstd and lz4 chunks decoded on the GPU by nvCOMP, many chunks in one batch call.
+
+zarr (3.1) decodes compressed chunks on the CPU even under ``zarr.config.enable_gpu()``:
+each chunk is copied to the host, decoded there and copied back. The codecs here are
+zarr's own (same names, same metadata, same encoding on the CPU) with one change: when a
+batch of chunks to decode is in GPU memory and nvCOMP's Python package
+(``nvidia-nvcomp-cu13``, ``pip install kvikpy[nvcomp]``) is installed, the whole batch is
+decoded by one nvCOMP call on the GPU. Otherwise they decode exactly as zarr's codecs do.
+
+:func:`register_codecs` puts them in zarr's codec registry and selects them in zarr's
+configuration for ``zstd``, ``numcodecs.zstd`` and ``numcodecs.lz4``; ``import
+kvikpy.zarr`` calls it. Where zarr has a GPU codec of its own for a name, zarr's stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import itertools
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Iterable
+from functools import cache
+from typing import Any
+
+import zarr
+from zarr.abc.codec import BytesBytesCodec
+from zarr.codecs import ZstdCodec as _ZarrZstd
+from zarr.codecs.numcodecs import LZ4 as _ZarrLZ4
+from zarr.codecs.numcodecs import Zstd as _ZarrNumcodecsZstd
+from zarr.core.array_spec import ArraySpec
+from zarr.core.buffer import Buffer
+from zarr.registry import register_codec
+
+# numcodecs' LZ4 puts the decoded size (4 bytes, little-endian) before an LZ4 block.
+LZ4_HEADER = 4
+
+
+@cache
+def nvcomp() -> Any | None:
+    """nvCOMP's Python module (``nvidia.nvcomp``), or ``None`` where it is not installed
+    or cannot load (no CUDA)."""
+    try:
+        return importlib.import_module("nvidia.nvcomp")
+    except (ImportError, OSError):
+        return None
+
+
+class _Decoder:
+    """One nvCOMP codec for one algorithm on one GPU, with its own CUDA stream.
+
+    nvCOMP's codec objects keep scratch memory per call, so calls are serialised by a
+    lock; the batch is the unit of parallelism.
+    """
+
+    def __init__(self, algorithm: str, ordinal: int) -> None:
+        nv: Any = nvcomp()
+        cupy: Any = importlib.import_module("cupy")
+        self._cupy = cupy
+        self._nv: Any = nv
+        self._ordinal = ordinal
+        with cupy.cuda.Device(ordinal):
+            self._stream = cupy.cuda.Stream(non_blocking=True)
+        assert nv is not None  # checked by the caller
+        self._codec = nv.Codec(
+            algorithm=algorithm,
+            device_id=ordinal,
+            cuda_stream=self._stream.ptr,
+            bitstream_kind=nv.BitstreamKind.RAW,
+        )
+        self._align = max(1, int(self._codec.get_required_decompression_alignment()))
+        self._lock = threading.Lock()
+
+    def busy(self) -> bool:
+        """Whether a call is running on this decoder now."""
+        return self._lock.locked()
+
+    def decode(self, sources: list[Any], header: int) -> list[Any]:
+        """Decode ``sources`` (1-D uint8 CuPy arrays on this GPU, each skipping its first
+        ``header`` bytes) in one nvCOMP batch call; the decoded chunks as uint8 CuPy
+        arrays, ready on every stream when this returns."""
+        cp = self._cupy
+        with cp.cuda.Device(self._ordinal), self._lock:
+            srcs = [s[header:] for s in sources]
+            if any(s.data.ptr % self._align for s in srcs):
+                srcs = self._pack(srcs)
+            # The sources may still be being written on the caller's stream.
+            self._stream.wait_event(cp.cuda.get_current_stream().record())
+            batch = self._nv.as_arrays(srcs, self._stream.ptr)
+            decoded = self._codec.decode(batch, data_type="|u1")
+            self._stream.synchronize()
+            return [cp.asarray(_Owned(decoded[i], decoded)) for i in range(len(srcs))]
+
+    def _pack(self, srcs: list[Any]) -> list[Any]:
+        """Copy ``srcs`` into one buffer with every start aligned as nvCOMP requires."""
+        cp = self._cupy
+        a = self._align
+        starts, total = [], 0
+        for s in srcs:
+            total = -(-total // a) * a
+            starts.append(total)
+            total += s.nbytes
+        packed = cp.empty(max(total, 1), dtype=cp.uint8)
+        out = []
+        for s, start in zip(srcs, starts, strict=True):
+            dst = packed[start : start + s.nbytes]
+            dst[...] = s
+            out.append(dst)
+        return out
+
+
+class _Owned:
+    """A view of one decoded chunk that keeps nvCOMP's batch (which owns the memory)
+    alive for as long as the CuPy array made from it."""
+
+    def __init__(self, view: Any, owner: Any) -> None:
+        self.__cuda_array_interface__ = view.__cuda_array_interface__
+        self._keep = (view, owner)
+
+
+# Decoders per algorithm and GPU, each on its own stream, so that the mini-batches zarr
+# decodes concurrently run side by side on the GPU (one nvCOMP call per mini-batch).
+DECODERS_PER_GPU = 4
+_decoders: dict[tuple[str, int], list[_Decoder]] = {}
+_decoders_lock = threading.Lock()
+_next = itertools.count()
+
+
+def _decoder(algorithm: str, ordinal: int) -> _Decoder:
+    """A decoder for ``algorithm`` on GPU ``ordinal``: an idle one if any, else the
+    next in turn (its lock then queues the call)."""
+    with _decoders_lock:
+        pool = _decoders.get((algorithm, ordinal))
+        if pool is None:
+            pool = _decoders[(algorithm, ordinal)] = [
+                _Decoder(algorithm, ordinal) for _ in range(DECODERS_PER_GPU)
+            ]
+    for d in pool:
+        if not d.busy():
+            return d
+    return pool[next(_next) % len(pool)]
+
+
+def _on_gpu(chunks: list[Buffer]) -> int | None:
+    """The GPU holding every chunk, or ``None`` unless all are zarr GPU buffers on one."""
+    from zarr.core.buffer import gpu
+
+    if not chunks or not all(isinstance(c, gpu.Buffer) for c in chunks):
+        return None
+    arrays: list[Any] = [c.as_array_like() for c in chunks]
+    devices = {int(a.device.id) for a in arrays}
+    return devices.pop() if len(devices) == 1 else None
+
+
+# Fewer chunks than this decode on the CPU: nvCOMP decodes each zstd or lz4 chunk (one
+# frame) with a small part of the GPU, so a call's throughput grows with its chunks and a
+# handful of large chunks decode faster on the CPU.
+MIN_GPU_BATCH = 8
+
+# Event-loop turns a decode gatherer waits while more decodes keep arriving.
+MAX_WAIT_TURNS = 4
+
+
+class _DecodeGatherer:
+    """Gathers the decodes started together on one event loop (the mini-batches of one
+    array read, or many single-chunk reads) into one nvCOMP call per algorithm and GPU,
+    as the store gathers their reads."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._pending: list[tuple[tuple[str, int, int], list[Any], asyncio.Future[Any]]] = []
+        self._scheduled = False
+
+    def submit(self, key: tuple[str, int, int], sources: list[Any]) -> asyncio.Future[Any]:
+        """Queue ``sources`` for decoding; the future gives their decoded arrays, or
+        ``None`` if the round had too few chunks for the GPU."""
+        future: asyncio.Future[Any] = self._loop.create_future()
+        self._pending.append((key, sources, future))
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush, len(self._pending), 0)
+        return future
+
+    def _flush(self, seen: int, turns: int) -> None:
+        if len(self._pending) > seen and turns < MAX_WAIT_TURNS:
+            self._loop.call_soon(self._flush, len(self._pending), turns + 1)
+            return
+        pending, self._pending, self._scheduled = self._pending, [], False
+        groups: dict[tuple[str, int, int], list[tuple[list[Any], asyncio.Future[Any]]]] = {}
+        for key, sources, future in pending:
+            groups.setdefault(key, []).append((sources, future))
+        for key, members in groups.items():
+            if sum(len(src) for src, _ in members) < MIN_GPU_BATCH:
+                for _, future in members:
+                    if not future.done():
+                        future.set_result(None)
+                continue
+            algorithm, ordinal, header = key
+            sources = [a for src, _ in members for a in src]
+            done = self._loop.run_in_executor(
+                None, _run_decode, algorithm, ordinal, sources, header
+            )
+            done.add_done_callback(functools.partial(_settle_decodes, members))
+
+
+def _run_decode(algorithm: str, ordinal: int, sources: list[Any], header: int) -> list[Any]:
+    return _decoder(algorithm, ordinal).decode(sources, header)
+
+
+def _settle_decodes(
+    members: list[tuple[list[Any], asyncio.Future[Any]]], done: asyncio.Future[Any]
+) -> None:
+    """Hand each queued decode its share of the batch's outputs (or the batch's error)."""
+    error = done.exception() if not done.cancelled() else asyncio.CancelledError()
+    at = 0
+    for sources, future in members:
+        if future.done():
+            at += len(sources)
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(done.result()[at : at + len(sources)])
+        at += len(sources)
+
+
+_decode_gatherers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _DecodeGatherer] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _decode_gatherer() -> _DecodeGatherer:
+    loop = asyncio.get_running_loop()
+    g = _decode_gatherers.get(loop)
+    if g is None:
+        g = _decode_gatherers[loop] = _DecodeGatherer(loop)
+    return g
+
+
+async def _gpu_decode(
+    algorithm: str,
+    header: int,
+    chunk_bytes_and_specs: Iterable[tuple[Buffer | None, ArraySpec]],
+    cpu_decode: Callable[
+        [Iterable[tuple[Buffer | None, ArraySpec]]], Awaitable[Iterable[Buffer | None]]
+    ],
+) -> Iterable[Buffer | None]:
+    """Decode a batch with nvCOMP where it is on one GPU and nvCOMP is installed (gathered
+    with the decodes started with it), else with ``cpu_decode`` (zarr's own)."""
+    items = list(chunk_bytes_and_specs)
+    present = [i for i, (b, _) in enumerate(items) if b is not None and len(b) > 0]
+    chunks = [items[i][0] for i in present]
+    ordinal = _on_gpu([c for c in chunks if c is not None])
+    if nvcomp() is None or ordinal is None or len(present) != sum(b is not None for b, _ in items):
+        return await cpu_decode(items)
+    sources = [c.as_array_like() for c in chunks if c is not None]
+    decoded = await _decode_gatherer().submit((algorithm, ordinal, header), sources)
+    if decoded is None:  # too few chunks for the GPU to pay off
+        return await cpu_decode(items)
+    out: list[Buffer | None] = [None] * len(items)
+    for i, arr in zip(present, decoded, strict=True):
+        out[i] = items[i][1].prototype.buffer.from_array_like(arr)
+    return out
+
+
+class ZstdCodec(_ZarrZstd):
+    """zarr's ``zstd`` codec; batches of chunks in GPU memory decode on the GPU through
+    nvCOMP (one call per batch). Encoding, metadata and CPU decoding are zarr's."""
+
+    async def decode(
+        self, chunk_bytes_and_specs: Iterable[tuple[Buffer | None, ArraySpec]]
+    ) -> Iterable[Buffer | None]:
+        return await _gpu_decode("zstd", 0, chunk_bytes_and_specs, super().decode)
+
+
+class NumcodecsZstd(_ZarrNumcodecsZstd):
+    """zarr's ``numcodecs.zstd`` codec, decoded on the GPU as :class:`ZstdCodec` is."""
+
+    async def decode(
+        self, chunk_bytes_and_specs: Iterable[tuple[Buffer | None, ArraySpec]]
+    ) -> Iterable[Buffer | None]:
+        return await _gpu_decode("zstd", 0, chunk_bytes_and_specs, super().decode)
+
+
+class NumcodecsLZ4(_ZarrLZ4):
+    """zarr's ``numcodecs.lz4`` codec (numcodecs' LZ4: a 4-byte size, then an LZ4 block);
+    batches of chunks in GPU memory decode on the GPU through nvCOMP's LZ4."""
+
+    async def decode(
+        self, chunk_bytes_and_specs: Iterable[tuple[Buffer | None, ArraySpec]]
+    ) -> Iterable[Buffer | None]:
+        return await _gpu_decode("lz4", LZ4_HEADER, chunk_bytes_and_specs, super().decode)
+
+
+# The codec names kvikpy's classes serve, and zarr's classes they replace.
+CODECS: dict[str, type[BytesBytesCodec]] = {
+    "zstd": ZstdCodec,
+    "numcodecs.zstd": NumcodecsZstd,
+    "numcodecs.lz4": NumcodecsLZ4,
+}
+
+
+def zarr_has_gpu_codec(name: str) -> bool:
+    """Whether zarr's configuration already selects a GPU (nvCOMP) codec for ``name``
+    (later zarr releases may ship their own); kvikpy's then stays out of its way."""
+    selected = str(zarr.config.get("codecs", {}).get(name, ""))
+    return "nvcomp" in selected.lower() or ".gpu." in selected
+
+
+def register_codecs() -> dict[str, str]:
+    """Register kvikpy's GPU-decoding codecs with zarr and select them in zarr's
+    configuration, for every codec name where zarr selects no GPU codec of its own.
+
+    Called by ``import kvikpy.zarr``; call it again after ``zarr.config.reset()``. On the
+    CPU, and wherever nvCOMP is not installed, the selected codecs behave exactly as
+    zarr's (they are subclasses that only add the GPU batch decode).
+
+    Returns
+    -------
+    dict
+        The codec names now served by kvikpy, and the class each selects.
+    """
+    selected: dict[str, str] = {}
+    for name, cls in CODECS.items():
+        if zarr_has_gpu_codec(name):
+            continue
+        qualname = f"{cls.__module__}.{cls.__qualname__}"
+        register_codec(name, cls, qualname=qualname)
+        selected[name] = qualname
+    if selected:
+        # The whole `codecs` table: a dotted key would split "numcodecs.lz4" in two.
+        codecs = dict(zarr.config.get("codecs", {}))
+        codecs.update(selected)
+        zarr.config.set({"codecs": codecs})
+    return selected
