@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import random_file, task_lengths
+from conftest import random_file
 
 import kvikpy
 
