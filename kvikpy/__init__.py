@@ -50,6 +50,7 @@ from kvikpy.remote_file import (
     infer_remote_endpoint_type,
     is_remote_file_available,
 )
+from kvikpy.spread import SpreadBatch
 from kvikpy.stream import stream_deregister, stream_register
 from kvikpy.utils import kvikio_deprecation_notice
 
@@ -71,6 +72,7 @@ __all__ = [
     "MmapClosedError",
     "RemoteEndpointType",
     "RemoteFile",
+    "SpreadBatch",
     "__git_commit__",
     "__version__",
     "bounce_buffer_free",

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from kvikpy import _devices, _lib, _paths
 from kvikpy._streams import stream_handle
+from kvikpy.spread import Spread, SpreadBatch, file_sizes, is_spread, read_spread
 
 if TYPE_CHECKING:
     import numpy as np
@@ -132,6 +133,7 @@ class Batch(Sequence[_lib.Buffer]):
         return _lib.batch_arrow(self._buffer, self._offsets, failed, True, self._device_meta)
 
 
+@overload
 def read_many(
     paths: Iterable[_paths.StrPath],
     *,
@@ -139,7 +141,24 @@ def read_many(
     stream: Any = None,
     errors: Literal["raise", "skip"] = "raise",
     progress: bool = False,
-) -> Batch:
+) -> Batch: ...
+@overload
+def read_many(
+    paths: Iterable[_paths.StrPath],
+    *,
+    device: Spread,
+    stream: Any = None,
+    errors: Literal["raise", "skip"] = "raise",
+    progress: bool = False,
+) -> SpreadBatch: ...
+def read_many(
+    paths: Iterable[_paths.StrPath],
+    *,
+    device: str | int | Spread = "cuda",
+    stream: Any = None,
+    errors: Literal["raise", "skip"] = "raise",
+    progress: bool = False,
+) -> Batch | SpreadBatch:
     """Read whole files into one allocation, in parallel, in one pass.
 
     Files are opened, read and closed on kvikpy's thread pool; for GPU memory, small files
@@ -153,7 +172,11 @@ def read_many(
         files' URLs (``http://``, ``https://``, ``s3://``, ``webhdfs://``; see
         :class:`kvikpy.RemoteFile`), sized with one request each.
     device
-        ``"cuda"`` (the current GPU), ``"cuda:N"``, an int, or ``"cpu"``.
+        ``"cuda"`` (the current GPU), ``"cuda:N"``, an int, or ``"cpu"``. Several
+        devices (``["cuda:0", "cuda:1"]``) spread the files over them: runs of
+        consecutive files with about the same bytes per device, read at the same time,
+        returned as a :class:`kvikpy.SpreadBatch`; a mapping ``{index: device}`` places
+        each file explicitly.
     stream
         Accepted for symmetry with :func:`kvikpy.read` (a CUDA stream, its handle, or
         anything with ``__cuda_stream__``; checked, and refused with ``device="cpu"``):
@@ -196,6 +219,18 @@ def read_many(
     if errors not in ("raise", "skip"):
         raise ValueError(f"errors must be 'raise' or 'skip', got {errors!r}")
     names = [_paths.fspath(p) for p in paths]
+    if is_spread(device):
+        if stream is not None:
+            raise ValueError("stream= belongs to one GPU; it cannot be used with several devices")
+        spread: Spread = device  # type: ignore[assignment]
+        return read_spread(
+            file_sizes(names),
+            spread,
+            lambda members, label: read_many(
+                [names[i] for i in members], device=label, errors=errors, progress=progress
+            ),
+        )
+    assert not isinstance(device, (list, tuple, Mapping))
     ordinal = _devices.resolve(device)
     if stream is not None:
         if ordinal is None:
@@ -214,13 +249,29 @@ def read_many(
     return Batch(buffer, offsets, dict(failed))
 
 
+@overload
 def read_ranges(
     path: _paths.StrPath,
     ranges: Iterable[tuple[int, int]] | tuple[Any, Any],
     *,
     device: str | int = "cuda",
     progress: bool = False,
-) -> Batch:
+) -> Batch: ...
+@overload
+def read_ranges(
+    path: _paths.StrPath,
+    ranges: Iterable[tuple[int, int]] | tuple[Any, Any],
+    *,
+    device: Spread,
+    progress: bool = False,
+) -> SpreadBatch: ...
+def read_ranges(
+    path: _paths.StrPath,
+    ranges: Iterable[tuple[int, int]] | tuple[Any, Any],
+    *,
+    device: str | int | Spread = "cuda",
+    progress: bool = False,
+) -> Batch | SpreadBatch:
     """Read many ``(offset, size)`` byte ranges of one file into one allocation.
 
     Ranges may overlap and come in any order; each becomes one element, in the order
@@ -236,14 +287,17 @@ def read_ranges(
         A sequence of ``(offset, size)`` pairs, or two integer arrays
         ``(offsets, sizes)`` of the same length.
     device
-        ``"cuda"`` (the current GPU), ``"cuda:N"``, an int, or ``"cpu"``.
+        ``"cuda"`` (the current GPU), ``"cuda:N"``, an int, or ``"cpu"``; several
+        devices (a list, or a mapping from range index to device) spread the ranges as
+        in :func:`read_many`, into a :class:`kvikpy.SpreadBatch`.
     progress
         Show a progress bar of the bytes read (see :func:`kvikpy.read`).
 
     Returns
     -------
     Batch
-        One element per range, in order.
+        One element per range, in order (a :class:`kvikpy.SpreadBatch` for several
+        devices).
 
     Raises
     ------
@@ -260,8 +314,18 @@ def read_ranges(
     >>> batch = kvikpy.read_ranges("big.bin", (offsets, np.full(len(offsets), 4096)))
     """
     pairs = _pairs(ranges)
-    ordinal = _devices.resolve(device)
     name = _paths.fspath(path)
+    if is_spread(device):
+        spread: Spread = device  # type: ignore[assignment]
+        return read_spread(
+            [size for _, size in pairs],
+            spread,
+            lambda members, label: read_ranges(
+                name, [pairs[i] for i in members], device=label, progress=progress
+            ),
+        )
+    assert not isinstance(device, (list, tuple, Mapping))
+    ordinal = _devices.resolve(device)
     if progress:
         from kvikpy._progress import follow_call
 

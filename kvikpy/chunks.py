@@ -24,7 +24,8 @@ class ChunkIterator(Iterator[_lib.Buffer]):
     chunk_size
         Bytes per chunk (the last chunk may be shorter).
     ordinal
-        The CUDA device to read into, or ``None`` for host memory.
+        The CUDA device to read into, or ``None`` for host memory; a list of devices
+        takes them in turn, chunk ``k`` on ``ordinal[k % len(ordinal)]``.
     depth
         How many chunks are read ahead.
     progress
@@ -35,7 +36,7 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         self,
         path: str,
         chunk_size: int,
-        ordinal: int | None,
+        ordinal: int | list[int | None] | None,
         depth: int,
         progress: bool = False,
     ):
@@ -55,10 +56,14 @@ class ChunkIterator(Iterator[_lib.Buffer]):
                 self._file.close()
                 raise
         self._chunk = chunk_size
-        self._ordinal, self._depth = ordinal, depth
+        self._ordinals = ordinal if isinstance(ordinal, list) else [ordinal]
+        self._ordinal = self._ordinals[0] if len(self._ordinals) == 1 else None
+        self._depth = max(depth, len(self._ordinals))  # at least one read per device
+        self._chunks = 0  # chunks started so far: the next one's device is its turn
         self._next_offset = 0  # of the next chunk to start reading
         self._pending: deque[tuple[_lib.Buffer, int, _lib.Future]] = deque()
         self._owned: list[_lib.Buffer] = []  # every allocation the iterator made
+        self._device: dict[int, int | None] = {}  # id of an owned buffer -> its device
         self._allocations = 0
 
     @property
@@ -67,21 +72,24 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         the one after next is asked for; more only while the caller keeps chunks."""
         return self._allocations
 
-    def _free_buffer(self, busy: set[int]) -> _lib.Buffer:
+    def _free_buffer(self, busy: set[int], ordinal: int | None) -> _lib.Buffer:
         for buf in self._owned:
             # Only the iterator's own reference: no chunk view, export or read holds it.
-            if id(buf) not in busy and buf._holders == 1:
+            if id(buf) not in busy and buf._holders == 1 and self._device[id(buf)] == ordinal:
                 return buf
-        buf = _lib.Buffer.allocate(self._chunk, self._ordinal, False)
+        buf = _lib.Buffer.allocate(self._chunk, ordinal, False)
         self._allocations += 1
         self._owned.append(buf)
+        self._device[id(buf)] = ordinal
         return buf
 
     def _fill(self) -> None:
         """Keep ``depth`` reads in flight."""
         while len(self._pending) < self._depth and self._next_offset < self._size:
             busy = {id(b) for b, _, _ in self._pending}
-            buf = self._free_buffer(busy)
+            ordinal = self._ordinals[self._chunks % len(self._ordinals)]
+            buf = self._free_buffer(busy, ordinal)
+            self._chunks += 1
             n = min(self._chunk, self._size - self._next_offset)
             # Exact: the engine fails the read if the file shrank since it was sized.
             future = self._file._handle.pread_exact(buf, n, self._next_offset)
@@ -91,9 +99,10 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         # too (they were allocated while the caller kept chunks).
         busy = {id(b) for b, _, _ in self._pending}
         for b in [b for b in self._owned if id(b) not in busy and b._holders == 1]:
-            if len(self._owned) <= self._depth + 2:
+            if len(self._owned) <= self._depth + 2 * len(self._ordinals):
                 break
             self._owned.remove(b)
+            del self._device[id(b)]
 
     def __iter__(self) -> ChunkIterator:
         return self
@@ -122,6 +131,11 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         (``pyarrow.chunked_array(it, type=pyarrow.uint8())``). The consumer's
         ``get_next`` advances this same iterator. GPU iterators raise ``BufferError``:
         use ``__arrow_c_device_stream__``."""
+        if len(self._ordinals) > 1:
+            raise BufferError(
+                "this iterator takes several devices in turn; an Arrow stream holds one "
+                "device's memory: iterate it instead"
+            )
         if self._ordinal is not None:
             raise BufferError(
                 f"this iterator reads into the memory of GPU {self._ordinal}, which the "
@@ -135,6 +149,11 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         capsule) of ``uint8`` arrays, one per chunk, on this iterator's device. The
         consumer's ``get_next`` advances this same iterator."""
         _lib.check_device_kwargs("__arrow_c_device_stream__", kwargs)
+        if len(self._ordinals) > 1:
+            raise BufferError(
+                "this iterator takes several devices in turn; an Arrow device stream holds "
+                "one device's memory: iterate it instead"
+            )
         return _lib.device_stream_capsule(self, self._ordinal is not None)
 
     def close(self) -> None:
@@ -164,7 +183,7 @@ def iter_chunks(
     path: _paths.StrPath,
     chunk_size: int,
     *,
-    device: str | int = "cuda",
+    device: str | int | list[str | int] | tuple[str | int, ...] = "cuda",
     depth: int = 2,
     progress: bool = False,
 ) -> ChunkIterator:
@@ -185,7 +204,10 @@ def iter_chunks(
     chunk_size
         Bytes per chunk (positive).
     device
-        ``"cuda"``, ``"cuda:N"``, an int, or ``"cpu"``.
+        ``"cuda"``, ``"cuda:N"``, an int, or ``"cpu"``; a list of devices
+        (``["cuda:0", "cuda:1"]``) takes them in turn, chunk ``k`` on device
+        ``k % len(device)`` (each chunk's ``device`` says where it is), and reads at
+        least one chunk ahead per device. Such an iterator has no Arrow stream export.
     depth
         Chunks read ahead (at least 1).
     progress
@@ -200,6 +222,13 @@ def iter_chunks(
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     if depth < 1:
         raise ValueError(f"depth must be at least 1, got {depth}")
+    if isinstance(device, (list, tuple)):
+        if not device:
+            raise ValueError("device= lists no devices; give at least one")
+        ordinals = [_devices.resolve(d) for d in device]
+        if len(set(ordinals)) != len(ordinals):
+            raise ValueError(f"device= names a device twice: {list(device)!r}")
+        return ChunkIterator(_paths.fspath(path), chunk_size, ordinals, depth, progress)
     return ChunkIterator(_paths.fspath(path), chunk_size, _devices.resolve(device), depth, progress)
 
 

@@ -1,4 +1,5 @@
-"""Load a safetensors checkpoint into GPU memory in one pass.
+"""Load a safetensors checkpoint into GPU memory in one pass, alone or read once for a
+whole ``torch.distributed`` process group.
 
 ``kvikpy.safetensors.load_file(path, device="cuda")`` returns the same dict of torch
 tensors as ``safetensors.torch.load_file(path, device="cuda")``, but reads every tensor's
@@ -13,12 +14,14 @@ import json
 import math
 import os
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from kvikpy import _paths
 from kvikpy._api import read
+from kvikpy._shared_load import Needs, TensorSpan, read_spans
 
-__all__ = ["load_file", "read_header"]
+__all__ = ["load_file", "load_files", "read_header"]
 
 # safetensors dtype -> (torch dtype name, numpy dtype name or None, item size in bytes)
 _DTYPES: dict[str, tuple[str, str | None, int]] = {
@@ -112,65 +115,198 @@ def read_header(path: _paths.StrPath) -> tuple[int, dict[str, Any], dict[str, st
     return data_start, header, metadata
 
 
+def _spans(paths: Sequence[str]) -> tuple[list[TensorSpan], dict[str, dict[str, Any]]]:
+    """Every tensor of the files, in file order, with its absolute byte span; names must be
+    unique across the files (as in a sharded checkpoint)."""
+    spans: list[TensorSpan] = []
+    infos: dict[str, dict[str, Any]] = {}
+    where: dict[str, str] = {}
+    for path in paths:
+        data_start, header, _ = read_header(path)
+        ordered = sorted(header.items(), key=lambda item: item[1]["data_offsets"][0])
+        for tensor, info in ordered:
+            if tensor in where:
+                raise ValueError(
+                    f"tensor {tensor!r} is in both {where[tensor]!r} and {path!r}; the "
+                    "shards of one checkpoint hold each tensor once"
+                )
+            where[tensor] = path
+            begin, end = info["data_offsets"]
+            spans.append(TensorSpan(tensor, path, data_start + begin, end - begin))
+            infos[tensor] = info
+    return spans, infos
+
+
+def _typed(flat: Any, info: dict[str, Any]) -> Any:
+    """A flat ``torch.uint8`` tensor as the tensor its header describes (a view where the
+    bytes are item-aligned, else a copy)."""
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    torch_name, _, itemsize = _DTYPES[info["dtype"]]
+    if flat.storage_offset() % itemsize:
+        flat = flat.clone()  # views need item-aligned offsets
+    return flat.view(getattr(torch, torch_name)).reshape(info["shape"])
+
+
+def _wanted(names: Sequence[str], tensor_filter: Needs) -> list[str]:
+    """The names a single process returns for ``tensor_filter`` (no process group)."""
+    if tensor_filter is None:
+        return list(names)
+    if callable(tensor_filter):
+        return [n for n in names if tensor_filter(n)]
+    raise TypeError(
+        "without a process_group, tensor_filter must be a callable taking a tensor name "
+        f"(a rank-to-names mapping needs process_group=), not {type(tensor_filter).__name__}"
+    )
+
+
 def load_file(
-    path: _paths.StrPath, device: str | int = "cuda", *, framework: str = "torch"
+    path: _paths.StrPath | Sequence[_paths.StrPath],
+    device: str | int = "cuda",
+    *,
+    framework: str = "torch",
+    process_group: Any = None,
+    tensor_filter: Needs = None,
 ) -> dict[str, Any]:
-    """Load every tensor of a safetensors file, in one parallel read.
+    """Load the tensors of a safetensors file (or of a checkpoint's shards), in one
+    parallel read, or read once for a whole ``torch.distributed`` process group.
 
     Parameters
     ----------
     path
-        The ``.safetensors`` file.
+        The ``.safetensors`` file, or a list of the files of a sharded checkpoint (each
+        tensor name in one file only).
     device
         ``"cuda"``, ``"cuda:N"``, ``N`` or ``"cpu"`` (host memory), as for
-        :func:`kvikpy.read`.
+        :func:`kvikpy.read`. With an NCCL ``process_group``, this rank's GPU (``"cuda"``
+        is the current device, which torchrun scripts set with
+        ``torch.cuda.set_device(local_rank)``).
     framework
         ``"torch"`` (default) returns torch tensors; ``"numpy"`` returns numpy arrays
-        (host memory only; no bfloat16 or float8).
+        (host memory, one file, no process group; no bfloat16 or float8).
+    process_group
+        A ``torch.distributed`` process group (``torch.distributed.group.WORLD`` for
+        the default one), or ``None`` to read alone. With a group, every rank calls this
+        function with the same files; each byte is read from storage by one rank only, and
+        the group's all-gather (NCCL over NVLink between GPUs, gloo for ``device="cpu"``)
+        gives every rank the tensors it needs. Each rank gets a dict of its own tensors.
+    tensor_filter
+        Which tensors to return. ``None``: all of them. A callable taking a tensor name
+        (on each rank, for that rank: ``lambda name: name.startswith(f"layers.{rank}.")``).
+        With a process group, also a mapping from rank to the tensor names that rank needs
+        (the same mapping on every rank). A tensor needed by one rank only is read by that
+        rank alone; one needed by several is read once and shared.
 
     Returns
     -------
     dict
-        Tensor name to tensor, each a view into one allocation holding the data section.
-        A tensor whose offset is not a multiple of its item size (possible in files that
-        mix dtypes without padding) is copied to an aligned allocation instead.
+        Tensor name to tensor. Read alone, tensors are views into one allocation per
+        file; a tensor whose offset is not a multiple of its item size (possible in files
+        that mix dtypes without padding) is copied to an aligned allocation instead.
+
+    Raises
+    ------
+    ValueError
+        For a malformed file (see :func:`read_header`), a tensor name in two shards, a
+        ``framework`` that cannot do what is asked, or a ``process_group`` without an
+        initialised ``torch.distributed``.
+    KeyError
+        For a ``tensor_filter`` mapping that names a tensor no file holds.
 
     Examples
     --------
     >>> from kvikpy.safetensors import load_file              # doctest: +SKIP
     >>> state = load_file("model.safetensors", device="cuda")  # doctest: +SKIP
     >>> model.load_state_dict(state)                          # doctest: +SKIP
+
+    Under ``torchrun --nproc-per-node 8``, each GPU gets the whole checkpoint while storage
+    is read once:
+
+    >>> dist.init_process_group("nccl")                       # doctest: +SKIP
+    >>> torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # doctest: +SKIP
+    >>> state = load_file(shards, process_group=dist.group.WORLD)  # doctest: +SKIP
     """
+    many = not isinstance(path, (str, bytes, os.PathLike))
+    if isinstance(path, (str, bytes, os.PathLike)):
+        paths = [_paths.fspath(path)]
+    else:
+        paths = [_paths.fspath(p) for p in path]
+        if not paths:
+            raise ValueError("load_file needs at least one file; got an empty list")
+    if framework in ("numpy", "np"):
+        if many or process_group is not None or tensor_filter is not None:
+            raise ValueError(
+                "framework='numpy' loads one file alone; use framework='torch' for shards, "
+                "process_group= or tensor_filter="
+            )
+        return _load_numpy(paths[0], device)
+    if framework not in ("torch", "pt"):
+        raise ValueError(f"framework must be 'torch' or 'numpy', got {framework!r}")
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    spans, infos = _spans(paths)
+    if process_group is not None:
+        from kvikpy._shared_load import load_shared
+
+        flat = load_shared(spans, tensor_filter, device, process_group)
+        return {name: _typed(t, infos[name]) for name, t in flat.items()}
+    wanted = _wanted([s.name for s in spans], tensor_filter)
+    if len(wanted) < len(spans):
+        keep = set(wanted)
+        pieces = [(s, 0, s.size) for s in spans if s.name in keep]
+        got = read_spans(pieces, device)
+        return {
+            s.name: _typed(whole[start : start + s.size], infos[s.name])
+            for (s, _, _), (whole, start) in zip(pieces, got, strict=True)
+        }
+    out: dict[str, Any] = {}
+    for name in paths:
+        data_start, header, _ = read_header(name)
+        whole = torch.from_dlpack(read(name, offset=data_start, device=device))
+        for tensor, info in header.items():
+            begin, end = info["data_offsets"]
+            out[tensor] = _typed(whole[begin:end], info)
+    return out
+
+
+def load_files(
+    paths: Sequence[_paths.StrPath],
+    device: str | int = "cuda",
+    *,
+    process_group: Any = None,
+    tensor_filter: Needs = None,
+) -> dict[str, Any]:
+    """Load the shards of one checkpoint as one dict of torch tensors.
+
+    The same as :func:`load_file` with a list of paths: see there for ``device``,
+    ``process_group`` and ``tensor_filter``.
+
+    Examples
+    --------
+    >>> shards = sorted(glob.glob("model-*-of-*.safetensors"))  # doctest: +SKIP
+    >>> state = kvikpy.safetensors.load_files(shards)          # doctest: +SKIP
+    """
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise TypeError("load_files takes a list of paths; use load_file for one file")
+    return load_file(list(paths), device, process_group=process_group, tensor_filter=tensor_filter)
+
+
+def _load_numpy(path: str, device: str | int) -> dict[str, Any]:
+    import numpy as np
+
     data_start, header, _ = read_header(path)
     buf = read(path, offset=data_start, device=device)  # the data section, to the end
-    if framework in ("torch", "pt"):
-        import torch  # type: ignore[import-not-found, unused-ignore]
-
-        whole = torch.from_dlpack(buf)
-        out: dict[str, Any] = {}
-        for tensor, info in header.items():
-            torch_name, _, itemsize = _DTYPES[info["dtype"]]
-            begin, end = info["data_offsets"]
-            part = whole[begin:end]
-            if begin % itemsize:
-                part = part.clone()  # views need item-aligned offsets
-            out[tensor] = part.view(getattr(torch, torch_name)).reshape(info["shape"])
-        return out
-    if framework in ("numpy", "np"):
-        import numpy as np
-
-        if buf.device != "cpu":
-            raise ValueError("framework='numpy' loads into host memory; pass device='cpu'")
-        whole_np = np.from_dlpack(buf)
-        result: dict[str, Any] = {}
-        for tensor, info in header.items():
-            _, np_name, _ = _DTYPES[info["dtype"]]
-            if np_name is None:
-                raise ValueError(
-                    f"tensor {tensor!r} has dtype {info['dtype']}, which numpy lacks; "
-                    "use framework='torch'"
-                )
-            begin, end = info["data_offsets"]
-            result[tensor] = whole_np[begin:end].view(np_name).reshape(info["shape"])
-        return result
-    raise ValueError(f"framework must be 'torch' or 'numpy', got {framework!r}")
+    if buf.device != "cpu":
+        raise ValueError("framework='numpy' loads into host memory; pass device='cpu'")
+    whole_np = np.from_dlpack(buf)
+    result: dict[str, Any] = {}
+    for tensor, info in header.items():
+        _, np_name, _ = _DTYPES[info["dtype"]]
+        if np_name is None:
+            raise ValueError(
+                f"tensor {tensor!r} has dtype {info['dtype']}, which numpy lacks; "
+                "use framework='torch'"
+            )
+        begin, end = info["data_offsets"]
+        result[tensor] = whole_np[begin:end].view(np_name).reshape(info["shape"])
+    return result

@@ -1,0 +1,227 @@
+"""A checkpoint read once for many ranks: who reads which bytes, and the exchange.
+
+One job: given the tensors of one or more safetensors files and, per rank of a
+``torch.distributed`` process group, the tensors that rank needs, plan the reads so that
+every byte leaves storage once, read this rank's part with kvikpy, and let the process
+group's own collective (NCCL over NVLink for GPUs, gloo for host memory) hand every rank
+the bytes it needs from the others.
+
+The plan, the same on every rank (it is computed from the same inputs everywhere):
+
+- a tensor needed by one rank only is *private*: that rank reads it, nobody else sees it;
+- a tensor needed by two ranks or more is *shared*: the shared tensors are laid end to
+  end in one packed buffer (each at a 64-byte boundary, so every dtype views it), the
+  packed buffer is cut into ``world_size`` equal shares, rank ``r`` reads the file ranges
+  behind share ``r``, and one all-gather gives every rank the whole packed buffer.
+
+torch.distributed is the transport; nothing here moves bytes between processes itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kvikpy.batch import read_ranges
+
+__all__ = ["Needs", "TensorSpan", "load_shared", "plan", "read_spans"]
+
+# Each shared tensor starts at a multiple of this in the packed buffer: every dtype's item
+# size divides it, so every tensor is a view without a copy.
+_PACK_ALIGN = 64
+
+#: What a caller may pass as ``tensor_filter``: a predicate on tensor names, evaluated on
+#: each rank for itself, or one map from rank to the names that rank needs.
+Needs = Callable[[str], bool] | Mapping[int, Iterable[str]] | None
+
+
+@dataclass(frozen=True)
+class TensorSpan:
+    """One tensor's bytes in a file."""
+
+    name: str
+    path: str
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What this rank does."""
+
+    rank: int
+    world_size: int
+    share: int  # bytes per rank in the packed buffer (world_size * share in all)
+    packed: dict[str, int]  # shared tensor name -> its offset in the packed buffer
+    my_share: list[tuple[TensorSpan, int, int]]  # (tensor, offset in it, length) I read
+    private: list[TensorSpan]  # tensors only this rank needs
+    wanted: list[str]  # every tensor this rank returns, in file order
+
+
+def plan(
+    tensors: Sequence[TensorSpan], needers: Sequence[set[int]], rank: int, world_size: int
+) -> Plan:
+    """Plan the reads of ``rank``: ``needers[i]`` is the set of ranks needing ``tensors[i]``."""
+    packed: dict[str, int] = {}
+    order: list[TensorSpan] = []
+    end = 0
+    for t, who in zip(tensors, needers, strict=True):
+        if len(who) >= 2:
+            end = -(-end // _PACK_ALIGN) * _PACK_ALIGN
+            packed[t.name] = end
+            order.append(t)
+            end += t.size
+    share = -(-end // world_size) if end else 0
+    share = -(-share // _PACK_ALIGN) * _PACK_ALIGN
+    lo, hi = rank * share, (rank + 1) * share
+    mine: list[tuple[TensorSpan, int, int]] = []
+    for t in order:
+        start = packed[t.name]
+        a, b = max(lo, start), min(hi, start + t.size)
+        if a < b:
+            mine.append((t, a - start, b - a))
+    private = [t for t, who in zip(tensors, needers, strict=True) if len(who) == 1 and rank in who]
+    wanted = [t.name for t, who in zip(tensors, needers, strict=True) if rank in who]
+    return Plan(rank, world_size, share, packed, mine, private, wanted)
+
+
+def needers_of(
+    names: Sequence[str], needs: Needs, rank: int, world_size: int, group: Any
+) -> list[set[int]]:
+    """For each tensor name, the ranks that need it.
+
+    A predicate runs on each rank for that rank; the answers are exchanged with one small
+    ``all_gather_object``. A map is taken as the same on every rank.
+    """
+    everyone = set(range(world_size))
+    if needs is None:
+        return [set(everyone) for _ in names]
+    if callable(needs):
+        mine = [i for i, name in enumerate(names) if needs(name)]
+        import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
+
+        gathered: list[Any] = [None] * world_size
+        dist.all_gather_object(gathered, mine, group=group)
+        who: list[set[int]] = [set() for _ in names]
+        for r, indices in enumerate(gathered):
+            for i in indices:
+                who[i].add(r)
+        return who
+    if not isinstance(needs, Mapping):
+        raise TypeError(
+            "tensor_filter must be a callable taking a tensor name, or a mapping from rank "
+            f"to tensor names, not {type(needs).__name__}"
+        )
+    index = {name: i for i, name in enumerate(names)}
+    who = [set() for _ in names]
+    for r, wanted in needs.items():
+        if not isinstance(r, int) or not 0 <= r < world_size:
+            raise ValueError(
+                f"tensor_filter maps rank {r!r}, but the process group has ranks 0 to "
+                f"{world_size - 1}"
+            )
+        for name in wanted:
+            if name not in index:
+                raise KeyError(f"tensor_filter asks rank {r} for {name!r}, which no file holds")
+            who[index[name]].add(r)
+    return who
+
+
+def read_spans(
+    spans: Sequence[tuple[TensorSpan, int, int]], device: str | int
+) -> list[tuple[Any, int]]:
+    """Read ``(tensor, offset in it, length)`` pieces with one batch read per file.
+
+    Returns, per piece in order, ``(torch uint8 tensor of the batch, start in it)``.
+    """
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    by_path: dict[str, list[int]] = {}
+    for k, (t, _, _) in enumerate(spans):
+        by_path.setdefault(t.path, []).append(k)
+    out: list[tuple[Any, int]] = [(None, 0)] * len(spans)
+    for path, ks in by_path.items():
+        ranges = [(spans[k][0].offset + spans[k][1], spans[k][2]) for k in ks]
+        batch = read_ranges(path, ranges, device=device)
+        whole = torch.from_dlpack(batch.buffer)
+        for k, start in zip(ks, batch.offsets[:-1].tolist(), strict=True):
+            out[k] = (whole, int(start))
+    return out
+
+
+def load_shared(
+    tensors: Sequence[TensorSpan],
+    needs: Needs,
+    device: str | int,
+    group: Any,
+) -> dict[str, Any]:
+    """This rank's tensors as flat ``torch.uint8`` tensors, each read from storage once
+    across the group.
+
+    Parameters
+    ----------
+    tensors
+        Every tensor of the checkpoint, in file order (the same list on every rank).
+    needs
+        ``tensor_filter`` (see :func:`kvikpy.safetensors.load_file`).
+    device
+        Where this rank's tensors go; for NCCL this rank's GPU.
+    group
+        A ``torch.distributed`` process group (``None``: the default one).
+    """
+    import torch  # type: ignore[import-not-found, unused-ignore]
+    import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise ValueError(
+            "process_group needs an initialised torch.distributed (call "
+            "torch.distributed.init_process_group first, e.g. under torchrun)"
+        )
+    rank = dist.get_rank(group)
+    world_size = dist.get_world_size(group)
+    if rank < 0:
+        raise ValueError("this process is not a member of the process_group it passed")
+    names = [t.name for t in tensors]
+    p = plan(tensors, needers_of(names, needs, rank, world_size, group), rank, world_size)
+    out: dict[str, Any] = {}
+    if p.private:
+        for t, (whole, start) in zip(
+            p.private, read_spans([(t, 0, t.size) for t in p.private], device), strict=True
+        ):
+            out[t.name] = whole[start : start + t.size]
+    if p.share:
+        torch_device = _torch_device(device)
+        packed = torch.empty(p.share * world_size, dtype=torch.uint8, device=torch_device)
+        mine = packed[rank * p.share : (rank + 1) * p.share]
+        for (t, within, length), (whole, start) in zip(
+            p.my_share, read_spans(p.my_share, device), strict=True
+        ):
+            at = p.packed[t.name] + within - rank * p.share
+            mine[at : at + length].copy_(whole[start : start + length])
+        _all_gather(packed, mine, world_size, group)
+        sizes = {t.name: t.size for t in tensors}
+        for name, at in p.packed.items():
+            out[name] = packed[at : at + sizes[name]]
+    return {name: out[name] for name in p.wanted}
+
+
+def _all_gather(packed: Any, mine: Any, world_size: int, group: Any) -> None:
+    """Every rank's share into ``packed``: NCCL gathers in place into one tensor; other
+    backends (gloo) take the list form."""
+    import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
+
+    if dist.get_backend(group) == "nccl":
+        dist.all_gather_into_tensor(packed, mine, group=group)
+        return
+    share = mine.numel()
+    parts = [packed[r * share : (r + 1) * share] for r in range(world_size)]
+    source = mine.clone()  # the list form may not read and write one buffer at once
+    dist.all_gather(parts, source, group=group)
+
+
+def _torch_device(device: str | int) -> Any:
+    from kvikpy import _devices
+
+    ordinal = _devices.resolve(device)
+    return "cpu" if ordinal is None else f"cuda:{ordinal}"

@@ -1,0 +1,53 @@
+"""read_many / read_ranges spread over two GPUs: every element lands on the GPU it was
+given, byte for byte, and the current device is left as it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import random_file
+
+import kvikpy
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.gpu, pytest.mark.multi_gpu]
+
+
+def test_read_many_over_two_gpus(tmp_path: Path) -> None:
+    files = [random_file(tmp_path, (i + 1) * 300_001, seed=i, name=f"f{i}") for i in range(6)]
+    before = torch.cuda.current_device()
+    batch = kvikpy.read_many([p for p, _ in files], device=["cuda:0", "cuda:1"])
+    assert torch.cuda.current_device() == before
+    assert set(batch.parts) == {"cuda:0", "cuda:1"}
+    for i, (_, data) in enumerate(files):
+        t = torch.from_dlpack(batch[i])
+        assert str(t.device) == batch.device_of(i)
+        assert t.cpu().numpy().tobytes() == data
+    # Runs of similar bytes: the last, largest files go to the second GPU.
+    assert batch.indices == {"cuda:0": [0, 1, 2, 3], "cuda:1": [4, 5]}
+
+
+def test_read_ranges_with_a_device_map(tmp_path: Path) -> None:
+    path, data = random_file(tmp_path, 5_000_000, seed=9)
+    ranges = [(i * 400_000 + 7, 300_000) for i in range(12)]
+    batch = kvikpy.read_ranges(path, ranges, device={i: f"cuda:{i % 2}" for i in range(12)})
+    for i, (o, n) in enumerate(ranges):
+        t = torch.from_dlpack(batch[i])
+        assert str(t.device) == f"cuda:{i % 2}"
+        assert t.cpu().numpy().tobytes() == data[o : o + n]
+
+
+def test_chunks_take_the_gpus_in_turn(tmp_path: Path) -> None:
+    path, data = random_file(tmp_path, 10_000_019, seed=4)
+    got, devices = [], []
+    with kvikpy.iter_chunks(path, 1 << 20, device=["cuda:0", "cuda:1"]) as it:
+        for chunk in it:
+            t = torch.from_dlpack(chunk)
+            devices.append(str(t.device))
+            got.append(t.cpu().numpy().tobytes())
+        with pytest.raises(BufferError, match="several devices"):
+            it.__arrow_c_device_stream__()
+    assert b"".join(got) == data
+    assert devices == [f"cuda:{k % 2}" for k in range(len(got))]
