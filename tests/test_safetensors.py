@@ -134,3 +134,36 @@ def test_numpy_framework_needs_host_and_known_dtypes(tmp_path: Path) -> None:
         kst.load_file(p, device="cpu", framework="numpy")
     with pytest.raises(ValueError, match="framework"):
         kst.load_file(p, device="cpu", framework="jax")
+
+
+def test_shards_and_filters_errors_before_reading(tmp_path: Path) -> None:
+    one = tmp_path / "one.safetensors"
+    write_safetensors(one, {"a": np.arange(3, dtype=np.int32)})
+    with pytest.raises(ValueError, match="at least one file"):
+        kst.load_file([], "cpu")
+    with pytest.raises(ValueError, match="framework='numpy' loads one file alone"):
+        kst.load_file([one], "cpu", framework="numpy")
+    with pytest.raises(TypeError, match="takes a list of paths"):
+        kst.load_files(str(one), "cpu")  # type: ignore[arg-type]
+
+
+def test_torch_shards_and_filter_on_the_host(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    tensors = sample()
+    names = list(tensors)
+    shards = [tmp_path / "s1.safetensors", tmp_path / "s2.safetensors"]
+    write_safetensors(shards[0], {n: tensors[n] for n in names[:3]})
+    write_safetensors(shards[1], {n: tensors[n] for n in names[3:]})
+    state = kst.load_files(shards, "cpu")
+    assert set(state) == set(tensors)
+    for name, a in tensors.items():
+        assert state[name].numpy().tobytes() == a.tobytes()
+        assert state[name].dtype == getattr(torch, a.dtype.name)
+    some = kst.load_file(shards, "cpu", tensor_filter=lambda n: n in ("b", "bytes"))
+    assert set(some) == {"b", "bytes"}
+    assert some["bytes"].numpy().tobytes() == tensors["bytes"].tobytes()
+    with pytest.raises(TypeError, match="rank-to-names mapping needs process_group"):
+        kst.load_file(shards, "cpu", tensor_filter={0: ["b"]})
+    write_safetensors(tmp_path / "dup.safetensors", {"w": tensors["w"]})
+    with pytest.raises(ValueError, match="tensor 'w' is in both"):
+        kst.load_files([shards[0], tmp_path / "dup.safetensors"], "cpu")
