@@ -26,7 +26,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 .PHONY: demo test docs lint fmt develop rust-test stubtest typecheck py-test wheel wheels \
         gpu-wheel gpu-test gpu-bench gpu-bench-wheels gpu-notebooks nb-wheels clean check-rust \
         notebooks bench-engine kvikio-tests-fetch kvikio-tests gpu-kvikio-tests cufile-standin \
-        zarr-wheels
+        zarr-wheels dask-wheels
 
 # The demo needs only numpy and a build of kvikpy: its own small environment, with the
 # same pinned numpy and maturin as the development one.
@@ -144,7 +144,7 @@ GPU_INSTALL = python3 -m pip install -q --no-index --no-deps --no-compile --upgr
 	--target /tmp/kvikpy-site
 gpu-test:
 	$(GPU_INSTALL) .gpu/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .nbwhl/*.whl) \
-		$(wildcard .zwhl/*.whl)
+		$(wildcard .zwhl/*.whl) $(wildcard .dwhl/*.whl)
 	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 JUPYTER_PLATFORM_DIRS=1 python3 tests/gpu_report.py --out $(REPORT) -- \
 		-p no:cacheprovider -q $(PYTEST_ARGS)
 
@@ -202,6 +202,20 @@ zarr-wheels:
 		--platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
 		--platform manylinux2014_x86_64 --platform any -d .zwhl $(ZARR_WHEELS)
 	du -sh .zwhl
+
+# kvikpy.dask on the GPU machine (no network there): `make dask-wheels` downloads dask,
+# distributed, dask-cuda (one worker per GPU) and what they import that the machine lacks,
+# for Python 3.12, into .dwhl/ (git-ignored, about 16 MB); carry it with .gpu/, and
+# `make gpu-test` installs it when present (tests/test_dask.py and its GPU cases then run).
+DASK_WHEELS = $(shell grep -E '^(dask|distributed)==' requirements-dev.txt) dask-cuda==26.10.0 \
+	nvidia-ml-py click cloudpickle fsspec partd toolz locket msgpack sortedcontainers tblib \
+	tornado zict psutil pandas
+dask-wheels:
+	rm -rf .dwhl && $(BIN)/python -m pip download -q --no-deps --only-binary=:all: \
+		--python-version 3.12 --platform manylinux_2_28_x86_64 \
+		--platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 --platform any -d .dwhl $(DASK_WHEELS)
+	du -sh .dwhl
 
 gpu-notebooks:
 	$(GPU_INSTALL) .gpu/*.whl .nbwhl/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .zwhl/*.whl)
