@@ -17,6 +17,7 @@ import make_arrow_batches  # noqa: E402
 import make_frameworks_formats  # noqa: E402
 import make_measure  # noqa: E402
 import make_quickstart  # noqa: E402
+import make_scale  # noqa: E402
 import make_zarr  # noqa: E402
 
 NOTEBOOKS = {
@@ -26,6 +27,7 @@ NOTEBOOKS = {
     "04-arrow-and-batches.ipynb": make_arrow_batches.CELLS,
     "05-measure-your-machine.ipynb": make_measure.CELLS,
     "06-zarr-on-the-gpu.ipynb": make_zarr.CELLS,
+    "07-scale-out.ipynb": make_scale.CELLS,
 }
 
 
