@@ -14,6 +14,7 @@ __all__ = [
     "MmapHandle",
     "Progress",
     "RemoteHandle",
+    "S3Credentials",
     "StreamFuture",
     "__git_commit__",
     "__version__",
@@ -290,38 +291,30 @@ def drop_system_page_cache(reclaim_dentries_and_inodes: bool, sync_first: bool) 
 def _os_error_for_tests(errno: int) -> None: ...
 
 @final
+class S3Credentials:
+    def __init__(
+        self,
+        region: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        endpoint_url: str | None = None,
+        session_token: str | None = None,
+    ) -> None: ...
+
 class RemoteHandle:
     @staticmethod
     def open_http(url: str, nbytes: int | None = None) -> RemoteHandle: ...
     @staticmethod
     def open_s3(
-        bucket_name: str,
-        object_name: str,
-        nbytes: int | None = None,
-        aws_region_name: str | None = None,
-        aws_access_key_id: str | None = None,
-        aws_secret_access_key: str | None = None,
-        aws_endpoint_url: str | None = None,
-        aws_session_token: str | None = None,
+        bucket_name: str, object_name: str, nbytes: int | None, credentials: S3Credentials
     ) -> RemoteHandle: ...
     @staticmethod
     def open_s3_from_http_url(
-        url: str,
-        nbytes: int | None = None,
-        aws_region_name: str | None = None,
-        aws_access_key_id: str | None = None,
-        aws_secret_access_key: str | None = None,
-        aws_session_token: str | None = None,
+        url: str, nbytes: int | None, credentials: S3Credentials
     ) -> RemoteHandle: ...
     @staticmethod
     def open_s3_from_s3_url(
-        url: str,
-        nbytes: int | None = None,
-        aws_region_name: str | None = None,
-        aws_access_key_id: str | None = None,
-        aws_secret_access_key: str | None = None,
-        aws_endpoint_url: str | None = None,
-        aws_session_token: str | None = None,
+        url: str, nbytes: int | None, credentials: S3Credentials
     ) -> RemoteHandle: ...
     @staticmethod
     def open_s3_public(url: str, nbytes: int | None = None) -> RemoteHandle: ...

@@ -180,11 +180,13 @@ class RemoteFile:
                 bucket_name,
                 object_name,
                 nbytes,
-                aws_region_name,
-                aws_access_key_id,
-                aws_secret_access_key,
-                aws_endpoint_url,
-                aws_session_token,
+                _lib.S3Credentials(
+                    aws_region_name,
+                    aws_access_key_id,
+                    aws_secret_access_key,
+                    aws_endpoint_url,
+                    aws_session_token,
+                ),
             )
         )
 
@@ -225,29 +227,17 @@ class RemoteFile:
             For a URL that is neither ``s3://`` nor HTTP(S) ("Unsupported protocol").
         """
         scheme = urllib.parse.urlparse(url.lower()).scheme
+        credentials = _lib.S3Credentials(
+            aws_region_name,
+            aws_access_key_id,
+            aws_secret_access_key,
+            aws_endpoint_url,
+            aws_session_token,
+        )
         if scheme in ("http", "https"):
-            return cls(
-                _lib.RemoteHandle.open_s3_from_http_url(
-                    url,
-                    nbytes,
-                    aws_region_name,
-                    aws_access_key_id,
-                    aws_secret_access_key,
-                    aws_session_token,
-                )
-            )
+            return cls(_lib.RemoteHandle.open_s3_from_http_url(url, nbytes, credentials))
         if scheme == "s3":
-            return cls(
-                _lib.RemoteHandle.open_s3_from_s3_url(
-                    url,
-                    nbytes,
-                    aws_region_name,
-                    aws_access_key_id,
-                    aws_secret_access_key,
-                    aws_endpoint_url,
-                    aws_session_token,
-                )
-            )
+            return cls(_lib.RemoteHandle.open_s3_from_s3_url(url, nbytes, credentials))
         raise ValueError(
             f"Unsupported protocol: {url!r}; open_s3_url takes s3://<bucket>/<object> or "
             "an http(s):// URL of the object"

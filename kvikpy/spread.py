@@ -39,6 +39,16 @@ class SpreadBatch(Sequence[_lib.Buffer]):
     each device to its own ``Batch`` and ``batch.indices[device]`` lists which elements
     that part holds, in order. Made by :func:`kvikpy.read_many` and
     :func:`kvikpy.read_ranges` with several devices, not directly.
+
+    Parameters
+    ----------
+    parts
+        Each device's batch, by device label (``"cpu"``, ``"cuda:N"``).
+    indices
+        Each device's elements, by their index in the whole batch, in the order of that
+        device's batch.
+    n
+        The number of elements in the whole batch.
     """
 
     def __init__(self, parts: dict[str, Batch], indices: dict[str, list[int]], n: int):

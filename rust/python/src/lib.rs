@@ -75,6 +75,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(page_cache::drop_system_page_cache, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_os_error_for_tests, m)?)?;
     m.add_class::<remote::RemoteHandle>()?;
+    m.add_class::<remote::S3Credentials>()?;
     m.add_function(wrap_pyfunction!(remote::infer_remote_endpoint_type, m)?)?;
     Ok(())
 }

@@ -54,19 +54,35 @@ impl RemoteHandle {
     }
 }
 
-fn s3_options(
-    region: Option<String>,
-    access_key: Option<String>,
-    secret_key: Option<String>,
-    endpoint_url: Option<String>,
-    session_token: Option<String>,
-) -> S3Options {
-    S3Options {
-        region,
-        access_key,
-        secret_key,
-        endpoint_url,
-        session_token,
+/// S3 credentials and endpoint for the signed constructors (`_lib.S3Credentials`): each
+/// field left `None` is read from its AWS environment variable when the request is made.
+#[pyclass(module = "kvikpy._lib", frozen)]
+pub struct S3Credentials {
+    options: S3Options,
+}
+
+#[boundary]
+#[pymethods]
+impl S3Credentials {
+    #[new]
+    #[pyo3(signature = (region=None, access_key_id=None, secret_access_key=None,
+        endpoint_url=None, session_token=None))]
+    fn new(
+        region: Option<String>,
+        access_key_id: Option<String>,
+        secret_access_key: Option<String>,
+        endpoint_url: Option<String>,
+        session_token: Option<String>,
+    ) -> Self {
+        Self {
+            options: S3Options {
+                region,
+                access_key: access_key_id,
+                secret_key: secret_access_key,
+                endpoint_url,
+                session_token,
+            },
+        }
     }
 }
 
@@ -80,76 +96,46 @@ impl RemoteHandle {
     }
 
     #[staticmethod]
-    #[pyo3(signature = (bucket_name, object_name, nbytes=None, aws_region_name=None,
-        aws_access_key_id=None, aws_secret_access_key=None, aws_endpoint_url=None,
-        aws_session_token=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (bucket_name, object_name, nbytes, credentials))]
     fn open_s3(
         py: Python<'_>,
         bucket_name: String,
         object_name: String,
         nbytes: Option<u64>,
-        aws_region_name: Option<String>,
-        aws_access_key_id: Option<String>,
-        aws_secret_access_key: Option<String>,
-        aws_endpoint_url: Option<String>,
-        aws_session_token: Option<String>,
+        credentials: &S3Credentials,
     ) -> BindResult<Self> {
-        let options = s3_options(
-            aws_region_name,
-            aws_access_key_id,
-            aws_secret_access_key,
-            aws_endpoint_url,
-            aws_session_token,
-        );
+        let options = credentials.options.clone();
         Self::open_with(py, nbytes, move || {
             Endpoint::s3_bucket(&bucket_name, &object_name, &options)
         })
     }
 
+    /// The object at an HTTP(S) URL; the credentials' endpoint is not used (the URL is
+    /// the endpoint).
     #[staticmethod]
-    #[pyo3(signature = (url, nbytes=None, aws_region_name=None, aws_access_key_id=None,
-        aws_secret_access_key=None, aws_session_token=None))]
+    #[pyo3(signature = (url, nbytes, credentials))]
     fn open_s3_from_http_url(
         py: Python<'_>,
         url: String,
         nbytes: Option<u64>,
-        aws_region_name: Option<String>,
-        aws_access_key_id: Option<String>,
-        aws_secret_access_key: Option<String>,
-        aws_session_token: Option<String>,
+        credentials: &S3Credentials,
     ) -> BindResult<Self> {
-        let options = s3_options(
-            aws_region_name,
-            aws_access_key_id,
-            aws_secret_access_key,
-            None,
-            aws_session_token,
-        );
+        let options = S3Options {
+            endpoint_url: None,
+            ..credentials.options.clone()
+        };
         Self::open_with(py, nbytes, move || Endpoint::s3_http(&url, &options))
     }
 
     #[staticmethod]
-    #[pyo3(signature = (url, nbytes=None, aws_region_name=None, aws_access_key_id=None,
-        aws_secret_access_key=None, aws_endpoint_url=None, aws_session_token=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (url, nbytes, credentials))]
     fn open_s3_from_s3_url(
         py: Python<'_>,
         url: String,
         nbytes: Option<u64>,
-        aws_region_name: Option<String>,
-        aws_access_key_id: Option<String>,
-        aws_secret_access_key: Option<String>,
-        aws_endpoint_url: Option<String>,
-        aws_session_token: Option<String>,
+        credentials: &S3Credentials,
     ) -> BindResult<Self> {
-        let options = s3_options(
-            aws_region_name,
-            aws_access_key_id,
-            aws_secret_access_key,
-            aws_endpoint_url,
-            aws_session_token,
-        );
+        let options = credentials.options.clone();
         Self::open_with(py, nbytes, move || Endpoint::s3_url(&url, &options))
     }
 
