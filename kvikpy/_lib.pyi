@@ -292,15 +292,16 @@ def _os_error_for_tests(errno: int) -> None: ...
 
 @final
 class S3Credentials:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         region: str | None = None,
         access_key_id: str | None = None,
         secret_access_key: str | None = None,
         endpoint_url: str | None = None,
         session_token: str | None = None,
-    ) -> None: ...
+    ) -> S3Credentials: ...
 
+@final
 class RemoteHandle:
     @staticmethod
     def open_http(url: str, nbytes: int | None = None) -> RemoteHandle: ...
