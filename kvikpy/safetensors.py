@@ -278,8 +278,19 @@ def load_files(
 ) -> dict[str, Any]:
     """Load the shards of one checkpoint as one dict of torch tensors.
 
-    The same as :func:`load_file` with a list of paths: see there for ``device``,
-    ``process_group`` and ``tensor_filter``.
+    The same as :func:`load_file` with a list of paths.
+
+    Parameters
+    ----------
+    paths
+        The shard files (each tensor name in one file only).
+    device
+        Where the tensors go, as for :func:`load_file`.
+    process_group
+        A ``torch.distributed`` process group to read the checkpoint once for, or
+        ``None`` to read alone (see :func:`load_file`).
+    tensor_filter
+        Which tensors to return (see :func:`load_file`).
 
     Examples
     --------

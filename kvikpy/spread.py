@@ -84,7 +84,13 @@ class SpreadBatch(Sequence[_lib.Buffer]):
         return [int(self._parts[d].sizes[k]) for d, k in self._where]
 
     def device_of(self, i: int) -> str:
-        """The device of element ``i``: ``"cpu"`` or ``"cuda:N"``."""
+        """The device of element ``i``: ``"cpu"`` or ``"cuda:N"``.
+
+        Parameters
+        ----------
+        i
+            The element's index (negative counts from the end).
+        """
         return self._where[self._index(i)][0]
 
     def _index(self, i: int) -> int:
