@@ -6,8 +6,10 @@ startup (import to the first 1 MiB on the GPU), ranges (random byte ranges), siz
 (throughput against file size into device, pinned and host memory), batch (read_many
 and read_ranges against per-file loops), progress (what progress=True costs), tasks
 (kvikpy's own throughput at several task sizes), wheels (two builds of kvikpy side by
-side), remote (RemoteFile over HTTP into GPU memory against kvikio).
-side), zarr (zarr arrays into CuPy: kvikpy.zarr.GDSStore against kvikio's and zarr's).
+side), remote (RemoteFile over HTTP into GPU memory against kvikio), zarr (zarr arrays
+into CuPy: kvikpy.zarr.GDSStore against kvikio's and zarr's), distributed (a sharded
+checkpoint onto every GPU of a host: kvikpy's process_group load against InstantTensor
+and fastsafetensors).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -33,6 +35,7 @@ SCRIPTS = {
     "wheels": "benchmarks.wheels",
     "remote": "benchmarks.remote",
     "zarr": "benchmarks.zarr_read",
+    "distributed": "benchmarks.distributed",
 }
 
 

@@ -1,0 +1,188 @@
+"""A sharded safetensors checkpoint onto every GPU of a host, each rank of a
+``torch.distributed`` job needing the whole of it: kvikpy reading it once for the group
+(``process_group=``) against kvikpy read by every rank alone, InstantTensor's
+distributed mode (``process_group=``, its buffered backend) and fastsafetensors' (the
+shards split over the ranks, tensors broadcast; nogds).
+
+Each library runs in its own job of ``--ranks`` processes started by torchrun. A run's
+time is the slowest rank's, from a barrier to the moment its last tensor is on its GPU;
+one warm-up, then ``--runs`` timed runs, median reported as GB/s of checkpoint delivered
+to every GPU. Cold runs drop the shards' pages (``drop_file_page_cache``) before each run.
+Every rank's tensors are checked against sums computed here from the data written.
+
+Usage: python -m benchmarks distributed [--size-mib 4096 --shards 4 --ranks 2 --cold]
+(``--device cpu --backend gloo`` runs kvikpy's two variants on the host, to check the
+harness on a machine without GPUs.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import numpy as np
+
+from benchmarks.common import scratch_dir, versions
+
+RANK = r"""
+import json, os, sys, time
+import torch, torch.distributed as dist
+lib, device, backend, runs, cold, out, *shards = sys.argv[1:]
+runs, cold = int(runs), cold == "1"
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+if device == "cuda":
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    device = f"cuda:{torch.cuda.current_device()}"
+dist.init_process_group(backend)
+group = dist.group.WORLD
+import kvikpy
+
+def sync():
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+def load():
+    if lib == "kvikpy":
+        import kvikpy.safetensors
+        return kvikpy.safetensors.load_files(shards, device, process_group=group)
+    if lib == "kvikpy-alone":
+        import kvikpy.safetensors
+        return kvikpy.safetensors.load_files(shards, device)
+    if lib == "instanttensor":
+        from instanttensor import BackendPolicy, safe_open
+        with safe_open(shards, framework="pt", device=torch.cuda.current_device(),
+                       process_group=group, backend=BackendPolicy.BUFFERED) as f:
+            return dict(f.tensors())
+    if lib == "fastsafetensors":
+        from fastsafetensors import fastsafe_open
+        mine = {r: shards[r::world] for r in range(world)}
+        f = fastsafe_open(mine, pg=group, device=device, nogds=True)
+        state = {k: f.get_tensor(k) for k in f.keys()}
+        sync()
+        return state
+    raise SystemExit(f"unknown library {lib}")
+
+times = []
+for i in range(1 + runs):
+    if cold and rank == 0:
+        for s in shards:
+            kvikpy.drop_file_page_cache(s)
+    dist.barrier()
+    sync()
+    t0 = time.perf_counter()
+    state = load()
+    sync()
+    took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64,
+                        device="cpu" if backend == "gloo" else device)
+    dist.all_reduce(took, op=dist.ReduceOp.MAX)  # the slowest rank's time
+    if i:
+        times.append(float(took.item()))
+    if i < runs:
+        del state
+sums = {k: float(v.double().sum().item()) for k, v in state.items()}
+with open(f"{out}.{rank}", "w") as fh:
+    json.dump({"times": times, "sums": sums}, fh)
+dist.destroy_process_group()
+"""
+
+
+def write_shards(folder: str, size_mib: int, shards: int) -> tuple[list[str], dict[str, float]]:
+    """float32 tensors of random values, 32 per shard; their sums, computed here."""
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    per = (size_mib << 20) // shards // 32 // 4
+    paths, sums = [], {}
+    for s in range(shards):
+        tensors = {
+            f"shard{s}.layer{i}.weight": rng.standard_normal(per, dtype=np.float32)
+            for i in range(32)
+        }
+        path = os.path.join(folder, f"model-{s + 1:05d}-of-{shards:05d}.safetensors")
+        save_file(tensors, path)
+        paths.append(path)
+        sums.update({k: float(v.sum(dtype=np.float64)) for k, v in tensors.items()})
+    return paths, sums
+
+
+def run_job(lib: str, args: argparse.Namespace, shards: list[str], out: str) -> list[dict]:
+    """One library's job of ``args.ranks`` processes; each rank's result."""
+    # torchrun runs a file: the rank's code goes beside the shards.
+    script = os.path.join(os.path.dirname(out), "rank.py")
+    with open(script, "w") as fh:
+        fh.write(RANK)
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command = [*launch, f"--nproc-per-node={args.ranks}", script]
+    done = subprocess.run(
+        [*command, lib, args.device, args.backend, str(args.runs), str(int(args.cold)), out,
+         *shards],
+        capture_output=True, text=True, timeout=1800, check=False,
+        env=dict(os.environ, KVIKIO_COMPAT_MODE="ON", OMP_NUM_THREADS="1"),
+    )  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"{lib}: {done.stderr[-3000:]}")
+    results = []
+    for rank in range(args.ranks):
+        with open(f"{out}.{rank}") as fh:
+            results.append(json.load(fh))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size-mib", type=int, default=4096)
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--cold", action="store_true")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
+    parser.add_argument("--libs", default="kvikpy,kvikpy-alone,instanttensor,fastsafetensors")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    folder = scratch_dir("kvikpy-dist-")
+    shards, expected = write_shards(folder, args.size_mib, args.shards)
+    total = sum(os.path.getsize(p) for p in shards)
+    row: dict = {
+        "versions": versions(),
+        "checkpoint_bytes": total,
+        "shards": args.shards,
+        "ranks": args.ranks,
+        "mode": "cold" if args.cold else "warm",
+        "failed": {},
+    }
+    for lib in args.libs.split(","):
+        try:
+            ranks = run_job(lib, args, shards, os.path.join(folder, f"{lib}.json"))
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            row["failed"][lib] = str(e)[-1500:]  # a peer that fails is reported, not fatal
+            if lib == "kvikpy":
+                raise
+            continue
+        for rank, result in enumerate(ranks):
+            got = result["sums"]
+            if set(got) != set(expected) or any(
+                not np.isclose(got[k], expected[k], rtol=1e-5, atol=1e-3) for k in expected
+            ):
+                raise RuntimeError(f"{lib}: rank {rank} loaded different tensors")
+        times = ranks[0]["times"]
+        row[lib] = {
+            "median_GBps": total / statistics.median(times) / 1e9,
+            "min_GBps": total / max(times) / 1e9,
+            "max_GBps": total / min(times) / 1e9,
+        }
+    for lib in args.libs.split(","):
+        if lib != "kvikpy" and lib in row:
+            row[f"kvikpy_vs_{lib}"] = row["kvikpy"]["median_GBps"] / row[lib]["median_GBps"]
+    print(json.dumps(row, indent=1))
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(row, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
