@@ -9,7 +9,8 @@ and read_ranges against per-file loops), progress (what progress=True costs), ta
 side), remote (RemoteFile over HTTP into GPU memory against kvikio), zarr (zarr arrays
 into CuPy: kvikpy.zarr.GDSStore against kvikio's and zarr's), distributed (a sharded
 checkpoint onto every GPU of a host: kvikpy's process_group load against InstantTensor
-and fastsafetensors).
+and fastsafetensors), multi_gpu (every GPU of a host at once: copy and pread ceilings
+against kvikpy's read_many over all GPUs).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -36,6 +37,7 @@ SCRIPTS = {
     "remote": "benchmarks.remote",
     "zarr": "benchmarks.zarr_read",
     "distributed": "benchmarks.distributed",
+    "multi_gpu": "benchmarks.multi_gpu",
 }
 
 
