@@ -10,7 +10,8 @@ side), remote (RemoteFile over HTTP into GPU memory against kvikio), zarr (zarr 
 into CuPy: kvikpy.zarr.GDSStore against kvikio's and zarr's), distributed (a sharded
 checkpoint onto every GPU of a host: kvikpy's process_group load against InstantTensor
 and fastsafetensors), multi_gpu (every GPU of a host at once: copy and pread ceilings
-against kvikpy's read_many over all GPUs).
+against kvikpy's read_many over all GPUs), dask_sum (a dask sum over a raw file read by
+kvikpy.dask, one worker per GPU, one GPU against all).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -38,6 +39,7 @@ SCRIPTS = {
     "zarr": "benchmarks.zarr_read",
     "distributed": "benchmarks.distributed",
     "multi_gpu": "benchmarks.multi_gpu",
+    "dask_sum": "benchmarks.dask_sum",
 }
 
 
