@@ -404,3 +404,44 @@ def malformed_dlpack(draw: st.DrawFn) -> DLPackLike:
 @given(obj=malformed_dlpack(), entry=st.sampled_from(sorted(ENTRY_POINTS)))
 def test_malformed_dlpack_capsules_never_panic(data_file, obj, entry):
     check_no_crash(data_file, entry, obj)
+
+
+def _huge_capsule() -> DLPackLike:
+    """A well-formed host capsule whose shape claims 2^62 bytes at a real pointer."""
+    dims = (ctypes.c_int64 * 1)(2**62)
+    tensor = DLTensor(
+        data=ARENA_PTR,
+        device=DLDevice(1, 0),
+        ndim=1,
+        dtype=DLDataType(1, 8, 1),
+        shape=ctypes.cast(dims, ctypes.POINTER(ctypes.c_int64)),
+        strides=None,
+        byte_offset=0,
+    )
+    keep: list[Any] = [dims]
+
+    def make() -> Any:
+        managed = DLManagedTensor(dl_tensor=tensor)
+        keep.append(managed)
+        return _capsule_new(ctypes.addressof(managed), b"dltensor", None)
+
+    obj = DLPackLike((1, 0), make)
+    obj._keep = keep  # type: ignore[attr-defined]
+    return obj
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+@pytest.mark.parametrize("form", ["dlpack", "cuda array interface"])
+def test_a_buffer_claiming_more_than_an_address_space_is_refused(data_file, entry, form):
+    """A producer whose shape claims 2^62 bytes used to get a request split into 2^40
+    tasks (a write: the process grew until the kernel killed it); it is refused up front,
+    the file untouched."""
+    if form == "dlpack":
+        buf: Any = _huge_capsule()
+    else:
+        interface = {"data": (ARENA_PTR, False), "shape": (2**62,), "typestr": "|u1", "version": 3}
+        buf = CudaArrayLike(interface)
+    before = data_file.read_bytes()
+    with pytest.raises(ValueError, match="reaches past the largest address any process can have"):
+        ENTRY_POINTS[entry](data_file, buf)
+    assert data_file.read_bytes() == before

@@ -111,6 +111,20 @@ pub fn spread_task_size(size: usize, task_size: usize, threads: usize) -> usize 
     share.max(MIN_SPREAD_TASK).min(task_size)
 }
 
+/// The most tasks one request is split into. Beyond it (256 GiB at 4 MiB tasks) tasks
+/// grow instead, so that a request's bookkeeping (tasks, reporters, pool jobs) stays a
+/// few megabytes whatever size a buffer claims.
+pub const MAX_TASKS: usize = 1 << 16;
+
+/// `task_size`, raised (to a multiple of 4 KiB) where `size` would need more than
+/// [`MAX_TASKS`] tasks of it.
+pub fn bounded_task_size(size: usize, task_size: usize) -> usize {
+    if size.div_ceil(task_size) < MAX_TASKS {
+        return task_size;
+    }
+    align_up(size.div_ceil(MAX_TASKS - 1) as u64, DIRECT_IO_ALIGNMENT) as usize
+}
+
 fn resolve_task_size(task_size: Option<usize>, settings: &Settings) -> Result<usize> {
     match task_size {
         Some(0) => Err(Error::InvalidArgument(
@@ -189,6 +203,7 @@ pub fn submit(
         Completion::Blocking => {
             // One task: run it here, without sizing the file first.
             let spread = spread_task_size(job.span.len(), task_size, settings.num_threads);
+            let spread = bounded_task_size(job.span.len(), spread);
             let mut tasks = split_tasks(offset, job.span.len(), spread);
             if let (Some(task), None) = (tasks.next(), tasks.clone().next()) {
                 check_end(offset, job.span.len())?;
@@ -202,7 +217,10 @@ pub fn submit(
         Direction::Write => job.span.len(),
     };
     check_end(offset, size)?;
-    let spread = spread_task_size(size, task_size, settings.num_threads);
+    let spread = bounded_task_size(
+        size,
+        spread_task_size(size, task_size, settings.num_threads),
+    );
     let tasks: Vec<Task> = split_tasks(offset, size, spread).collect();
     if size <= settings.gds_threshold {
         let result = tasks
@@ -280,6 +298,25 @@ impl Job {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn a_request_never_needs_more_than_max_tasks(
+            size in 0usize..(1 << 62),
+            task_size in 1usize..(64 << 20),
+            offset in 0u64..(1 << 40),
+        ) {
+            let task = bounded_task_size(size, task_size);
+            prop_assert!(task >= task_size);
+            // Requests that fit are split as before.
+            if size.div_ceil(task_size) < MAX_TASKS {
+                prop_assert_eq!(task, task_size);
+            }
+            // split_tasks adds at most one task for its alignment anchor.
+            let count = split_tasks(offset, size, task).count();
+            prop_assert!(count <= MAX_TASKS, "{} tasks of {}", count, task);
+        }
+    }
 
     proptest! {
         #[test]

@@ -282,11 +282,31 @@ fn from_export(obj: &Bound<'_, PyAny>, export: HostExport, access: Access) -> Py
     })
 }
 
+/// No process has addresses at or above 2^57 (x86-64's 5-level paging gives user space
+/// 56 bits, arm64 at most 52), host or device (CUDA's unified addressing shares the space).
+const ADDRESS_LIMIT: u64 = 1 << 57;
+
+/// A producer's pointer and size, checked for the one thing a consumer can check: that
+/// the extent fits in an address space at all. A capsule or interface claiming more (a
+/// wrong shape, a garbage pointer) would otherwise be read or written as far as the
+/// kernel lets it, and a request that size split into billions of tasks.
+fn plausible_extent(ptr: u64, nbytes: usize) -> PyResult<()> {
+    match ptr.checked_add(nbytes as u64) {
+        Some(end) if end <= ADDRESS_LIMIT => Ok(()),
+        _ => Err(PyValueError::new_err(format!(
+            "the buffer claims {nbytes} bytes at address {ptr:#x}, which reaches past the \
+             largest address any process can have (2^57): its producer reported a wrong \
+             shape, item size or pointer"
+        ))),
+    }
+}
+
 /// A pointer reported by an array interface, routed by what the driver says it is.
 fn route(py: Python<'_>, ptr: u64, nbytes: usize, hint_ordinal: Option<usize>) -> PyResult<Span> {
     if nbytes == 0 {
         return Ok(Span::Host(HostSpan::from_slice(&mut [])));
     }
+    plausible_extent(ptr, nbytes)?;
     let kind = without_gil(py, move || cuda::memory_kind(ptr))?;
     Ok(match kind {
         MemoryKind::Device { ordinal } | MemoryKind::Managed { ordinal } => {
@@ -545,6 +565,9 @@ fn from_dlpack(obj: &Bound<'_, PyAny>, access: Access, stream: Option<i64>) -> P
     let imported = dlpack::inspect(&capsule)?;
     if access == Access::Fill && imported.read_only {
         return Err(read_only_error(obj));
+    }
+    if imported.nbytes > 0 {
+        plausible_extent(imported.ptr, imported.nbytes)?;
     }
     let span = if [DEVICE_CPU, DEVICE_CUDA_HOST].contains(&imported.device_type) {
         // SAFETY: host memory of `nbytes` bytes, as the capsule states; the capsule keeps
