@@ -186,6 +186,12 @@ nb-wheels:
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 		--platform manylinux2014_x86_64 --platform any -d .nbwhl $(NB_WHEELS)
 
+# Wheels for the GPU machine's Python 3.12 (binary only, no dependencies resolved: each
+# list names what the machine lacks).
+GPU_WHEEL_DOWNLOAD = $(BIN)/python -m pip download -q --no-deps --only-binary=:all: \
+	--python-version 3.12 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+	--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any
+
 # kvikpy.zarr on the GPU machine (no network there): `make zarr-wheels` here downloads
 # zarr, its dependencies, pytest-asyncio (zarr's StoreTests) and nvCOMP's Python package
 # (nvidia-nvcomp-cu13 and its library, about 34 MB of the 45 MB) for Python 3.12 into
@@ -197,10 +203,7 @@ ZARR_NVCOMP ?= nvidia-nvcomp-cu13==6.0.0.12 nvidia-libnvcomp-cu13==6.0.0.12
 ZARR_WHEELS = $(shell grep -E '^(zarr|numcodecs|pytest-asyncio)==' requirements-dev.txt) \
 	donfig google-crc32c typing_extensions packaging pyyaml $(ZARR_NVCOMP)
 zarr-wheels:
-	rm -rf .zwhl && $(BIN)/python -m pip download -q --no-deps --only-binary=:all: \
-		--python-version 3.12 --platform manylinux_2_28_x86_64 \
-		--platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-		--platform manylinux2014_x86_64 --platform any -d .zwhl $(ZARR_WHEELS)
+	rm -rf .zwhl && $(GPU_WHEEL_DOWNLOAD) -d .zwhl $(ZARR_WHEELS)
 	du -sh .zwhl
 
 # kvikpy.dask on the GPU machine (no network there): `make dask-wheels` downloads dask,
@@ -211,10 +214,7 @@ DASK_WHEELS = $(shell grep -E '^(dask|distributed)==' requirements-dev.txt) dask
 	nvidia-ml-py click cloudpickle fsspec partd toolz locket msgpack sortedcontainers tblib \
 	tornado zict psutil pandas
 dask-wheels:
-	rm -rf .dwhl && $(BIN)/python -m pip download -q --no-deps --only-binary=:all: \
-		--python-version 3.12 --platform manylinux_2_28_x86_64 \
-		--platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-		--platform manylinux2014_x86_64 --platform any -d .dwhl $(DASK_WHEELS)
+	rm -rf .dwhl && $(GPU_WHEEL_DOWNLOAD) -d .dwhl $(DASK_WHEELS)
 	du -sh .dwhl
 
 gpu-notebooks:
