@@ -218,7 +218,8 @@ dask-wheels:
 	du -sh .dwhl
 
 gpu-notebooks:
-	$(GPU_INSTALL) .gpu/*.whl .nbwhl/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .zwhl/*.whl)
+	$(GPU_INSTALL) .gpu/*.whl .nbwhl/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .zwhl/*.whl) \
+		$(wildcard .dwhl/*.whl)
 	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 JUPYTER_PLATFORM_DIRS=1 python3 notebooks/execute.py
 	tar cf $(NB_OUT) notebooks/*.ipynb
 

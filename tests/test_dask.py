@@ -342,6 +342,8 @@ def test_from_zarr_refuses_a_url_and_component_with_an_open_array(
     z = zarr.open_array(str(root), path="data", mode="r")
     with pytest.raises(ValueError, match="already open"):
         kvikpy.dask.from_zarr(z, "data")
+    with pytest.raises(ValueError, match="not device='cuda:1'"):
+        kvikpy.dask.from_zarr(root, "data", device="cuda:1")
 
 
 # ---------------------------------------------------------------------------------------
@@ -574,9 +576,15 @@ def test_one_worker_per_gpu_with_dask_cuda(tmp_path: Path) -> None:
         buses = c.run(lambda: cupy.cuda.Device(0).pci_bus_id)
         assert len(set(buses.values())) == 2
         # the chunks each worker holds are CuPy arrays, in its GPU's memory
+        # (only this array's chunks: a read group's tuple may linger until released)
+        name = x.name
         kinds = c.run(
             lambda dask_worker: sorted(
-                {type(v).__module__.split(".")[0] for k, v in dask_worker.data.items()}
+                {
+                    type(v).__module__.split(".")[0]
+                    for k, v in dask_worker.data.items()
+                    if isinstance(k, tuple) and k[0] == name
+                }
             )
         )
         assert all(kinds[w] == ["cupy"] for w in holders), kinds

@@ -38,8 +38,10 @@ def from_zarr(
     component
         The array's path inside the store (a group's member), if not at its root.
     device
-        ``"cpu"`` (numpy chunks), ``"cuda"`` (CuPy chunks on each worker's current GPU,
-        read under zarr's GPU mode) or ``"cuda:N"``.
+        ``"cpu"`` (numpy chunks) or ``"cuda"`` (CuPy chunks on each worker's current
+        GPU, read under zarr's GPU mode; under ``dask_cuda`` each worker's own GPU).
+        ``"cuda:N"`` is refused: zarr reads on threads of its own, whose current GPU is
+        not the one the task asked for.
     chunks
         Dask's chunks; ``None`` (the default) takes the zarr array's. Dask chunks that
         hold several zarr chunks make tasks that read those chunks in one batch.
@@ -56,7 +58,8 @@ def from_zarr(
     Raises
     ------
     ValueError
-        For a URL, an unknown ``device``, or ``component`` with an open array.
+        For a URL, an unknown ``device`` or ``"cuda:N"``, or ``component`` with an open
+        array.
     ImportError
         Without zarr 3 (``pip install 'kvikpy[zarr]'``), or CuPy for a GPU ``device``.
 
@@ -71,6 +74,13 @@ def from_zarr(
     from kvikpy.zarr import GDSStore
 
     device = _common.check_device(device)
+    if device.startswith("cuda:"):
+        raise ValueError(
+            f"from_zarr reads with device='cuda' (each worker's current GPU), not "
+            f"device={device!r}: zarr runs its reads on threads of its own, whose current "
+            "GPU is the worker's, so a fixed GPU cannot be honoured. Give each worker its "
+            "GPU instead (dask_cuda.LocalCUDACluster, or CUDA_VISIBLE_DEVICES per worker)"
+        )
     if isinstance(url_or_store, zarr.Array):
         if component is not None or kwargs:
             raise ValueError(

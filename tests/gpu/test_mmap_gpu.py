@@ -23,6 +23,9 @@ MiB = 1 << 20
 def test_read_into_torch(tmp_path: Path, n: int, parallel: bool, threads: int) -> None:
     path, data = random_file(tmp_path, n, seed=n % 251)
     t = torch.full((n + 2,), 0xAB, dtype=torch.uint8, device="cuda")
+    # torch's __cuda_array_interface__ (version 2) names no stream: the fill must be done
+    # before kvikpy's copies, which run on streams of their own.
+    torch.cuda.synchronize()
     with (
         kvikpy.defaults.set({"num_threads": threads, "task_size": MiB}),
         kvikpy.Mmap(path) as m,
