@@ -15,7 +15,6 @@ kvikpy.zarr`` calls it. Where zarr has a GPU codec of its own for a name, zarr's
 from __future__ import annotations
 
 import asyncio
-import functools
 import importlib
 import itertools
 import threading
@@ -32,6 +31,8 @@ from zarr.codecs.numcodecs import Zstd as _ZarrNumcodecsZstd
 from zarr.core.array_spec import ArraySpec
 from zarr.core.buffer import Buffer
 from zarr.registry import register_codec
+
+from kvikpy.zarr import _rounds
 
 # numcodecs' LZ4 puts the decoded size (4 bytes, little-endian) before an LZ4 block.
 LZ4_HEADER = 4
@@ -158,71 +159,48 @@ def _on_gpu(chunks: list[Buffer]) -> int | None:
 # handful of large chunks decode faster on the CPU.
 MIN_GPU_BATCH = 8
 
-# Event-loop turns a decode gatherer waits while more decodes keep arriving.
-MAX_WAIT_TURNS = 4
+DecodeKey = tuple[str, int, int]  # (algorithm, GPU ordinal, header bytes to skip)
 
 
-class _DecodeGatherer:
+class _DecodeGatherer(_rounds.Rounds[tuple[DecodeKey, list[Any]], Any]):
     """Gathers the decodes started together on one event loop (the mini-batches of one
     array read, or many single-chunk reads) into one nvCOMP call per algorithm and GPU,
-    as the store gathers their reads."""
+    as the store gathers their reads. A future gives its sources' decoded arrays, or
+    ``None`` where the round had too few chunks for the GPU."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._pending: list[tuple[tuple[str, int, int], list[Any], asyncio.Future[Any]]] = []
-        self._scheduled = False
-
-    def submit(self, key: tuple[str, int, int], sources: list[Any]) -> asyncio.Future[Any]:
-        """Queue ``sources`` for decoding; the future gives their decoded arrays, or
-        ``None`` if the round had too few chunks for the GPU."""
-        future: asyncio.Future[Any] = self._loop.create_future()
-        self._pending.append((key, sources, future))
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon(self._flush, len(self._pending), 0)
-        return future
-
-    def _flush(self, seen: int, turns: int) -> None:
-        if len(self._pending) > seen and turns < MAX_WAIT_TURNS:
-            self._loop.call_soon(self._flush, len(self._pending), turns + 1)
-            return
-        pending, self._pending, self._scheduled = self._pending, [], False
-        groups: dict[tuple[str, int, int], list[tuple[list[Any], asyncio.Future[Any]]]] = {}
-        for key, sources, future in pending:
+    def dispatch(
+        self, batch: list[tuple[tuple[DecodeKey, list[Any]], asyncio.Future[Any]]]
+    ) -> None:
+        groups: dict[DecodeKey, list[tuple[list[Any], asyncio.Future[Any]]]] = {}
+        for (key, sources), future in batch:
             groups.setdefault(key, []).append((sources, future))
-        for key, members in groups.items():
+        for (algorithm, ordinal, header), members in groups.items():
             if sum(len(src) for src, _ in members) < MIN_GPU_BATCH:
                 for _, future in members:
                     if not future.done():
                         future.set_result(None)
                 continue
-            algorithm, ordinal, header = key
-            sources = [a for src, _ in members for a in src]
-            done = self._loop.run_in_executor(
-                None, _run_decode, algorithm, ordinal, sources, header
+            _rounds.settle_in_thread(
+                self.loop,
+                [f for _, f in members],
+                _decode_members,
+                algorithm,
+                ordinal,
+                [src for src, _ in members],
+                header,
             )
-            done.add_done_callback(functools.partial(_settle_decodes, members))
 
 
-def _run_decode(algorithm: str, ordinal: int, sources: list[Any], header: int) -> list[Any]:
-    return _decoder(algorithm, ordinal).decode(sources, header)
-
-
-def _settle_decodes(
-    members: list[tuple[list[Any], asyncio.Future[Any]]], done: asyncio.Future[Any]
-) -> None:
-    """Hand each queued decode its share of the batch's outputs (or the batch's error)."""
-    error = done.exception() if not done.cancelled() else asyncio.CancelledError()
-    at = 0
-    for sources, future in members:
-        if future.done():
-            at += len(sources)
-            continue
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(done.result()[at : at + len(sources)])
-        at += len(sources)
+def _decode_members(
+    algorithm: str, ordinal: int, members: list[list[Any]], header: int
+) -> list[list[Any]]:
+    """One nvCOMP call for every member's sources; each member's share of the outputs."""
+    decoded = _decoder(algorithm, ordinal).decode([a for m in members for a in m], header)
+    out, at = [], 0
+    for m in members:
+        out.append(decoded[at : at + len(m)])
+        at += len(m)
+    return out
 
 
 _decode_gatherers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _DecodeGatherer] = (
@@ -231,11 +209,7 @@ _decode_gatherers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _DecodeG
 
 
 def _decode_gatherer() -> _DecodeGatherer:
-    loop = asyncio.get_running_loop()
-    g = _decode_gatherers.get(loop)
-    if g is None:
-        g = _decode_gatherers[loop] = _DecodeGatherer(loop)
-    return g
+    return _rounds.for_running_loop(_decode_gatherers, _DecodeGatherer)
 
 
 async def _gpu_decode(
@@ -255,7 +229,7 @@ async def _gpu_decode(
     if nvcomp() is None or ordinal is None or len(present) != sum(b is not None for b, _ in items):
         return await cpu_decode(items)
     sources = [c.as_array_like() for c in chunks if c is not None]
-    decoded = await _decode_gatherer().submit((algorithm, ordinal, header), sources)
+    decoded = await _decode_gatherer().submit(((algorithm, ordinal, header), sources))
     if decoded is None:  # too few chunks for the GPU to pay off
         return await cpu_decode(items)
     out: list[Buffer | None] = [None] * len(items)

@@ -25,6 +25,7 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Suf
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from kvikpy import _lib
+from kvikpy.zarr import _rounds
 
 # Each element starts on a 256-byte boundary: nvCOMP wants aligned inputs, and the views
 # zarr makes of uncompressed chunks (float64 and the like) are then aligned too.
@@ -32,10 +33,6 @@ ALIGN = 256
 
 # Errors that mean "no such key" to zarr (LocalStore returns None for them).
 MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
-
-# How many extra event-loop turns a gatherer waits while requests keep arriving: zarr's
-# nested gathers start their innermost gets a turn or two after the first.
-MAX_WAIT_TURNS = 4
 
 
 @dataclass(frozen=True)
@@ -154,53 +151,14 @@ def _as_zarr_buffer(buffer: _lib.Buffer, offset: int, length: int, r: Request) -
     return r.prototype.buffer.from_array_like(np.frombuffer(host, dtype=np.uint8))
 
 
-class Gatherer:
-    """Collects the gets started together on one event loop and reads them in one batch.
+class Gatherer(_rounds.Rounds[Request, "Buffer | None"]):
+    """Collects the gets started together on one event loop and reads each round of them
+    in one batch (:func:`read_requests`, in a worker thread) while the next round
+    gathers."""
 
-    :meth:`submit` queues a request and gives a future for its result; the first request
-    of a round schedules a flush a loop turn later, which waits up to
-    :data:`MAX_WAIT_TURNS` more turns while new requests keep arriving, then reads the
-    round's requests in a worker thread (:func:`read_requests`) while the next round
-    gathers.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._pending: list[tuple[Request, asyncio.Future[Buffer | None]]] = []
-        self._scheduled = False
-
-    def submit(self, r: Request) -> asyncio.Future[Buffer | None]:
-        future: asyncio.Future[Buffer | None] = self._loop.create_future()
-        self._pending.append((r, future))
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon(self._flush, len(self._pending), 0)
-        return future
-
-    def _flush(self, seen: int, turns: int) -> None:
-        if len(self._pending) > seen and turns < MAX_WAIT_TURNS:
-            self._loop.call_soon(self._flush, len(self._pending), turns + 1)
-            return
-        batch, self._pending, self._scheduled = self._pending, [], False
+    def dispatch(self, batch: list[tuple[Request, asyncio.Future[Buffer | None]]]) -> None:
         requests = [r for r, _ in batch]
-        done = self._loop.run_in_executor(None, read_requests, requests)
-        done.add_done_callback(lambda d: _settle(batch, d))
-
-
-def _settle(
-    batch: list[tuple[Request, asyncio.Future[Buffer | None]]],
-    done: asyncio.Future[list[Buffer | BaseException | None]],
-) -> None:
-    """Hand each waiting get its result (or the batch's error)."""
-    error = done.exception() if not done.cancelled() else asyncio.CancelledError()
-    results = done.result() if error is None else [error] * len(batch)
-    for (_, future), result in zip(batch, results, strict=True):
-        if future.done():  # its get was cancelled
-            continue
-        if isinstance(result, BaseException):
-            future.set_exception(result)
-        else:
-            future.set_result(result)
+        _rounds.settle_in_thread(self.loop, [f for _, f in batch], read_requests, requests)
 
 
 _gatherers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Gatherer] = (
@@ -210,8 +168,4 @@ _gatherers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Gatherer] = (
 
 def gatherer() -> Gatherer:
     """The running event loop's :class:`Gatherer` (one per loop, shared by every store)."""
-    loop = asyncio.get_running_loop()
-    g = _gatherers.get(loop)
-    if g is None:
-        g = _gatherers[loop] = Gatherer(loop)
-    return g
+    return _rounds.for_running_loop(_gatherers, Gatherer)
