@@ -115,14 +115,19 @@ def read_header(path: _paths.StrPath) -> tuple[int, dict[str, Any], dict[str, st
     return data_start, header, metadata
 
 
-def _spans(paths: Sequence[str]) -> tuple[list[TensorSpan], dict[str, dict[str, Any]]]:
-    """Every tensor of the files, in file order, with its absolute byte span; names must be
-    unique across the files (as in a sharded checkpoint)."""
+def _spans(
+    paths: Sequence[str],
+) -> tuple[list[TensorSpan], dict[str, dict[str, Any]], dict[str, int]]:
+    """Every tensor of the files, in file order, with its absolute byte span, its header
+    entry, and where each file's data section starts; names must be unique across the
+    files (as in a sharded checkpoint). Each header is read once, here."""
     spans: list[TensorSpan] = []
     infos: dict[str, dict[str, Any]] = {}
+    starts: dict[str, int] = {}
     where: dict[str, str] = {}
     for path in paths:
         data_start, header, _ = read_header(path)
+        starts[path] = data_start
         ordered = sorted(header.items(), key=lambda item: item[1]["data_offsets"][0])
         for tensor, info in ordered:
             if tensor in where:
@@ -134,7 +139,7 @@ def _spans(paths: Sequence[str]) -> tuple[list[TensorSpan], dict[str, dict[str, 
             begin, end = info["data_offsets"]
             spans.append(TensorSpan(tensor, path, data_start + begin, end - begin))
             infos[tensor] = info
-    return spans, infos
+    return spans, infos, starts
 
 
 def _typed(flat: Any, info: dict[str, Any]) -> Any:
@@ -244,7 +249,7 @@ def load_file(
         raise ValueError(f"framework must be 'torch' or 'numpy', got {framework!r}")
     import torch  # type: ignore[import-not-found, unused-ignore]
 
-    spans, infos = _spans(paths)
+    spans, infos, starts = _spans(paths)
     if process_group is not None:
         from kvikpy._shared_load import load_shared
 
@@ -259,14 +264,18 @@ def load_file(
             s.name: _typed(whole[start : start + s.size], infos[s.name])
             for (s, _, _), (whole, start) in zip(pieces, got, strict=True)
         }
-    out: dict[str, Any] = {}
-    for name in paths:
-        data_start, header, _ = read_header(name)
-        whole = torch.from_dlpack(read(name, offset=data_start, device=device))
-        for tensor, info in header.items():
-            begin, end = info["data_offsets"]
-            out[tensor] = _typed(whole[begin:end], info)
-    return out
+    # Every tensor: each file's data section in one parallel read, tensors as views.
+    sections = {
+        name: torch.from_dlpack(read(name, offset=start, device=device))
+        for name, start in starts.items()
+    }
+    return {
+        s.name: _typed(
+            sections[s.path][s.offset - starts[s.path] : s.offset - starts[s.path] + s.size],
+            infos[s.name],
+        )
+        for s in spans
+    }
 
 
 def load_files(
