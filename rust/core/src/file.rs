@@ -27,6 +27,15 @@ impl OpenFlags {
     /// process can create or remove the file between a check and the open.
     pub const CREATE_KEEP: &'static str = "r+:create";
 
+    /// Read only, as mode `r`: what the sources that cannot write (mmap, remote files)
+    /// report.
+    pub const READ_ONLY: Self = Self {
+        readable: true,
+        writable: false,
+        create: false,
+        truncate: false,
+    };
+
     /// Parse a mode string; anything but `r`, `r+`, `w`, `w+` (with at most one `b`) or
     /// [`OpenFlags::CREATE_KEEP`] is an [`Error::InvalidArgument`] that lists kvikio's modes.
     pub fn parse(mode: &str) -> Result<Self> {

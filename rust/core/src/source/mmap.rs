@@ -153,12 +153,7 @@ impl Source for MappedFile {
     }
 
     fn flags(&self) -> OpenFlags {
-        OpenFlags {
-            readable: true,
-            writable: false,
-            create: false,
-            truncate: false,
-        }
+        OpenFlags::READ_ONLY
     }
 
     fn size(&self) -> Result<u64> {

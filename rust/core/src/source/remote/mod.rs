@@ -409,12 +409,7 @@ impl Source for RemoteSource {
     }
 
     fn flags(&self) -> OpenFlags {
-        OpenFlags {
-            readable: true,
-            writable: false,
-            create: false,
-            truncate: false,
-        }
+        OpenFlags::READ_ONLY
     }
 
     fn size(&self) -> Result<u64> {
