@@ -13,12 +13,12 @@ cupy = pytest.importorskip("cupy")
 zarr = pytest.importorskip("zarr", minversion="3.0.8")
 
 import numcodecs  # noqa: E402
+import test_zarr_store  # noqa: E402  (its class, imported as a module: not collected twice)
 import zarr.codecs  # noqa: E402, F811
 import zarr.codecs.numcodecs as znc  # noqa: E402
 import zarr.storage  # noqa: E402
 from zarr.abc.store import RangeByteRequest, SuffixByteRequest  # noqa: E402
 from zarr.core.buffer import default_buffer_prototype, gpu  # noqa: E402
-from zarr.testing.store import StoreTests  # noqa: E402
 
 import kvikpy.zarr  # noqa: E402
 from kvikpy.zarr import GDSStore, _codecs  # noqa: E402
@@ -42,36 +42,15 @@ def gpu_mode():
         yield
 
 
-class TestGDSStoreOnGPU(StoreTests[GDSStore, gpu.Buffer]):
-    """zarr's StoreTests with GPU buffers: every get lands in GPU memory."""
+class TestGDSStoreOnGPU(test_zarr_store.TestGDSStoreOnCPU):
+    """zarr's StoreTests with GPU buffers: every get lands in GPU memory (the CPU class's
+    store set-up and checks, run under zarr's GPU mode)."""
 
-    store_cls = GDSStore
-    buffer_cls = gpu.Buffer
+    buffer_cls = gpu.Buffer  # type: ignore[assignment]
 
     @pytest.fixture(autouse=True)
     def _gpu_buffers(self, gpu_mode):
         assert default_buffer_prototype().buffer is gpu.Buffer
-
-    async def get(self, store: GDSStore, key: str) -> gpu.Buffer:
-        return self.buffer_cls.from_bytes((store.root / key).read_bytes())
-
-    async def set(self, store: GDSStore, key: str, value: gpu.Buffer) -> None:  # type: ignore[override]
-        path = store.root / key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(value.to_bytes())
-
-    @pytest.fixture
-    def store_kwargs(self, tmp_path: Path) -> dict[str, object]:
-        return {"root": tmp_path}
-
-    def test_store_repr(self, store: GDSStore) -> None:
-        assert repr(store) == f"GDSStore('file://{store.root.as_posix()}')"
-
-    def test_store_supports_writes(self, store: GDSStore) -> None:
-        assert store.supports_writes
-
-    def test_store_supports_listing(self, store: GDSStore) -> None:
-        assert store.supports_listing
 
 
 async def test_gets_land_in_gpu_memory_without_a_host_copy(tmp_path, gpu_mode):
