@@ -8,10 +8,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from kvikpy import _devices, _lib, _paths
+from kvikpy._closing import ClosedOnExit
 from kvikpy.cufile import CuFile
 
 
-class ChunkIterator(Iterator[_lib.Buffer]):
+class ChunkIterator(Iterator[_lib.Buffer], ClosedOnExit):
     """Consecutive chunks of a file as :class:`kvikpy.Buffer` s, read ``depth`` ahead.
 
     Returned by :func:`iter_chunks`, not made directly; also a context manager that
@@ -165,12 +166,6 @@ class ChunkIterator(Iterator[_lib.Buffer]):
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-
-    def __enter__(self) -> ChunkIterator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (

@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Generator, Iterable
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from kvikpy import _lib, _paths
+from kvikpy._closing import ClosedOnExit
 from kvikpy._page_cache import (
     clear_page_cache,
     drop_file_page_cache,
@@ -225,7 +225,7 @@ def _reopen(path: str, flags: OpenMode) -> CuFile:
     return CuFile(path, flags)
 
 
-class CuFile:
+class CuFile(ClosedOnExit):
     """A file opened for parallel reads and writes into host or GPU memory.
 
     Parameters
@@ -319,17 +319,6 @@ class CuFile:
     def is_direct_io_supported(self) -> bool:
         """Whether the file's filesystem accepts O_DIRECT (used when ``auto_direct_io_*``)."""
         return self._handle.is_direct_io_supported()
-
-    def __enter__(self) -> CuFile:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def backend(self) -> tuple[str, str]:

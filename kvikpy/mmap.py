@@ -13,15 +13,15 @@ unaffected (``import mmap`` still finds it).
 from __future__ import annotations
 
 import os
-from types import TracebackType
 
 from kvikpy import _lib
+from kvikpy._closing import ClosedOnExit
 from kvikpy.cufile import BufferLike, IOFuture
 
 __all__ = ["Mmap"]
 
 
-class Mmap:
+class Mmap(ClosedOnExit):
     """A file region mapped read-only, read into host or GPU memory.
 
     Parameters
@@ -209,17 +209,6 @@ class Mmap:
             The handle is closed.
         """
         return IOFuture(self._handle.pread(buf, size, offset, task_size))
-
-    def __enter__(self) -> Mmap:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         if self.closed():

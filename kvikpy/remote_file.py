@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import enum
 import urllib.parse
-from types import TracebackType
 
 from kvikpy import _lib
+from kvikpy._closing import ClosedOnExit
 from kvikpy.cufile import BufferLike, IOFuture
 from kvikpy.errors import NegativeValueError
 
@@ -101,7 +101,7 @@ def infer_remote_endpoint_type(url: str) -> RemoteEndpointType:
     return RemoteEndpointType(_lib.infer_remote_endpoint_type(url))
 
 
-class RemoteFile:
+class RemoteFile(ClosedOnExit):
     """A file on a remote server, read in parallel with HTTP range requests.
 
     Open one with a class method (:meth:`open`, :meth:`open_http`, :meth:`open_s3`,
@@ -335,17 +335,6 @@ class RemoteFile:
     def closed(self) -> bool:
         """True once :meth:`close` has been called."""
         return self._file.closed
-
-    def __enter__(self) -> RemoteFile:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __str__(self) -> str:
         return f'<{type(self).__name__} "{self._handle.url}">'
