@@ -292,6 +292,7 @@ const ADDRESS_LIMIT: u64 = 1 << 57;
 /// kernel lets it, and a request that size split into billions of tasks.
 fn plausible_extent(ptr: u64, nbytes: usize) -> PyResult<()> {
     match ptr.checked_add(nbytes as u64) {
+        _ if nbytes == 0 => Ok(()), // an empty buffer's pointer is never used
         Some(end) if end <= ADDRESS_LIMIT => Ok(()),
         _ => Err(PyValueError::new_err(format!(
             "the buffer claims {nbytes} bytes at address {ptr:#x}, which reaches past the \
@@ -566,12 +567,10 @@ fn from_dlpack(obj: &Bound<'_, PyAny>, access: Access, stream: Option<i64>) -> P
     if access == Access::Fill && imported.read_only {
         return Err(read_only_error(obj));
     }
-    if imported.nbytes > 0 {
-        plausible_extent(imported.ptr, imported.nbytes)?;
-    }
     let span = if [DEVICE_CPU, DEVICE_CUDA_HOST].contains(&imported.device_type) {
-        // SAFETY: host memory of `nbytes` bytes, as the capsule states; the capsule keeps
-        // the producer's tensor alive with the span.
+        plausible_extent(imported.ptr, imported.nbytes)?; // `route` checks device pointers
+                                                          // SAFETY: host memory of `nbytes` bytes, as the capsule states; the capsule keeps
+                                                          // the producer's tensor alive with the span.
         Span::Host(unsafe { HostSpan::new(imported.ptr as *mut u8, imported.nbytes) })
     } else {
         let hint =
