@@ -27,6 +27,7 @@ if lib == "kvikpy":
     import kvikpy as mod
 else:
     import kvikio as mod
+    import kvikio.defaults
 mod.defaults.set({"num_threads": threads, "task_size": task_size})
 rates = []
 with mod.RemoteFile.open_http(url) as f:

@@ -13,6 +13,7 @@ import threading
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
+from queue import Empty
 from types import TracebackType
 from typing import Any, BinaryIO
 
@@ -147,6 +148,35 @@ def _serve(
     print(f"ThreadingHTTPServer shutting down because of timeout ({max_lifetime}sec)")
 
 
+#: How long a server process may take to start serving (a fresh interpreter that imports
+#: kvikpy: seconds when idle, far more on a machine busy with other test processes).
+_START_TIMEOUT_S = 120.0
+
+
+def _first_address(queue: Any, process: Any, timeout: float) -> tuple[str, int]:
+    """The address the server process reports, or an error as soon as that process dies
+    (an exception in it goes to stderr) or ``timeout`` seconds pass, rather than a bare
+    ``queue.Empty`` after the whole wait."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            ip, port = queue.get(timeout=0.2)
+            return str(ip), int(port)
+        except Empty:
+            pass
+        if not process.is_alive():
+            raise RuntimeError(
+                f"LocalHttpServer: the server process exited with code {process.exitcode} "
+                f"before it served (its error, if any, is on standard error above)"
+            )
+        if time.monotonic() > deadline:
+            process.kill()
+            raise TimeoutError(
+                f"LocalHttpServer: the server process did not start serving within "
+                f"{timeout:g} s; the machine may be overloaded"
+            )
+
+
 class LocalHttpServer:
     """A local HTTP server in its own process, serving a directory on 127.0.0.1 (kvikio's
     ``kvikio.utils.LocalHttpServer``; slow, but enough for tests and examples).
@@ -205,7 +235,7 @@ class LocalHttpServer:
             target=_serve, args=(queue, handler, options, self.max_lifetime), daemon=True
         )
         self.process.start()
-        ip, port = queue.get(timeout=60)
+        ip, port = _first_address(queue, self.process, _START_TIMEOUT_S)
         self.ip: str = ip
         self.port: int = port
         self.url = f"http://{ip}:{port}"

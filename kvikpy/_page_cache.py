@@ -6,7 +6,7 @@ Benchmarks of cold reads call :func:`drop_file_page_cache` before each run."""
 from __future__ import annotations
 
 import os
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import TypeAlias
 
 from kvikpy import _lib, _paths
 from kvikpy.errors import FileTypeError
@@ -21,14 +21,9 @@ __all__ = [
 ]
 
 
-@runtime_checkable
-class _HasFileno(Protocol):
-    def fileno(self) -> int: ...
-
-
 #: What the page-cache functions take as ``file``: a path, a file descriptor, or an open
 #: file object (anything with ``fileno()``).
-FileArgument: TypeAlias = "_paths.StrPath | int | _HasFileno"
+FileArgument: TypeAlias = "_paths.StrPath | int | _paths.HasFileno"
 
 
 def _file(file: FileArgument) -> str | int:
@@ -37,7 +32,7 @@ def _file(file: FileArgument) -> str | int:
         return _paths.fspath(file)
     if isinstance(file, int):
         return file
-    if isinstance(file, _HasFileno):
+    if _paths.has_fileno(file):
         return file.fileno()
     raise FileTypeError(
         f"file must be a path (str, bytes or os.PathLike), a file descriptor (int) or an "

@@ -13,10 +13,28 @@
 from __future__ import annotations
 
 import os
-from typing import TypeAlias
+from typing import Protocol, TypeAlias, TypeGuard
 
 #: Every spelling of a path that Python's ``open`` accepts.
 StrPath: TypeAlias = "str | bytes | os.PathLike[str] | os.PathLike[bytes]"
+
+
+class HasFileno(Protocol):
+    """An open file object backed by an operating-system file: anything with
+    ``fileno()`` (``open(...)``, ``tempfile.TemporaryFile()``...)."""
+
+    def fileno(self) -> int: ...
+
+
+def has_fileno(obj: object) -> TypeGuard[HasFileno]:
+    """Whether ``obj`` is an open file object (it has a callable ``fileno``).
+
+    Looked up as an attribute rather than with ``isinstance`` against a runtime-checkable
+    protocol: from Python 3.12 that ``isinstance`` sees only attributes defined on the
+    class, so wrappers that forward ``fileno`` through ``__getattr__`` (the object of
+    ``tempfile.NamedTemporaryFile``) would not count as files."""
+    return callable(getattr(obj, "fileno", None))
+
 
 _PIECE = 1 << 20
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -18,12 +18,9 @@ from kvikpy.errors import FileTypeError, UnsupportedOperationError
 __all__ = ["FileLike", "LikeWrapper", "fromfile", "tofile"]
 
 
-@runtime_checkable
-class FileLike(Protocol):
-    """An open file object backed by an operating-system file: anything with ``fileno()``
-    (``open(...)``, ``tempfile.TemporaryFile()``...)."""
-
-    def fileno(self) -> int: ...
+#: An open file object backed by an operating-system file: anything with ``fileno()``
+#: (``open(...)``, ``tempfile.TemporaryFile()``, ``tempfile.NamedTemporaryFile()``...).
+FileLike: TypeAlias = _paths.HasFileno
 
 
 #: What :func:`fromfile` and :func:`tofile` take as ``file``.
@@ -84,7 +81,7 @@ def _opened(file: File, mode: OpenMode) -> tuple[CuFile, FileLike | None, int]:
     deleted) after its buffered data is flushed."""
     if _is_path(file):
         return CuFile(file, mode), None, 0  # type: ignore[arg-type]  # narrowed by _is_path
-    if isinstance(file, FileLike):
+    if _paths.has_fileno(file):
         # The reopened descriptor could read or write what the object itself may not.
         allowed = getattr(file, "readable" if mode == "r" else "writable", None)
         if callable(allowed) and not allowed():

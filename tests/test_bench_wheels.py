@@ -20,8 +20,11 @@ import kvikpy
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = Path(kvikpy.__file__).resolve().parent
+# Appended, not put first: the interpreters this session spawns inherit its sys.path,
+# and the checkout first would make them import the source tree's kvikpy (which has no
+# built extension where the tests run against an installed wheel) instead of that wheel.
 if str(REPO) not in sys.path:  # `python -m pytest` from the checkout has it already
-    sys.path.insert(0, str(REPO))
+    sys.path.append(str(REPO))
 
 from benchmarks import wheels  # noqa: E402
 

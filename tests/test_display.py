@@ -70,7 +70,8 @@ def test_iofuture_html_pending_done_and_failed(tmp_path, slow_read):
 
 
 def test_defaults_html_lists_every_setting_with_value_and_variable():
-    from IPython.core.formatters import HTMLFormatter
+    formatters = pytest.importorskip("IPython.core.formatters")  # make test installs it
+    HTMLFormatter = formatters.HTMLFormatter
 
     with kvikpy.defaults.set({"task_size": 1 << 20, "num_threads": 3}):
         table = HTMLFormatter()(kvikpy.defaults)  # what a notebook shows for the module

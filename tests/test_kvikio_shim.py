@@ -8,6 +8,7 @@ shim's finder never enters this test process.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pkgutil
@@ -23,10 +24,24 @@ import kvikpy
 SHIM = Path(__file__).resolve().parent / "kvikio_shim"
 
 
+def importable(name: str) -> bool:
+    """Whether ``name`` imports here: the optional extras' modules (``kvikpy.zarr``,
+    ``kvikpy.dask``) raise ``ImportError`` where their extra is not installed, as they
+    must, and then have nothing for the shim to alias."""
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
 def kvikpy_modules() -> list[str]:
-    """Every module of the kvikpy package, public and private, as ``kvikpy.X``."""
+    """Every module of the kvikpy package that imports here, public and private, as
+    ``kvikpy.X``."""
     return sorted(
-        f"kvikpy.{m.name}" for m in pkgutil.iter_modules(kvikpy.__path__) if m.name != "__main__"
+        f"kvikpy.{m.name}"
+        for m in pkgutil.iter_modules(kvikpy.__path__)
+        if m.name != "__main__" and importable(f"kvikpy.{m.name}")
     )
 
 

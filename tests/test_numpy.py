@@ -177,6 +177,18 @@ def test_fromfile_takes_any_object_with_fileno(data_file):
         assert knp.fromfile(tmp, dtype="u1").tobytes() == data_file.read_bytes()
 
 
+def test_fromfile_takes_a_wrapper_that_forwards_fileno(data_file):
+    # NamedTemporaryFile's object forwards fileno() through __getattr__: from Python
+    # 3.12 an isinstance check against a runtime-checkable protocol does not see it.
+    import tempfile
+
+    with tempfile.NamedTemporaryFile() as tmp:
+        assert "fileno" not in type(tmp).__dict__
+        tmp.write(data_file.read_bytes())
+        tmp.seek(0)
+        assert knp.fromfile(tmp, dtype="u1").tobytes() == data_file.read_bytes()
+
+
 def test_fromfile_sees_what_a_file_object_has_not_flushed_yet(tmp_path):
     path = tmp_path / "pending.bin"
     with open(path, "w+b") as fh:

@@ -26,6 +26,8 @@ from kvikpy.errors import FileTypeError, NegativeValueError
 
 PAGE = os.sysconf("SC_PAGESIZE")
 ROOT = Path(__file__).resolve().parent.parent
+#: The folder this run imports kvikpy from.
+KVIKPY_HOME = str(Path(kvikpy.__file__).resolve().parent.parent)
 
 
 def read_whole(path: Path) -> None:
@@ -289,7 +291,9 @@ def test_without_permission_dropping_the_system_cache_returns_false():
         text=True,
         timeout=60,
         cwd="/",
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        # This run's kvikpy first, so the child imports the same build (an installed
+        # wheel on the GPU machine, not a source tree that happens to be on sys.path).
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([KVIKPY_HOME, *sys.path])},
     )
     if done.returncode != 0 and "Permission denied" in done.stderr and "import" in done.stderr:
         pytest.skip(f"user nobody cannot import this build of kvikpy: {done.stderr[-300:]}")

@@ -5,7 +5,10 @@ and the http_* settings."""
 
 from __future__ import annotations
 
+import multiprocessing
 import pickle
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +18,12 @@ from remote_servers import Counter, CountingRangeHandler, serve
 
 import kvikpy
 from kvikpy import RemoteEndpointType, RemoteFile, defaults
-from kvikpy._http_server import QuietRequestHandler, RangeRequestHandler, parse_range
+from kvikpy._http_server import (
+    QuietRequestHandler,
+    RangeRequestHandler,
+    _first_address,
+    parse_range,
+)
 from kvikpy.errors import NegativeValueError, RemoteRangeError, RemoteUrlError
 from kvikpy.utils import LocalHttpServer
 
@@ -287,3 +295,28 @@ def test_http_settings_follow_kvikio():
             defaults.set("http_status_codes", bad)
     with pytest.raises(ValueError, match="at most 32"):
         defaults.set("http_status_codes", list(range(400, 440)))
+
+
+def test_local_http_server_reports_a_server_process_that_dies_before_serving():
+    # A real spawned process that exits at once with status 3, never reporting an
+    # address: the wait ends as soon as it is gone, naming its exit code, instead of a
+    # bare queue.Empty after the whole timeout.
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=sys.exit, args=(3,), daemon=True)
+    process.start()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="exited with code 3 before it served"):
+        _first_address(queue, process, timeout=60)
+    assert time.monotonic() - started < 30
+
+
+def test_local_http_server_wait_is_bounded_for_a_process_that_never_serves():
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=time.sleep, args=(60,), daemon=True)
+    process.start()
+    with pytest.raises(TimeoutError, match=r"did not start serving within 0\.5 s"):
+        _first_address(queue, process, timeout=0.5)
+    process.join(timeout=10)
+    assert not process.is_alive(), "the stuck server process is killed"
