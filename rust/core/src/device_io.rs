@@ -27,14 +27,20 @@ const MIN_CHUNK_MANY_THREADS: usize = 4 << 20;
 /// From this many threads on, chunks are at least `MIN_CHUNK_MANY_THREADS`.
 const MANY_THREADS: usize = 4;
 
-fn chunk_size(len: usize, settings: &Settings) -> usize {
+/// The piece of a `len`-byte transfer that one ring slot carries, at least the source's
+/// `min_device_chunk` and at most one bounce buffer.
+fn chunk_size(len: usize, settings: &Settings, source_min: usize) -> usize {
     let wanted = align_up(len.div_ceil(CHUNKS_PER_TASK) as u64, DIRECT_IO_ALIGNMENT) as usize;
     let floor = if settings.num_threads >= MANY_THREADS {
         MIN_CHUNK_MANY_THREADS
     } else {
         MIN_CHUNK_FEW_THREADS
     };
-    wanted.max(floor).min(staging_capacity(settings)).max(1)
+    wanted
+        .max(floor)
+        .max(source_min)
+        .min(staging_capacity(settings))
+        .max(1)
 }
 
 /// Move `span.len()` bytes between `source` at `offset` and device memory, in the calling
@@ -85,7 +91,7 @@ pub fn via_ring(
     if span.len == 0 {
         return Ok(0);
     }
-    let chunk = chunk_size(span.len, settings);
+    let chunk = chunk_size(span.len, settings, source.min_device_chunk());
     let slots = if span.len > chunk { MAX_SLOTS } else { 1 };
     let mut ring = Ring::pinned(lane, slots, settings)?;
     let pipeline = Pipeline {
@@ -319,4 +325,39 @@ pub fn submit_stream_ordered(
     let (future, reporter) = IoFuture::single(keepalive);
     pool.spawn(move || reporter.report(run_caught(job)));
     Ok(future)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_task_is_cut_into_pieces_unless_the_source_asks_for_whole_ones() {
+        let settings = Settings {
+            num_threads: 1,
+            ..Settings::default()
+        };
+        assert_eq!(chunk_size(4 << 20, &settings, 0), 1 << 20);
+        assert!(chunk_size(4 << 20, &settings, usize::MAX) >= 4 << 20);
+        assert_eq!(
+            chunk_size(1 << 30, &settings, usize::MAX),
+            staging_capacity(&settings)
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn a_chunk_fits_a_bounce_buffer_and_honours_the_source(
+            len in 1usize..(1 << 32),
+            threads in 1usize..64,
+            source_min in prop_oneof![Just(0usize), Just(usize::MAX), 0usize..(64 << 20)],
+        ) {
+            let settings = Settings { num_threads: threads, ..Settings::default() };
+            let chunk = chunk_size(len, &settings, source_min);
+            let capacity = staging_capacity(&settings);
+            prop_assert!(chunk >= 1 && chunk <= capacity);
+            prop_assert!(chunk >= source_min.min(capacity));
+        }
+    }
 }

@@ -94,6 +94,14 @@ pub trait Source: Send + Sync + Debug {
         false
     }
 
+    /// The smallest piece a device pipeline should ask of the source in one host read
+    /// (0: the pipeline's own rule). A remote source answers each read with an HTTP
+    /// request, whose round trip costs more than cutting a task into pieces to overlap
+    /// them with their DMAs gains.
+    fn min_device_chunk(&self) -> usize {
+        0
+    }
+
     /// Move the start of a device transfer without the bounce ring, where the source can
     /// (GPUDirect Storage, or DMA straight from cached pages); `lane` is the calling
     /// thread's stream on the span's device, its context current.
