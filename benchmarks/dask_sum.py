@@ -77,13 +77,17 @@ def main() -> None:
     expected = write_ints(path, args.size_mib << 20)
     warm_page_cache(path)
     items, chunk = (args.size_mib << 20) // 4, (args.chunk_mib << 20) // 4
-    counts = [1, gpus] if gpus >= 2 else [1, 2]
+    # One worker per GPU: all GPUs against one; one GPU alone where there is only one;
+    # without GPUs, 1 and 2 CPU workers (a check of the harness).
+    counts = [1, gpus] if gpus >= 2 else [1] if gpus == 1 else [1, 2]
     results: dict[str, object] = {"gpus": gpus, "file_bytes": items * 4}
+    rates = []
     for workers in counts:
         rate = timed_sum(path, items, chunk, workers, gpus > 0, args.runs, expected)
         results[f"{workers}_{'gpu' if gpus else 'cpu'}_workers_GBps"] = rate
-    first, last = (results[k] for k in list(results)[-2:])
-    results["scaling"] = float(last) / float(first)  # type: ignore[arg-type]
+        rates.append(rate)
+    if len(rates) == 2:
+        results["scaling"] = rates[1] / rates[0]
     print(json.dumps(results, indent=1))
     if args.out:
         with open(args.out, "w") as fh:

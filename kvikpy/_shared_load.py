@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvikpy.batch import read_ranges
+from kvikpy.cufile import CuFile
 
-__all__ = ["Needs", "TensorSpan", "load_shared", "plan", "read_spans"]
+__all__ = ["Needs", "ShareRead", "TensorSpan", "load_shared", "plan", "read_spans", "share_reads"]
 
 # Each shared tensor starts at a multiple of this in the packed buffer: every dtype's item
 # size divides it, so every tensor is a view without a copy.
@@ -84,6 +85,71 @@ def plan(
     private = [t for t, who in zip(tensors, needers, strict=True) if len(who) == 1 and rank in who]
     wanted = [t.name for t, who in zip(tensors, needers, strict=True) if rank in who]
     return Plan(rank, world_size, share, packed, mine, private, wanted)
+
+
+@dataclass(frozen=True)
+class ShareRead:
+    """One read of this rank's share: ``length`` bytes of ``path`` at ``file_offset``
+    into the share at ``at``."""
+
+    path: str
+    file_offset: int
+    at: int
+    length: int
+
+
+def share_reads(p: Plan) -> list[ShareRead]:
+    """The reads that fill this rank's share of the packed buffer straight from the
+    files, pieces that follow each other both in a file and in the share merged into one
+    read (in a checkpoint of large tensors that is about one read per file)."""
+    base = p.rank * p.share
+    out: list[ShareRead] = []
+    for t, within, length in p.my_share:
+        offset, at = t.offset + within, p.packed[t.name] + within - base
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and last.path == t.path
+            and last.file_offset + last.length == offset
+            and last.at + last.length == at
+        ):
+            out[-1] = ShareRead(t.path, last.file_offset, last.at, last.length + length)
+        else:
+            out.append(ShareRead(t.path, offset, at, length))
+    return out
+
+
+def read_share(mine: Any, reads: Sequence[ShareRead]) -> None:
+    """Run ``reads`` into ``mine`` (this rank's share, a flat uint8 tensor) at once on
+    kvikpy's pool, each straight into its place (no staging batch, no device copy);
+    every read is waited for before the first error is raised."""
+    files: dict[str, CuFile] = {}
+    try:
+        futures = []
+        for r in reads:
+            f = files.get(r.path)
+            if f is None:
+                f = files[r.path] = CuFile(r.path, "r")
+            futures.append((r, f.pread(mine[r.at : r.at + r.length], r.length, r.file_offset)))
+        errors: list[BaseException] = []
+        for r, future in futures:
+            try:
+                got = future.get()
+            except BaseException as e:  # wait for every read before raising
+                errors.append(e)
+                continue
+            if got != r.length:
+                errors.append(
+                    EOFError(
+                        f"{r.path}: {r.length} bytes at offset {r.file_offset} were asked "
+                        f"for and only {got} read; the file is shorter than its header says"
+                    )
+                )
+        if errors:
+            raise errors[0]
+    finally:
+        for f in files.values():
+            f.close()
 
 
 def needers_of(
@@ -194,11 +260,7 @@ def load_shared(
         torch_device = _torch_device(device)
         packed = torch.empty(p.share * world_size, dtype=torch.uint8, device=torch_device)
         mine = packed[rank * p.share : (rank + 1) * p.share]
-        for (t, within, length), (whole, start) in zip(
-            p.my_share, read_spans(p.my_share, device), strict=True
-        ):
-            at = p.packed[t.name] + within - rank * p.share
-            mine[at : at + length].copy_(whole[start : start + length])
+        read_share(mine, share_reads(p))
         _all_gather(packed, mine, world_size, group)
         sizes = {t.name: t.size for t in tensors}
         for name, at in p.packed.items():

@@ -1,15 +1,20 @@
 """The plan of a checkpoint read once for many ranks (kvikpy._shared_load.plan): every
-byte a rank needs reaches it, and every byte leaves storage once across the group."""
+byte a rank needs reaches it, and every byte leaves storage once across the group; a
+rank's share is filled straight from the files by few merged reads (share_reads,
+read_share), here into host memory with real files."""
 
 from __future__ import annotations
 
 import itertools
+import os
+from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvikpy._shared_load import TensorSpan, needers_of, plan
+from kvikpy._shared_load import TensorSpan, needers_of, plan, read_share, share_reads
 
 
 @st.composite
@@ -93,3 +98,82 @@ def test_mapping_needers_are_checked() -> None:
         needers_of(names, {0: ["c"]}, 0, 3, None)
     with pytest.raises(TypeError, match="mapping from rank"):
         needers_of(names, ["a"], 0, 3, None)  # type: ignore[arg-type]
+
+
+def file_byte(path: str, offset: int) -> int:
+    """A byte of an imaginary file, different at every offset and in every file."""
+    return (offset * 7 + sum(path.encode()) * 13) % 251
+
+
+@settings(max_examples=300, deadline=None)
+@given(checkpoints())
+def test_share_reads_fill_the_share_as_the_pieces_do_with_fewest_reads(
+    case: tuple[list[TensorSpan], list[set[int]], int],
+) -> None:
+    tensors, needers, world = case
+    for r in range(world):
+        p = plan(tensors, needers, r, world)
+        expected = [-1] * p.share
+        for t, within, length in p.my_share:
+            at = p.packed[t.name] + within - r * p.share
+            for k in range(length):
+                expected[at + k] = file_byte(t.path, t.offset + within + k)
+        got = [-1] * p.share
+        reads = share_reads(p)
+        for read in reads:
+            assert read.length > 0 and read.at >= 0 and read.at + read.length <= p.share
+            for k in range(read.length):
+                assert got[read.at + k] == -1, "two reads write one byte"
+                got[read.at + k] = file_byte(read.path, read.file_offset + k)
+        assert got == expected
+        for a, b in itertools.pairwise(reads):
+            mergeable = (
+                a.path == b.path
+                and a.file_offset + a.length == b.file_offset
+                and a.at + a.length == b.at
+            )
+            assert not mergeable, (a, b)
+
+
+def test_adjacent_tensors_of_one_file_are_one_read() -> None:
+    # Sizes that keep the 64-byte packing contiguous: each rank's share of each file is
+    # one read.
+    tensors = [TensorSpan(f"t{i}", f"f{i // 4}", 8 + 640 * (i % 4), 640) for i in range(8)]
+    p = plan(tensors, [{0, 1}] * 8, 1, 2)
+    assert [(r.path, r.file_offset, r.at, r.length) for r in share_reads(p)] == [("f1", 8, 0, 2560)]
+
+
+def write_shards(folder: Path, sizes: list[int]) -> tuple[list[TensorSpan], dict[str, bytes]]:
+    contents: dict[str, bytes] = {}
+    tensors = []
+    for f in range(2):
+        path = str(folder / f"shard{f}.bin")
+        data = os.urandom(sum(sizes) + 16)
+        contents[path] = data
+        offset = 16  # a header's worth of bytes before the tensors
+        for i, size in enumerate(sizes):
+            tensors.append(TensorSpan(f"s{f}t{i}", path, offset, size))
+            offset += size
+        Path(path).write_bytes(data)
+    return tensors, contents
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_read_share_reads_the_files_into_place(tmp_path: Path, world: int) -> None:
+    tensors, contents = write_shards(tmp_path, [1000, 64, 4096, 3, 70_000])
+    for r in range(world):
+        p = plan(tensors, [set(range(world))] * len(tensors), r, world)
+        mine = np.zeros(p.share, dtype=np.uint8)
+        read_share(mine, share_reads(p))
+        for t, within, length in p.my_share:
+            at = p.packed[t.name] + within - r * p.share
+            want = contents[t.path][t.offset + within : t.offset + within + length]
+            assert mine[at : at + length].tobytes() == want
+
+
+def test_read_share_of_a_file_shorter_than_planned_raises(tmp_path: Path) -> None:
+    tensors, _ = write_shards(tmp_path, [4096, 4096])
+    p = plan(tensors, [{0, 1}] * 4, 1, 2)  # rank 1 reads the end of the second file
+    os.truncate(tensors[-1].path, tensors[-1].offset + 100)
+    with pytest.raises(EOFError, match="the file is shorter than its header says"):
+        read_share(np.zeros(p.share, dtype=np.uint8), share_reads(p))
