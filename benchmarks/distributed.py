@@ -124,7 +124,10 @@ def run_job(lib: str, args: argparse.Namespace, shards: list[str], out: str) -> 
         env=dict(os.environ, KVIKIO_COMPAT_MODE="ON", OMP_NUM_THREADS="1"),
     )  # fmt: skip
     if done.returncode:
-        raise RuntimeError(f"{lib}: {done.stderr[-3000:]}")
+        # torchrun's own report ends stderr; the rank's traceback, the cause, comes first.
+        first = done.stderr.find("Traceback (most recent call last)")
+        cause = done.stderr[first : first + 2500] if first >= 0 else done.stderr[-2500:]
+        raise RuntimeError(f"{lib}: exit status {done.returncode}; {cause}")
     results = []
     for rank in range(args.ranks):
         with open(f"{out}.{rank}") as fh:
@@ -159,7 +162,7 @@ def main() -> None:
         try:
             ranks = run_job(lib, args, shards, os.path.join(folder, f"{lib}.json"))
         except (RuntimeError, subprocess.TimeoutExpired) as e:
-            row["failed"][lib] = str(e)[-1500:]  # a peer that fails is reported, not fatal
+            row["failed"][lib] = str(e)[:3000]  # a peer that fails is reported, not fatal
             if lib == "kvikpy":
                 raise
             continue
