@@ -23,10 +23,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvikpy.batch import read_ranges
 from kvikpy.cufile import CuFile
 
-__all__ = ["Needs", "ShareRead", "TensorSpan", "load_shared", "plan", "read_spans", "share_reads"]
+__all__ = [
+    "Needs",
+    "ShareRead",
+    "TensorSpan",
+    "load_shared",
+    "merged",
+    "pack",
+    "plan",
+    "read_spans",
+    "share_reads",
+]
 
 # Each shared tensor starts at a multiple of this in the packed buffer: every dtype's item
 # size divides it, so every tensor is a view without a copy.
@@ -103,26 +112,19 @@ def share_reads(p: Plan) -> list[ShareRead]:
     files, pieces that follow each other both in a file and in the share merged into one
     read (in a checkpoint of large tensors that is about one read per file)."""
     base = p.rank * p.share
-    out: list[ShareRead] = []
-    for t, within, length in p.my_share:
-        offset, at = t.offset + within, p.packed[t.name] + within - base
-        last = out[-1] if out else None
-        if (
-            last is not None
-            and last.path == t.path
-            and last.file_offset + last.length == offset
-            and last.at + last.length == at
-        ):
-            out[-1] = ShareRead(t.path, last.file_offset, last.at, last.length + length)
-        else:
-            out.append(ShareRead(t.path, offset, at, length))
-    return out
+    return merged(
+        [
+            ShareRead(t.path, t.offset + within, p.packed[t.name] + within - base, length)
+            for t, within, length in p.my_share
+        ]
+    )
 
 
-def read_share(mine: Any, reads: Sequence[ShareRead]) -> None:
-    """Run ``reads`` into ``mine`` (this rank's share, a flat uint8 tensor) at once on
-    kvikpy's pool, each straight into its place (no staging batch, no device copy);
-    every read is waited for before the first error is raised."""
+def read_into(dest: Any, reads: Sequence[ShareRead]) -> None:
+    """Run ``reads`` into ``dest`` (a flat uint8 buffer: this rank's share, or the
+    buffer of the tensors read alone) at once on kvikpy's pool, each straight into its
+    place (no staging buffer, no device copy); every read is waited for before the first
+    error is raised."""
     files: dict[str, CuFile] = {}
     try:
         futures = []
@@ -130,7 +132,7 @@ def read_share(mine: Any, reads: Sequence[ShareRead]) -> None:
             f = files.get(r.path)
             if f is None:
                 f = files[r.path] = CuFile(r.path, "r")
-            futures.append((r, f.pread(mine[r.at : r.at + r.length], r.length, r.file_offset)))
+            futures.append((r, f.pread(dest[r.at : r.at + r.length], r.length, r.file_offset)))
         errors: list[BaseException] = []
         for r, future in futures:
             try:
@@ -194,26 +196,54 @@ def needers_of(
     return who
 
 
+def pack(pieces: Sequence[tuple[TensorSpan, int, int]]) -> tuple[list[int], list[ShareRead], int]:
+    """Lay ``(tensor, offset in it, length)`` pieces end to end, each at a 64-byte
+    boundary: each piece's place, the merged reads that fill them, and the bytes in all."""
+    places: list[int] = []
+    reads: list[ShareRead] = []
+    end = 0
+    for t, within, length in pieces:
+        end = -(-end // _PACK_ALIGN) * _PACK_ALIGN
+        places.append(end)
+        if length:
+            reads.append(ShareRead(t.path, t.offset + within, end, length))
+        end += length
+    return places, merged(reads), end
+
+
+def merged(reads: Sequence[ShareRead]) -> list[ShareRead]:
+    """``reads`` with each run of reads that follow each other both in one file and in
+    the destination made one read."""
+    out: list[ShareRead] = []
+    for r in reads:
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and last.path == r.path
+            and last.file_offset + last.length == r.file_offset
+            and last.at + last.length == r.at
+        ):
+            out[-1] = ShareRead(r.path, last.file_offset, last.at, last.length + r.length)
+        else:
+            out.append(r)
+    return out
+
+
 def read_spans(
     spans: Sequence[tuple[TensorSpan, int, int]], device: str | int
 ) -> list[tuple[Any, int]]:
-    """Read ``(tensor, offset in it, length)`` pieces with one batch read per file.
+    """Read ``(tensor, offset in it, length)`` pieces into one new buffer on ``device``,
+    with the merged reads of :func:`pack` all at once on the pool (a checkpoint's
+    adjacent tensors cost one read per file, as a whole-file read would).
 
-    Returns, per piece in order, ``(torch uint8 tensor of the batch, start in it)``.
+    Returns, per piece in order, ``(torch uint8 tensor of all pieces, start in it)``.
     """
     import torch  # type: ignore[import-not-found, unused-ignore]
 
-    by_path: dict[str, list[int]] = {}
-    for k, (t, _, _) in enumerate(spans):
-        by_path.setdefault(t.path, []).append(k)
-    out: list[tuple[Any, int]] = [(None, 0)] * len(spans)
-    for path, ks in by_path.items():
-        ranges = [(spans[k][0].offset + spans[k][1], spans[k][2]) for k in ks]
-        batch = read_ranges(path, ranges, device=device)
-        whole = torch.from_dlpack(batch.buffer)
-        for k, start in zip(ks, batch.offsets[:-1].tolist(), strict=True):
-            out[k] = (whole, int(start))
-    return out
+    places, reads, total = pack(spans)
+    whole = torch.empty(total, dtype=torch.uint8, device=_torch_device(device))
+    read_into(whole, reads)
+    return [(whole, at) for at in places]
 
 
 def load_shared(
@@ -260,7 +290,7 @@ def load_shared(
         torch_device = _torch_device(device)
         packed = torch.empty(p.share * world_size, dtype=torch.uint8, device=torch_device)
         mine = packed[rank * p.share : (rank + 1) * p.share]
-        read_share(mine, share_reads(p))
+        read_into(mine, share_reads(p))
         _all_gather(packed, mine, world_size, group)
         sizes = {t.name: t.size for t in tensors}
         for name, at in p.packed.items():

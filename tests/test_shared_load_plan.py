@@ -1,7 +1,7 @@
 """The plan of a checkpoint read once for many ranks (kvikpy._shared_load.plan): every
 byte a rank needs reaches it, and every byte leaves storage once across the group; a
 rank's share is filled straight from the files by few merged reads (share_reads,
-read_share), here into host memory with real files."""
+read_into), here into host memory with real files."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvikpy._shared_load import TensorSpan, needers_of, plan, read_share, share_reads
+from kvikpy._shared_load import TensorSpan, needers_of, pack, plan, read_into, share_reads
 
 
 @st.composite
@@ -164,7 +164,7 @@ def test_read_share_reads_the_files_into_place(tmp_path: Path, world: int) -> No
     for r in range(world):
         p = plan(tensors, [set(range(world))] * len(tensors), r, world)
         mine = np.zeros(p.share, dtype=np.uint8)
-        read_share(mine, share_reads(p))
+        read_into(mine, share_reads(p))
         for t, within, length in p.my_share:
             at = p.packed[t.name] + within - r * p.share
             want = contents[t.path][t.offset + within : t.offset + within + length]
@@ -176,4 +176,29 @@ def test_read_share_of_a_file_shorter_than_planned_raises(tmp_path: Path) -> Non
     p = plan(tensors, [{0, 1}] * 4, 1, 2)  # rank 1 reads the end of the second file
     os.truncate(tensors[-1].path, tensors[-1].offset + 100)
     with pytest.raises(EOFError, match="the file is shorter than its header says"):
-        read_share(np.zeros(p.share, dtype=np.uint8), share_reads(p))
+        read_into(np.zeros(p.share, dtype=np.uint8), share_reads(p))
+
+
+@settings(max_examples=200, deadline=None)
+@given(checkpoints(), st.randoms(use_true_random=False))
+def test_pack_places_every_piece_and_its_reads_fill_exactly_them(
+    case: tuple[list[TensorSpan], list[set[int]], int], rnd
+) -> None:
+    tensors, _, _ = case
+    pieces = []
+    for t in tensors:
+        within = rnd.randint(0, t.size)
+        pieces.append((t, within, rnd.randint(0, t.size - within)))
+    places, reads, total = pack(pieces)
+    expected = [-1] * total
+    for (t, within, length), at in zip(pieces, places, strict=True):
+        assert at % 64 == 0
+        for k in range(length):
+            expected[at + k] = file_byte(t.path, t.offset + within + k)
+    got = [-1] * total
+    for read in reads:
+        for k in range(read.length):
+            assert got[read.at + k] == -1, "two reads write one byte"
+            got[read.at + k] = file_byte(read.path, read.file_offset + k)
+    assert got == expected
+    assert len(reads) <= sum(1 for _, _, n in pieces if n)
