@@ -26,7 +26,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 .PHONY: demo test docs lint fmt develop rust-test stubtest typecheck py-test wheel wheels \
         gpu-wheel gpu-test gpu-bench gpu-bench-wheels gpu-notebooks nb-wheels clean check-rust \
         notebooks bench-engine kvikio-tests-fetch kvikio-tests gpu-kvikio-tests cufile-standin \
-        zarr-wheels dask-wheels
+        zarr-wheels dask-wheels remote-wheels
 
 # The demo needs only numpy and a build of kvikpy: its own small environment, with the
 # same pinned numpy and maturin as the development one.
@@ -208,14 +208,27 @@ zarr-wheels:
 
 # kvikpy.dask on the GPU machine (no network there): `make dask-wheels` downloads dask,
 # distributed, dask-cuda (one worker per GPU) and what they import that the machine lacks,
-# for Python 3.12, into .dwhl/ (git-ignored, about 16 MB); carry it with .gpu/, and
+# for Python 3.12, into .dwhl/ (git-ignored, about 4 MB); carry it with .gpu/, and
 # `make gpu-test` installs it when present (tests/test_dask.py and its GPU cases then run).
+# pandas is left out: the GPU machine has it, and dask-cuda runs with that one (12 MB
+# less to carry, so .dwhl/ fits beside .zwhl/ and .gpu/).
 DASK_WHEELS = $(shell grep -E '^(dask|distributed)==' requirements-dev.txt) dask-cuda==26.10.0 \
 	nvidia-ml-py click cloudpickle fsspec partd toolz locket msgpack sortedcontainers tblib \
-	tornado zict psutil pandas
+	tornado zict psutil
 dask-wheels:
 	rm -rf .dwhl && $(GPU_WHEEL_DOWNLOAD) -d .dwhl $(DASK_WHEELS)
 	du -sh .dwhl
+
+# kvikio's test_s3_io.py on the GPU machine needs boto3 and moto's server: `make
+# remote-wheels` downloads them and what they import that the machine lacks (about
+# 31 MB) into .rwhl/ (git-ignored); carry it and install it beside the kvikpy wheel.
+REMOTE_WHEELS = $(shell grep -E '^(moto\[server\]|boto3)==' requirements-dev.txt | sed 's/\[server\]//') \
+	botocore s3transfer jmespath python-dateutil==2.9.0.post0 six urllib3 werkzeug markupsafe xmltodict \
+	responses requests idna certifi charset-normalizer cryptography cffi pycparser jinja2 \
+	pyyaml flask flask-cors blinker itsdangerous click py-partiql-parser
+remote-wheels:
+	rm -rf .rwhl && $(GPU_WHEEL_DOWNLOAD) -d .rwhl $(REMOTE_WHEELS)
+	du -sh .rwhl
 
 gpu-notebooks:
 	$(GPU_INSTALL) .gpu/*.whl .nbwhl/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .zwhl/*.whl) \
