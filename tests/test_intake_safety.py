@@ -445,3 +445,47 @@ def test_a_buffer_claiming_more_than_an_address_space_is_refused(data_file, entr
     with pytest.raises(ValueError, match="reaches past the largest address any process can have"):
         ENTRY_POINTS[entry](data_file, buf)
     assert data_file.read_bytes() == before
+
+
+# --- which interface is used ------------------------------------------------------------
+
+
+class BothInterfaces:
+    """A CUDA array interface over the arena plus a ``__dlpack__`` that records the stream
+    it is asked to order its work before, then fails."""
+
+    def __init__(self, interface: dict[str, Any]) -> None:
+        self.__cuda_array_interface__ = interface
+        self.asked: list[Any] = []
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        self.asked.append(kwargs.get("stream"))
+        raise ProducerError("this __dlpack__ only records its stream")
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, 0)
+
+
+def test_an_interface_without_a_stream_key_defers_to_dlpack_on_the_legacy_stream(data_file):
+    # torch's interface (version 2) names no stream: its pending kernels are waited for
+    # through DLPack, asked to order them before the legacy default stream (1).
+    v2 = BothInterfaces(
+        {"data": (ARENA_PTR, False), "shape": (16,), "typestr": "|u1", "version": 2}
+    )
+    with kvikpy.CuFile(data_file) as f, pytest.raises(ProducerError):
+        f.read(v2)
+    assert v2.asked == [1]
+
+
+def test_an_interface_whose_stream_is_none_is_taken_at_its_word(data_file):
+    v3 = BothInterfaces(
+        {"data": (ARENA_PTR, False), "shape": (16,), "typestr": "|u1", "version": 3, "stream": None}
+    )
+    with kvikpy.CuFile(data_file) as f:
+        if kvikpy.cuda_available():
+            assert f.read(v3) == 16  # the arena is host memory: the driver routes it there
+            assert ARENA_ARRAY[:16].tobytes() == data_file.read_bytes()[:16]
+        else:  # the interface was used: its pointer needs the driver to be routed
+            with pytest.raises(kvikpy.errors.CudaUnavailableError):
+                f.read(v3)
+    assert v3.asked == []

@@ -13,7 +13,7 @@ use crate::blocking::without_gil;
 use crate::buffer::{mark_ready, Buffer};
 use crate::errors::{BindError, BindResult};
 use crate::future::{Future, StreamFuture};
-use crate::intake::{file_offset, intake, Access};
+use crate::intake::{file_offset, intake, intake_with, Access, Pending};
 
 /// An open file (the private handle behind `kvikpy.CuFile`).
 #[pyclass(module = "kvikpy._lib", frozen)]
@@ -107,10 +107,14 @@ impl FileHandle {
             Direction::Read => Access::Fill,
             Direction::Write => Access::Drain,
         };
+        let pending = match call.completion {
+            Completion::StreamOrdered(stream) => Pending::InStreamOrder(stream.as_raw()),
+            _ => Pending::Wait,
+        };
         let taken = match call.raw {
             Some(raw) => {
                 self.inner.get().map_err(BindError::Engine)?; // a closed file first
-                let taken = intake(buf, access)?;
+                let taken = intake_with(buf, access, pending)?;
                 taken.device_only(raw.method, raw.alternative)?;
                 taken.select(raw.dev_offset, call.size, "dev_offset")?
             }

@@ -2,8 +2,10 @@
 //! span, once, at the boundary, and keep the object alive for the whole operation.
 //!
 //! Accepted, in this order: kvikpy `Buffer`s; objects with `__cuda_array_interface__`
-//! (v2 and v3, whose `stream` is waited for); objects whose `__dlpack_device__` is a CUDA
-//! device (torch, CuPy, JAX); anything exporting the buffer protocol (host memory).
+//! (v2 and v3, whose `stream` is waited for; an interface without a `stream` key on an
+//! object that also speaks DLPack, torch's, is taken through DLPack so that its pending
+//! work is waited for); objects whose `__dlpack_device__` is a CUDA device (torch, CuPy,
+//! JAX); anything exporting the buffer protocol (host memory).
 //! Pointers are routed by the driver's view of them, so pinned host memory takes the host
 //! path and managed memory the device path.
 
@@ -30,6 +32,29 @@ pub enum Access {
     Fill,
     /// The operation only reads the buffer (a file write).
     Drain,
+}
+
+/// What intake does about work a producer has queued on a GPU buffer and not finished.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Pending {
+    /// Wait for it before the call touches the memory (every call that runs on kvikpy's
+    /// own streams).
+    Wait,
+    /// Order it before this stream (a raw `CUstream`), the one the call is ordered on
+    /// (`raw_read_async`, `raw_write_async`), on the GPU: the call must not block.
+    InStreamOrder(usize),
+}
+
+impl Pending {
+    /// The stream a DLPack producer is asked to order its pending work before: CUDA's
+    /// legacy default stream (DLPack's 1) for calls that then wait for it, else the
+    /// call's own stream (its handle; 0, the legacy default stream, is DLPack's 1).
+    fn dlpack_stream(self) -> i64 {
+        match self {
+            Pending::Wait | Pending::InStreamOrder(0) => 1,
+            Pending::InStreamOrder(stream) => stream as i64,
+        }
+    }
 }
 
 /// A validated buffer: its memory and what keeps that memory alive.
@@ -121,6 +146,11 @@ fn read_only_error(obj: &Bound<'_, PyAny>) -> PyErr {
 
 /// Validate `obj` for `access`.
 pub fn intake(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Intake> {
+    intake_with(obj, access, Pending::Wait)
+}
+
+/// [`intake`], with a choice of what to do about the producer's pending work.
+pub fn intake_with(obj: &Bound<'_, PyAny>, access: Access, pending: Pending) -> PyResult<Intake> {
     let py = obj.py();
     if let Ok(buffer) = obj.cast::<Buffer>() {
         let (span, storage) = buffer.get().span();
@@ -145,7 +175,16 @@ pub fn intake(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Intake> {
         return Err(read_only_error(obj));
     }
     if let Ok(cai) = obj.getattr(intern!(py, "__cuda_array_interface__")) {
-        return from_cuda_array_interface(obj, &cai, access);
+        // An interface that names no stream (version 2: torch's) says nothing of the
+        // kernels that may still be writing or reading the array, and kvikpy's streams do
+        // not wait for the legacy default stream by themselves. Where the object also
+        // speaks DLPack, ask it to order its pending work before the legacy default
+        // stream, which is then waited for: `f.write(t)` right after the kernel that
+        // computed `t` writes its result, not the bytes before it.
+        if names_no_stream(&cai) && obj.hasattr(intern!(py, "__dlpack__"))? {
+            return from_dlpack(obj, access, Some(pending.dlpack_stream()), pending);
+        }
+        return from_cuda_array_interface(obj, &cai, access, pending);
     }
     if let Ok(device) = obj.call_method0(intern!(py, "__dlpack_device__")) {
         let (device_type, _): (i32, i32) = device.extract().map_err(|_| {
@@ -157,16 +196,24 @@ pub fn intake(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Intake> {
             ))
         })?;
         if device_type == DEVICE_CUDA || device_type == DEVICE_CUDA_MANAGED {
-            return from_dlpack(obj, access, Some(1));
+            return from_dlpack(obj, access, Some(pending.dlpack_stream()), pending);
         }
         // Host memory without the buffer protocol: DLPack without a stream (torch CPU and
         // pinned tensors, which report kDLCUDAHost). Host objects whose buffer export
         // failed (numpy datetimes) get the buffer-protocol error below instead.
         if !has_buffer_slot && [DEVICE_CPU, DEVICE_CUDA_HOST].contains(&device_type) {
-            return from_dlpack(obj, access, None);
+            return from_dlpack(obj, access, None, pending);
         }
     }
     from_buffer_protocol(obj, access)
+}
+
+/// Whether a `__cuda_array_interface__` has no `stream` key (version 2, or a version 3
+/// producer that left it out); `"stream": None` is the producer saying that no
+/// synchronisation is needed, and is taken at its word.
+fn names_no_stream(cai: &Bound<'_, PyAny>) -> bool {
+    cai.cast::<PyDict>()
+        .is_ok_and(|d| !matches!(d.contains(intern!(cai.py(), "stream")), Ok(true)))
 }
 
 /// A buffer-protocol export, held for as long as an operation uses the memory: holding it
@@ -406,6 +453,7 @@ fn from_cuda_array_interface(
     obj: &Bound<'_, PyAny>,
     cai: &Bound<'_, PyAny>,
     access: Access,
+    pending: Pending,
 ) -> PyResult<Intake> {
     let py = obj.py();
     let cai = cai.cast::<PyDict>().map_err(|_| {
@@ -533,12 +581,20 @@ fn from_cuda_array_interface(
         return Err(read_only_error(obj));
     }
     let span = route(py, ptr, nbytes, None)?;
-    // Version 3: work queued on `stream` may still be producing the data; wait for it.
+    // Version 3: work queued on `stream` may still be producing the data: wait for it,
+    // or, in a stream-ordered call, make the call's stream wait for it on the GPU.
     if let (Span::Device(d), Some(stream)) = (span, stream) {
         let ordinal = d.ordinal;
-        without_gil(py, move || {
-            cuda::record_and_wait(ordinal, cuda::Stream::from_raw(stream))
-        })?;
+        match pending {
+            Pending::Wait => without_gil(py, move || {
+                cuda::record_and_wait(ordinal, cuda::Stream::from_raw(stream))
+            })?,
+            Pending::InStreamOrder(call) if call != stream => without_gil(py, move || {
+                cuda::StreamEvent::record(ordinal, cuda::Stream::from_raw(stream))?
+                    .make_wait(cuda::Stream::from_raw(call))
+            })?,
+            Pending::InStreamOrder(_) => {} // the same stream orders it already
+        }
     }
     Ok(Intake {
         span,
@@ -548,7 +604,12 @@ fn from_cuda_array_interface(
 
 /// `stream`: for GPU memory, the stream the producer must order its pending work before
 /// (1, CUDA's legacy default stream), which is then waited for; `None` for host memory.
-fn from_dlpack(obj: &Bound<'_, PyAny>, access: Access, stream: Option<i64>) -> PyResult<Intake> {
+fn from_dlpack(
+    obj: &Bound<'_, PyAny>,
+    access: Access,
+    stream: Option<i64>,
+    pending: Pending,
+) -> PyResult<Intake> {
     let py = obj.py();
     let kwargs = PyDict::new(py);
     if let Some(stream) = stream {
@@ -577,7 +638,9 @@ fn from_dlpack(obj: &Bound<'_, PyAny>, access: Access, stream: Option<i64>) -> P
             (imported.device_type == DEVICE_CUDA).then_some(imported.device_id.max(0) as usize);
         route(py, imported.ptr, imported.nbytes, hint)?
     };
-    if let (Span::Device(d), Some(stream)) = (span, stream) {
+    // Asked to order its work before the legacy default stream: wait for that. (Asked to
+    // order it before a stream-ordered call's stream, the producer has done all there is.)
+    if let (Span::Device(d), Some(stream), Pending::Wait) = (span, stream, pending) {
         let ordinal = d.ordinal;
         without_gil(py, move || {
             cuda::record_and_wait(ordinal, cuda::Stream::from_raw(stream as usize))
