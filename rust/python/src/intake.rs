@@ -669,7 +669,11 @@ pub fn buffer_nbytes(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<usize> 
 
 /// Convert a Python file offset, rejecting negatives with a clear message.
 pub fn file_offset(offset: i64) -> PyResult<u64> {
-    u64::try_from(offset).map_err(|_| {
-        PyValueError::new_err(format!("file_offset must be non-negative, got {offset}"))
-    })
+    non_negative("file_offset", offset)
+}
+
+/// `value` as a byte count or offset, or a `ValueError` naming the argument `name`.
+pub fn non_negative(name: &str, value: i64) -> PyResult<u64> {
+    u64::try_from(value)
+        .map_err(|_| PyValueError::new_err(format!("{name} must be non-negative, got {value}")))
 }

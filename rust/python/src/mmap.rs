@@ -14,18 +14,12 @@ use crate::blocking::without_gil;
 use crate::errors::BindResult;
 use crate::file::task_size_arg;
 use crate::future::Future;
-use crate::intake::{intake, Access};
+use crate::intake::{intake, non_negative, Access};
 
 /// A file region mapped read-only (the private handle behind `kvikpy.Mmap`).
 #[pyclass(module = "kvikpy._lib", frozen)]
 pub struct MmapHandle {
     inner: Mapped,
-}
-
-/// `value` as a byte count or offset, or a `ValueError` naming the argument.
-fn non_negative(name: &str, value: i64) -> PyResult<u64> {
-    u64::try_from(value)
-        .map_err(|_| PyValueError::new_err(format!("{name} must be non-negative, got {value}")))
 }
 
 impl MmapHandle {
