@@ -590,8 +590,8 @@ fn from_cuda_array_interface(
                 cuda::record_and_wait(ordinal, cuda::Stream::from_raw(stream))
             })?,
             Pending::InStreamOrder(call) if call != stream => without_gil(py, move || {
-                cuda::StreamEvent::record(ordinal, cuda::Stream::from_raw(stream))?
-                    .make_wait(cuda::Stream::from_raw(call))
+                let producer = cuda::Stream::from_raw(stream);
+                cuda::record_and_order(ordinal, producer, cuda::Stream::from_raw(call))
             })?,
             Pending::InStreamOrder(_) => {} // the same stream orders it already
         }

@@ -23,6 +23,6 @@ pub use memory::{
 };
 pub use register::{can_register_read_only, HostRegistration};
 pub use stream::{
-    copy_dtoh, copy_htod, record, record_and_wait, synchronize, thread_stream, wait_event, Counter,
-    Event, Lane, Stream, StreamEvent,
+    copy_dtoh, copy_htod, record, record_and_order, record_and_wait, synchronize, thread_stream,
+    wait_event, Counter, Event, Lane, Stream, StreamEvent,
 };

@@ -272,6 +272,21 @@ pub fn record_and_wait(ordinal: usize, stream: Stream) -> Result<()> {
     wait_event(&context, lane.events[0])
 }
 
+/// Make `consumer` wait on the GPU, without blocking the host, for the work queued on
+/// `producer` so far (a stream-ordered call taking an array whose interface names the
+/// stream that writes it). Uses one of the calling thread's own events, as
+/// [`record_and_wait`] does: `cuStreamWaitEvent` waits for the record made just before it,
+/// so the event may be recorded again at once.
+pub fn record_and_order(ordinal: usize, producer: Stream, consumer: Stream) -> Result<()> {
+    let context = bind(ordinal)?;
+    let lane = thread_stream(&context)?;
+    record(&context, lane.events[0], producer)?;
+    let flags = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
+    // SAFETY: both handles are live and belong to the current context.
+    unsafe { result::stream::wait_event(consumer.cu(), lane.events[0].cu(), flags) }
+        .named("cuStreamWaitEvent")
+}
+
 const COUNTER_SLOTS: usize = 1024;
 
 struct CounterPage {
