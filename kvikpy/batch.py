@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from kvikpy import _devices, _lib, _paths
 from kvikpy._streams import stream_handle
-from kvikpy.spread import Spread, SpreadBatch, file_sizes, is_spread, read_spread
+from kvikpy.spread import (
+    Spread,
+    SpreadBatch,
+    element_index,
+    file_sizes,
+    is_spread,
+    read_spread,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -92,10 +99,7 @@ class Batch(Sequence[_lib.Buffer]):
     def __getitem__(self, i: int | slice) -> _lib.Buffer | list[_lib.Buffer]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"index {i} is out of range for a batch of {n} elements")
-        i %= n
+        i = element_index(i, len(self))
         if i in self._failures:
             raise self._failures[i]
         start, end = self._offsets[i], self._offsets[i + 1]

@@ -19,7 +19,23 @@ from kvikpy import _devices, _lib
 if TYPE_CHECKING:
     from kvikpy.batch import Batch
 
-__all__ = ["SpreadBatch", "assign", "balance", "file_sizes", "is_spread", "read_spread"]
+__all__ = [
+    "SpreadBatch",
+    "assign",
+    "balance",
+    "element_index",
+    "file_sizes",
+    "is_spread",
+    "read_spread",
+]
+
+
+def element_index(i: int, n: int) -> int:
+    """Index ``i`` (negative counts from the end) of a batch of ``n`` elements, checked."""
+    if not -n <= i < n:
+        raise IndexError(f"index {i} is out of range for a batch of {n} elements")
+    return i % n
+
 
 #: ``device=`` values that spread a batch: a list of devices, or a map from element index
 #: to device.
@@ -91,13 +107,7 @@ class SpreadBatch(Sequence[_lib.Buffer]):
         i
             The element's index (negative counts from the end).
         """
-        return self._where[self._index(i)][0]
-
-    def _index(self, i: int) -> int:
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"index {i} is out of range for a batch of {n} elements")
-        return i % n
+        return self._where[element_index(i, len(self))][0]
 
     def __len__(self) -> int:
         return len(self._where)
@@ -109,7 +119,7 @@ class SpreadBatch(Sequence[_lib.Buffer]):
     def __getitem__(self, i: int | slice) -> _lib.Buffer | list[_lib.Buffer]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        device, k = self._where[self._index(i)]
+        device, k = self._where[element_index(i, len(self))]
         return self._parts[device][k]
 
     def __iter__(self) -> Iterator[_lib.Buffer]:

@@ -76,6 +76,7 @@ def address(buf) -> int:
 
 
 def test_pyarrow_array_is_zero_copy_and_outlives_the_buffer(tmp_path):
+    gc.collect()  # buffers of earlier tests still in cycles go first
     base = _lib.live_buffers()
     buf, data = host_buffer(tmp_path, 100_003)
     arr = pa.array(buf)
@@ -128,6 +129,7 @@ def test_c_structs_match_the_interface(tmp_path):
 
 @pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
 def test_releases_run_once_whatever_the_drop_order(tmp_path, order):
+    gc.collect()  # buffers of earlier tests still in cycles go first
     base = _lib.live_buffers()
     buf, _ = host_buffer(tmp_path, 1000)
     things = [buf, *buf.__arrow_c_array__(), *buf.__arrow_c_device_array__()]
@@ -141,6 +143,7 @@ def test_releases_run_once_whatever_the_drop_order(tmp_path, order):
 
 
 def test_consumers_that_take_the_array_over_release_it(tmp_path):
+    gc.collect()  # buffers of earlier tests still in cycles go first
     base = _lib.live_buffers()
     buf, data = host_buffer(tmp_path, 2048)
     schema, array = buf.__arrow_c_array__()
@@ -336,6 +339,7 @@ def test_nested_c_structs_match_the_interface(tmp_path):
 
 
 def test_a_child_moved_out_keeps_the_memory_after_its_parent_is_released(tmp_path):
+    gc.collect()  # buffers of earlier tests still in cycles go first
     base = _lib.live_buffers()
     buf, view = typed_buffer(tmp_path, "uint16", (8, 4))
     _, capsule = buf.__arrow_c_array__()
@@ -358,6 +362,7 @@ def test_a_child_moved_out_keeps_the_memory_after_its_parent_is_released(tmp_pat
 
 @pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
 def test_nested_releases_run_once_whatever_the_drop_order(tmp_path, order):
+    gc.collect()  # buffers of earlier tests still in cycles go first
     base = _lib.live_buffers()
     buf, view = typed_buffer(tmp_path, "float64", (3, 4, 5))
     imported = pa.array(buf)

@@ -73,6 +73,7 @@ def assert_missing_file_raises_and_frees(paths, at, missing):
     """read_many of ``paths`` with ``missing`` inserted at index ``at`` raises
     FileNotFoundError naming it, and leaves no buffer alive."""
     gc.collect()  # a failure's traceback keeps frames (and their buffers) until collected
+    gc.collect()  # buffers of earlier tests still in cycles go first
     base = _lib.live_buffers()
     with pytest.raises(FileNotFoundError) as info:
         kvikpy.read_many([*paths[:at], missing, *paths[at:]], device="cpu")
@@ -188,6 +189,7 @@ def test_arrow_large_binary_export(tmp_path):
 
 def test_element_views_keep_the_batch_alive(tmp_path):
     paths, blobs = make_files(tmp_path, [100, 200])
+    gc.collect()  # buffers of earlier tests still in cycles go first
     base = _lib.live_buffers()
     batch = kvikpy.read_many(paths, device="cpu")
     view = batch[1]
@@ -204,6 +206,7 @@ def test_element_views_keep_the_batch_alive(tmp_path):
 @pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 0, 2), (1, 2, 0)])
 def test_batch_arrow_releases_run_once_in_any_order(tmp_path, order):
     paths, _ = make_files(tmp_path, [10, 20])
+    gc.collect()  # buffers of earlier tests still in cycles go first
     base = _lib.live_buffers()
     batch = kvikpy.read_many([paths[0], tmp_path / "gone", paths[1]], device="cpu", errors="skip")
     held = [batch, batch.__arrow_c_array__()[1], batch.__arrow_c_device_array__()[1]]

@@ -126,6 +126,7 @@ def consume_device_stream(capsule, read=ctypes.string_at) -> tuple[int, list[byt
 
 def test_arrow_device_stream_yields_the_chunks(tmp_path):
     p, data = random_file(tmp_path, 10 * 1000 + 3)
+    gc.collect()  # buffers of earlier tests still in cycles go first
     base = _lib.live_buffers()
     it = kvikpy.iter_chunks(p, 1000, device="cpu")
     first = next(it)  # the stream continues where the iterator is
@@ -142,6 +143,7 @@ def test_arrow_device_stream_yields_the_chunks(tmp_path):
 
 def test_an_unconsumed_device_stream_releases_its_iterator(tmp_path):
     p, _ = random_file(tmp_path, 5000)
+    gc.collect()  # buffers of earlier tests still in cycles go first
     base = _lib.live_buffers()
     it = kvikpy.iter_chunks(p, 1000, device="cpu")
     capsule = it.__arrow_c_device_stream__()
@@ -156,6 +158,7 @@ CHUNK_SCHEMA = pa.schema([pa.field("bytes", pa.uint8(), nullable=False)])
 @pytest.mark.parametrize(("n", "chunk"), [(10 * 1000 + 3, 1000), (0, 100), (100, 100)])
 def test_record_batch_reader_from_stream_reads_the_chunks(tmp_path, n, chunk):
     p, data = random_file(tmp_path, n)
+    gc.collect()  # buffers of earlier tests still in cycles go first
     base = _lib.live_buffers()
     it = kvikpy.iter_chunks(p, chunk, device="cpu")
     reader = pa.RecordBatchReader.from_stream(it)
@@ -210,6 +213,7 @@ def test_stream_errors_reach_the_consumer(tmp_path):
 
 def test_an_unconsumed_stream_releases_its_iterator(tmp_path):
     p, _ = random_file(tmp_path, 5000)
+    gc.collect()  # buffers of earlier tests still in cycles go first
     base = _lib.live_buffers()
     it = kvikpy.iter_chunks(p, 1000, device="cpu")
     next(it)

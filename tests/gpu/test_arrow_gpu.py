@@ -81,6 +81,7 @@ def test_host_array_interface_is_refused_for_gpu_memory(tmp_path):
 
 @pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
 def test_device_releases_run_once(tmp_path, order):
+    gc.collect()  # buffers of earlier tests still in cycles go first
     base = _lib.live_buffers()
     buf, _ = device_buffer(tmp_path, 4096)
     _, device_array = buf.__arrow_c_device_array__()
@@ -177,6 +178,7 @@ def test_any_dtype_and_shape_on_the_gpu_holds_numpys_view(tmp_path, dtype, shape
 
 @pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
 def test_nested_device_releases_run_once(tmp_path, order):
+    gc.collect()  # buffers of earlier tests still in cycles go first
     base = _lib.live_buffers()
     buf, _ = gpu_typed_buffer(tmp_path, "float32", (16, 4, 2))
     _, device_array = buf.__arrow_c_device_array__()
