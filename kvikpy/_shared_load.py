@@ -26,8 +26,8 @@ from typing import Any
 from kvikpy.cufile import CuFile
 
 __all__ = [
+    "FileRead",
     "Needs",
-    "ShareRead",
     "TensorSpan",
     "load_shared",
     "merged",
@@ -97,9 +97,9 @@ def plan(
 
 
 @dataclass(frozen=True)
-class ShareRead:
-    """One read of this rank's share: ``length`` bytes of ``path`` at ``file_offset``
-    into the share at ``at``."""
+class FileRead:
+    """One read: ``length`` bytes of ``path`` at ``file_offset`` into a flat destination
+    (this rank's share, or the buffer of the tensors it reads alone) at ``at``."""
 
     path: str
     file_offset: int
@@ -107,20 +107,20 @@ class ShareRead:
     length: int
 
 
-def share_reads(p: Plan) -> list[ShareRead]:
+def share_reads(p: Plan) -> list[FileRead]:
     """The reads that fill this rank's share of the packed buffer straight from the
     files, pieces that follow each other both in a file and in the share merged into one
     read (in a checkpoint of large tensors that is about one read per file)."""
     base = p.rank * p.share
     return merged(
         [
-            ShareRead(t.path, t.offset + within, p.packed[t.name] + within - base, length)
+            FileRead(t.path, t.offset + within, p.packed[t.name] + within - base, length)
             for t, within, length in p.my_share
         ]
     )
 
 
-def read_into(dest: Any, reads: Sequence[ShareRead]) -> None:
+def read_into(dest: Any, reads: Sequence[FileRead]) -> None:
     """Run ``reads`` into ``dest`` (a flat uint8 buffer: this rank's share, or the
     buffer of the tensors read alone) at once on kvikpy's pool, each straight into its
     place (no staging buffer, no device copy); every read is waited for before the first
@@ -196,25 +196,25 @@ def needers_of(
     return who
 
 
-def pack(pieces: Sequence[tuple[TensorSpan, int, int]]) -> tuple[list[int], list[ShareRead], int]:
+def pack(pieces: Sequence[tuple[TensorSpan, int, int]]) -> tuple[list[int], list[FileRead], int]:
     """Lay ``(tensor, offset in it, length)`` pieces end to end, each at a 64-byte
     boundary: each piece's place, the merged reads that fill them, and the bytes in all."""
     places: list[int] = []
-    reads: list[ShareRead] = []
+    reads: list[FileRead] = []
     end = 0
     for t, within, length in pieces:
         end = -(-end // _PACK_ALIGN) * _PACK_ALIGN
         places.append(end)
         if length:
-            reads.append(ShareRead(t.path, t.offset + within, end, length))
+            reads.append(FileRead(t.path, t.offset + within, end, length))
         end += length
     return places, merged(reads), end
 
 
-def merged(reads: Sequence[ShareRead]) -> list[ShareRead]:
+def merged(reads: Sequence[FileRead]) -> list[FileRead]:
     """``reads`` with each run of reads that follow each other both in one file and in
     the destination made one read."""
-    out: list[ShareRead] = []
+    out: list[FileRead] = []
     for r in reads:
         last = out[-1] if out else None
         if (
@@ -223,7 +223,7 @@ def merged(reads: Sequence[ShareRead]) -> list[ShareRead]:
             and last.file_offset + last.length == r.file_offset
             and last.at + last.length == r.at
         ):
-            out[-1] = ShareRead(r.path, last.file_offset, last.at, last.length + r.length)
+            out[-1] = FileRead(r.path, last.file_offset, last.at, last.length + r.length)
         else:
             out.append(r)
     return out
