@@ -182,7 +182,7 @@ pub fn intake_with(obj: &Bound<'_, PyAny>, access: Access, pending: Pending) -> 
         // stream, which is then waited for: `f.write(t)` right after the kernel that
         // computed `t` writes its result, not the bytes before it.
         if names_no_stream(&cai) && obj.hasattr(intern!(py, "__dlpack__"))? {
-            return from_dlpack(obj, access, Some(pending.dlpack_stream()), pending);
+            return from_dlpack(obj, access, Some(pending));
         }
         return from_cuda_array_interface(obj, &cai, access, pending);
     }
@@ -196,13 +196,13 @@ pub fn intake_with(obj: &Bound<'_, PyAny>, access: Access, pending: Pending) -> 
             ))
         })?;
         if device_type == DEVICE_CUDA || device_type == DEVICE_CUDA_MANAGED {
-            return from_dlpack(obj, access, Some(pending.dlpack_stream()), pending);
+            return from_dlpack(obj, access, Some(pending));
         }
         // Host memory without the buffer protocol: DLPack without a stream (torch CPU and
         // pinned tensors, which report kDLCUDAHost). Host objects whose buffer export
         // failed (numpy datetimes) get the buffer-protocol error below instead.
         if !has_buffer_slot && [DEVICE_CPU, DEVICE_CUDA_HOST].contains(&device_type) {
-            return from_dlpack(obj, access, None, pending);
+            return from_dlpack(obj, access, None);
         }
     }
     from_buffer_protocol(obj, access)
@@ -602,18 +602,14 @@ fn from_cuda_array_interface(
     })
 }
 
-/// `stream`: for GPU memory, the stream the producer must order its pending work before
-/// (1, CUDA's legacy default stream), which is then waited for; `None` for host memory.
-fn from_dlpack(
-    obj: &Bound<'_, PyAny>,
-    access: Access,
-    stream: Option<i64>,
-    pending: Pending,
-) -> PyResult<Intake> {
+/// `gpu`: for GPU memory, what to do about the producer's pending work (the producer is
+/// asked to order it before [`Pending::dlpack_stream`]); `None` for host memory, where no
+/// stream is named.
+fn from_dlpack(obj: &Bound<'_, PyAny>, access: Access, gpu: Option<Pending>) -> PyResult<Intake> {
     let py = obj.py();
     let kwargs = PyDict::new(py);
-    if let Some(stream) = stream {
-        kwargs.set_item("stream", stream)?;
+    if let Some(pending) = gpu {
+        kwargs.set_item("stream", pending.dlpack_stream())?;
     }
     kwargs.set_item("max_version", (1, 0))?;
     let capsule = match obj.call_method(intern!(py, "__dlpack__"), (), Some(&kwargs)) {
@@ -629,9 +625,10 @@ fn from_dlpack(
         return Err(read_only_error(obj));
     }
     let span = if [DEVICE_CPU, DEVICE_CUDA_HOST].contains(&imported.device_type) {
-        plausible_extent(imported.ptr, imported.nbytes)?; // `route` checks device pointers
-                                                          // SAFETY: host memory of `nbytes` bytes, as the capsule states; the capsule keeps
-                                                          // the producer's tensor alive with the span.
+        // (`route` checks device pointers.)
+        plausible_extent(imported.ptr, imported.nbytes)?;
+        // SAFETY: host memory of `nbytes` bytes, as the capsule states; the capsule keeps
+        // the producer's tensor alive with the span.
         Span::Host(unsafe { HostSpan::new(imported.ptr as *mut u8, imported.nbytes) })
     } else {
         let hint =
@@ -640,11 +637,10 @@ fn from_dlpack(
     };
     // Asked to order its work before the legacy default stream: wait for that. (Asked to
     // order it before a stream-ordered call's stream, the producer has done all there is.)
-    if let (Span::Device(d), Some(stream), Pending::Wait) = (span, stream, pending) {
+    if let (Span::Device(d), Some(Pending::Wait)) = (span, gpu) {
         let ordinal = d.ordinal;
-        without_gil(py, move || {
-            cuda::record_and_wait(ordinal, cuda::Stream::from_raw(stream as usize))
-        })?;
+        let legacy = cuda::Stream::from_raw(Pending::Wait.dlpack_stream() as usize);
+        without_gil(py, move || cuda::record_and_wait(ordinal, legacy))?;
     }
     Ok(Intake {
         span,
