@@ -9,10 +9,9 @@ it (the allocation lives as long as any of the tensors).
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
 import os
+import reprlib
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -44,10 +43,62 @@ _DTYPES: dict[str, tuple[str, str | None, int]] = {
 
 # The format caps the header at 100 MB; anything larger is a corrupt or hostile file.
 _MAX_HEADER = 100_000_000
+# numpy's limit on dimensions (torch has none lower); a dimension fits a signed 64-bit
+# integer, as numpy and torch sizes do.
+_MAX_NDIM = 64
+_MAX_DIM = 2**63 - 1
+
+# Bounded reprs of untrusted values for error messages (a header may hold 100 MB strings
+# or values nested hundreds deep).
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = 80
+_SHORT.maxother = 80
+_SHORT.maxlevel = 2
+
+
+def _short(value: object) -> str:
+    return _SHORT.repr(value)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads`` object hook: a JSON object as a dict, refusing a key given twice
+    (``json`` would keep the last one silently)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+class _DuplicateKey(ValueError):
+    """A key given twice in one JSON object of a header."""
 
 
 def read_header(path: _paths.StrPath) -> tuple[int, dict[str, Any], dict[str, str]]:
     """Parse and validate a safetensors header.
+
+    Everything in the header is checked here, once, before any of it is used (the numpy
+    and torch loaders both go through this function):
+
+    * the 8-byte length is at most 100 MB (the format's limit) and fits in the file,
+      checked before the header is read;
+    * the header is UTF-8 JSON starting with ``{``, an object, at most as deeply nested
+      as its schema needs to be parsed (deeper nesting is refused, not a
+      ``RecursionError``), with no key given twice in any object;
+    * ``__metadata__``, if present and not ``null``, is an object of string values;
+    * every other key is a tensor: an object with ``dtype`` (a string naming a known
+      dtype), ``shape`` (a list of at most 64 integers from 0 to 2**63 - 1) and
+      ``data_offsets`` (a list of two integers ``[begin, end]``); JSON ``true`` and
+      ``false`` and floats such as ``4.0`` are not integers; other keys are ignored, as
+      the reference implementation does;
+    * ``0 <= begin <= end <= data size`` and ``end - begin`` is the shape's element count
+      times the dtype's size (computed with bounded arithmetic);
+    * as the reference implementation requires, the tensors cover the data section
+      exactly: sorted by offset, each starts where the previous one ends (no overlap, no
+      hole), the first at 0 and the last at the end of the file.
 
     Parameters
     ----------
@@ -63,56 +114,147 @@ def read_header(path: _paths.StrPath) -> tuple[int, dict[str, Any], dict[str, st
     Raises
     ------
     ValueError
-        Naming the file, for anything malformed: a header that is too large or not JSON,
-        an unknown dtype, offsets that do not match the shape, overlap, or reach past the
-        end of the file.
+        Naming the file and what is wrong, for anything malformed; never another type
+        for a malformed header.
     """
     name = _paths.fspath(path)
-    file_size = os.path.getsize(name)
     with open(name, "rb") as fh:
+        file_size = os.fstat(fh.fileno()).st_size
         prefix = fh.read(8)
         if len(prefix) < 8:
-            raise ValueError(f"{name!r} is not a safetensors file: it has only {file_size} bytes")
+            raise ValueError(
+                f"{name!r} is not a safetensors file: it has only {len(prefix)} bytes, "
+                "fewer than the 8 of the header length"
+            )
         (header_size,) = struct.unpack("<Q", prefix)
-        if header_size > min(_MAX_HEADER, file_size - 8):
+        if header_size > _MAX_HEADER:
+            raise ValueError(
+                f"{name!r} is not a valid safetensors file: its header claims {header_size} "
+                f"bytes, more than the format's limit of {_MAX_HEADER}"
+            )
+        if header_size > file_size - 8:
             raise ValueError(
                 f"{name!r} is not a valid safetensors file: its header claims {header_size} "
                 f"bytes, but the file has {file_size}"
             )
         raw = fh.read(header_size)
+    if len(raw) != header_size:
+        raise ValueError(
+            f"{name!r}: the file was cut while its safetensors header was read "
+            f"({len(raw)} of {header_size} bytes)"
+        )
+    data_start = 8 + header_size
+    header, metadata = _parse_header(name, raw, file_size - data_start)
+    return data_start, header, metadata
+
+
+def _parse_header(name: str, raw: bytes, data_size: int) -> tuple[dict[str, Any], dict[str, str]]:
+    """The tensors and metadata of header bytes ``raw``, validated (see
+    :func:`read_header`); ``data_size`` is the length of the data section."""
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{name!r}: the safetensors header is not UTF-8 ({e})") from None
+    if not text.startswith("{"):
+        raise ValueError(
+            f"{name!r}: the safetensors header does not start with '{{' (it starts with "
+            f"{_short(text[:8])}); the file is not safetensors or is corrupt"
+        )
+    try:
+        header = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:
+        raise ValueError(
+            f"{name!r}: the safetensors header gives key {_short(e.args[0])} twice in one "
+            "object; a tensor name (or field) appears once"
+        ) from None
+    except RecursionError:
+        raise ValueError(
+            f"{name!r}: the safetensors header is nested too deeply to be a header "
+            "(a header is an object of tensor objects)"
+        ) from None
+    except ValueError as e:  # JSONDecodeError, and integers too long to convert
         raise ValueError(f"{name!r}: the safetensors header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
         raise ValueError(f"{name!r}: the safetensors header is not a JSON object")
-    metadata = header.pop("__metadata__", None) or {}
-    data_start = 8 + header_size
-    data_size = file_size - data_start
-    spans = []
+    metadata = header.pop("__metadata__", None)
+    if metadata is None:
+        metadata = {}
+    elif not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ValueError(
+            f"{name!r}: the safetensors __metadata__ must be an object of strings, not "
+            f"{_short(metadata)}"
+        )
+    spans: list[tuple[int, int, str]] = []
     for tensor, info in header.items():
-        try:
-            dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(
-                f"{name!r}: tensor {tensor!r} lacks dtype, shape or data_offsets"
-            ) from None
-        if dtype not in _DTYPES:
-            raise ValueError(f"{name!r}: tensor {tensor!r} has unknown dtype {dtype!r}")
-        if not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise ValueError(f"{name!r}: tensor {tensor!r} has invalid shape {shape!r}")
-        expected = math.prod(shape) * _DTYPES[dtype][2]
-        if not (0 <= begin <= end <= data_size) or end - begin != expected:
-            raise ValueError(
-                f"{name!r}: tensor {tensor!r} ({dtype}{shape}) claims bytes [{begin}, {end}) "
-                f"of a {data_size}-byte data section; it needs {expected} bytes"
-            )
+        begin, end = _check_tensor(name, tensor, info, data_size)
         spans.append((begin, end, tensor))
     spans.sort()
-    for (_, end_a, a), (begin_b, _, b) in itertools.pairwise(spans):
-        if begin_b < end_a:
-            raise ValueError(f"{name!r}: tensors {a!r} and {b!r} overlap")
-    return data_start, header, metadata
+    at, last = 0, None
+    for begin, end, tensor in spans:
+        if begin != at:
+            what = "overlap" if begin < at else "leave a hole between them"
+            first = f"the start of the data and {_short(tensor)}"
+            if last is not None:
+                first = f"tensors {_short(last)} and {_short(tensor)}"
+            raise ValueError(
+                f"{name!r}: {first} {what} (bytes [{at}, {begin})); safetensors tensors "
+                "cover the data section end to end"
+            )
+        at, last = end, tensor
+    if at != data_size:
+        raise ValueError(
+            f"{name!r}: the tensors end at byte {at} of a {data_size}-byte data section; "
+            "safetensors tensors cover the data section to the end of the file"
+        )
+    return header, metadata
+
+
+def _check_tensor(name: str, tensor: str, info: object, data_size: int) -> tuple[int, int]:
+    """``[begin, end)`` of header entry ``info`` of ``tensor``, every field checked."""
+    where = f"{name!r}: tensor {_short(tensor)}"
+    if not isinstance(info, dict):
+        raise ValueError(
+            f"{where} must be an object with dtype, shape and data_offsets, not {_short(info)}"
+        )
+    missing = [k for k in ("dtype", "shape", "data_offsets") if k not in info]
+    if missing:
+        raise ValueError(f"{where} lacks {', '.join(missing)}")
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in _DTYPES:
+        raise ValueError(f"{where} has unknown dtype {_short(dtype)}; known: {', '.join(_DTYPES)}")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > _MAX_NDIM
+        or not all(type(d) is int and 0 <= d <= _MAX_DIM for d in shape)
+    ):
+        raise ValueError(
+            f"{where} has invalid shape {_short(shape)}: a list of at most {_MAX_NDIM} "
+            f"integers from 0 to {_MAX_DIM}"
+        )
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(type(o) is int for o in offsets)
+    ):
+        raise ValueError(
+            f"{where} has invalid data_offsets {_short(offsets)}: a list of two integers "
+            "[begin, end]"
+        )
+    begin, end = offsets
+    # Element count times item size, stopping once past the data section (a hostile shape
+    # of many huge dimensions would otherwise make a product of millions of digits).
+    expected = 0 if 0 in shape else _DTYPES[dtype][2]
+    for d in shape:
+        if expected > data_size:
+            break
+        expected *= d
+    if not (0 <= begin <= end <= data_size) or end - begin != expected:
+        needs = f"{expected} bytes" if expected <= data_size else "more bytes than that"
+        raise ValueError(
+            f"{where} ({dtype}{_short(shape)}) claims bytes [{begin}, {end}) of a "
+            f"{data_size}-byte data section; it needs {needs}"
+        )
+    return begin, end
 
 
 def _spans(
@@ -120,7 +262,7 @@ def _spans(
 ) -> tuple[list[TensorSpan], dict[str, dict[str, Any]], dict[str, int]]:
     """Every tensor of the files, in file order, with its absolute byte span, its header
     entry, and where each file's data section starts; names must be unique across the
-    files (as in a sharded checkpoint). Each header is read once, here."""
+    files (as in a sharded checkpoint). Each header is read and validated once, here."""
     spans: list[TensorSpan] = []
     infos: dict[str, dict[str, Any]] = {}
     starts: dict[str, int] = {}
@@ -265,8 +407,15 @@ def load_file(
             for (s, _, _), (whole, start) in zip(pieces, got, strict=True)
         }
     # Every tensor: each file's data section in one parallel read, tensors as views.
+    # The validated size, not "to the end": a file cut since its header was read is a
+    # ValueError here, not a tensor of the wrong shape.
+    ends = {s.path: 0 for s in spans}
+    for s in spans:
+        ends[s.path] = max(ends[s.path], s.offset + s.size)
     sections = {
-        name: torch.from_dlpack(read(name, offset=start, device=device))
+        name: torch.from_dlpack(
+            read(name, offset=start, size=max(ends.get(name, start) - start, 0), device=device)
+        )
         for name, start in starts.items()
     }
     return {
@@ -315,7 +464,9 @@ def _load_numpy(path: str, device: str | int) -> dict[str, Any]:
     import numpy as np
 
     data_start, header, _ = read_header(path)
-    buf = read(path, offset=data_start, device=device)  # the data section, to the end
+    data_size = max((info["data_offsets"][1] for info in header.values()), default=0)
+    # Exactly the validated data section: a file cut since is a ValueError from read.
+    buf = read(path, offset=data_start, size=data_size, device=device)
     if buf.device != "cpu":
         raise ValueError("framework='numpy' loads into host memory; pass device='cpu'")
     whole_np = np.from_dlpack(buf)
