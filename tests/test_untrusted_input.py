@@ -4,7 +4,9 @@ that would reach outside its root."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -242,3 +244,167 @@ def test_truncated_and_random_files_only_ever_raise_value_errors(
         check_file(p)
         p.write_bytes(struct.pack("<Q", len(noise)) + noise)  # a right length, any bytes
         check_file(p)
+
+
+# --- zarr: keys outside the store's root --------------------------------------------------
+
+zarr = pytest.importorskip("zarr", minversion="3.0.8")
+
+from zarr.core.buffer import cpu, default_buffer_prototype  # noqa: E402
+
+from kvikpy.zarr import GDSStore  # noqa: E402
+
+SECRET = b"outside the root"
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> tuple[Path, Path]:
+    """``tmp_path/root`` (the store, with one real key ``a/k``) beside
+    ``tmp_path/outside`` (a directory holding ``secret``), and links inside the root:
+    ``dirlink`` to the outside directory, ``filelink`` to the secret file, ``inlink`` to
+    the root's own ``a``."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "k").write_bytes(b"inside")
+    outside.mkdir()
+    (outside / "secret").write_bytes(SECRET)
+    os.symlink(outside, root / "dirlink")
+    os.symlink(outside / "secret", root / "filelink")
+    os.symlink(root / "a", root / "inlink")
+    return root, outside
+
+
+def outside_state(tmp_path: Path) -> dict[str, bytes]:
+    out = tmp_path / "outside"
+    found = {p.relative_to(tmp_path).as_posix(): p.read_bytes() for p in out.rglob("*")}
+    found.update({p.name: b"" for p in tmp_path.iterdir() if p.name not in ("root", "outside")})
+    return found
+
+
+def operations(store: GDSStore, key: str) -> dict[str, Any]:
+    """Every store operation that takes a key or prefix, on ``key``, as coroutines."""
+    proto = default_buffer_prototype()
+    value = cpu.Buffer.from_bytes(b"written")
+
+    async def collect(it: Any) -> list[str]:
+        return [k async for k in it]
+
+    async def sync(f: Any, *args: Any, **kwargs: Any) -> Any:
+        return f(*args, **kwargs)
+
+    return {
+        "get": lambda: store.get(key, proto),
+        "get_sync": lambda: sync(store.get_sync, key, prototype=proto),
+        "get_partial_values": lambda: store.get_partial_values(proto, [(key, None)]),
+        "set": lambda: store.set(key, value),
+        "set_sync": lambda: sync(store.set_sync, key, value),
+        "set_if_not_exists": lambda: store.set_if_not_exists(key, value),
+        "delete": lambda: store.delete(key),
+        "delete_sync": lambda: sync(store.delete_sync, key),
+        "delete_dir": lambda: store.delete_dir(key),
+        "exists": lambda: store.exists(key),
+        "getsize": lambda: store.getsize(key),
+        "list_prefix": lambda: collect(store.list_prefix(key)),
+        "list_dir": lambda: collect(store.list_dir(key)),
+    }
+
+
+OPS = list(operations(GDSStore("."), "x"))
+HOSTILE = [
+    "../outside/secret",
+    "a/../../outside/secret",
+    "../outside",
+    "..",
+    "a/..",
+    "../outside/new",
+    "a/../../outside/new",
+    "/ABS/outside/secret",  # /ABS: the absolute path of tmp_path
+    "/ABS/outside",
+    "a/k\x00x",
+]
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("key", HOSTILE)
+async def test_keys_outside_the_root_are_refused(
+    layout: tuple[Path, Path], op: str, key: str
+) -> None:
+    root, _ = layout
+    key = key.replace("/ABS", str(root.parent))
+    for follow in (False, True):  # refused whether links are followed or not
+        store = GDSStore(root, follow_symlinks=follow)
+        before = outside_state(root.parent)
+        with pytest.raises(ValueError, match="GDSStore refuses key") as info:
+            await operations(store, key)[op]()
+        assert repr(key) in str(info.value) and repr(str(root)) in str(info.value)
+        assert outside_state(root.parent) == before
+        assert (root / "a" / "k").read_bytes() == b"inside"
+
+
+LINKED = ["dirlink/secret", "filelink", "dirlink", "dirlink/new", "inlink/k", "inlink"]
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("key", LINKED)
+async def test_symlinks_inside_the_root_are_refused_by_default(
+    layout: tuple[Path, Path], op: str, key: str
+) -> None:
+    root, _ = layout
+    before = outside_state(root.parent)
+    with pytest.raises(ValueError, match=r"symbolic link.*follow_symlinks=True"):
+        await operations(GDSStore(root), key)[op]()
+    assert outside_state(root.parent) == before
+
+
+async def test_listing_skips_symlinks_by_default(layout: tuple[Path, Path]) -> None:
+    root, _ = layout
+    store = GDSStore(root)
+    assert [k async for k in store.list()] == ["a/k"]
+    assert [k async for k in store.list_prefix("")] == ["a/k"]
+    assert [k async for k in store.list_dir("")] == ["a"]
+    assert [k async for k in store.list_prefix("a/")] == ["a/k"]
+    assert await store.exists("a/k") and await store.getsize("a/k") == 6
+
+
+async def test_follow_symlinks_true_follows_them(layout: tuple[Path, Path]) -> None:
+    root, outside = layout
+    store = GDSStore(root, follow_symlinks=True)
+    proto = default_buffer_prototype()
+    got = await store.get("dirlink/secret", proto)
+    assert got is not None and got.to_bytes() == SECRET
+    got = await store.get("filelink", proto)
+    assert got is not None and got.to_bytes() == SECRET
+    assert await store.getsize("inlink/k") == 6
+    # listing, as LocalStore's: linked files listed, linked directories not descended
+    assert sorted([k async for k in store.list()]) == ["a/k", "filelink"]
+    assert sorted([k async for k in store.list_dir("")]) == ["a", "dirlink", "filelink", "inlink"]
+    await store.set("dirlink/new", cpu.Buffer.from_bytes(b"n"))
+    assert (outside / "new").read_bytes() == b"n"
+
+
+async def test_allowed_key_forms_stay_inside(layout: tuple[Path, Path]) -> None:
+    """Empty segments, ``.`` and backslashes are file names inside the root."""
+    root, _ = layout
+    store = GDSStore(root)
+    proto = default_buffer_prototype()
+    for key in ("a//k", "./a/k", "a/./k"):
+        got = await store.get(key, proto)
+        assert got is not None and got.to_bytes() == b"inside", key
+    await store.set("b\\..\\..\\x", cpu.Buffer.from_bytes(b"z"))
+    assert (root / "b\\..\\..\\x").read_bytes() == b"z"
+    assert await store.get("..x", proto) is None  # '..x' is a name, not '..'
+
+
+def test_follow_symlinks_is_kept_and_checked(tmp_path: Path) -> None:
+    import pickle
+
+    store = GDSStore(tmp_path, follow_symlinks=True)
+    assert store.with_read_only(True).follow_symlinks
+    again = pickle.loads(pickle.dumps(store))
+    assert again == store and again.follow_symlinks
+    assert store != GDSStore(tmp_path)
+    assert repr(store).endswith("follow_symlinks=True)")
+    opened = asyncio.run(GDSStore.open(tmp_path, follow_symlinks=True))
+    assert opened.follow_symlinks
+    with pytest.raises(TypeError, match="follow_symlinks must be True or False"):
+        GDSStore(tmp_path, follow_symlinks=1)  # type: ignore[arg-type]

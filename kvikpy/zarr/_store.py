@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
+import stat
 import uuid
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from zarr.abc.store import ByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.core.buffer.core import default_buffer_prototype
+from zarr.core.common import AccessModeLiteral
 from zarr.storage import LocalStore
 
 import kvikpy
@@ -38,12 +41,36 @@ class GDSStore(LocalStore):
 
     ``kvikio.zarr.GDSStore`` code runs unchanged with ``import kvikpy as kvikio``.
 
+    Unlike ``LocalStore``, the store never reaches outside its root, whatever the keys
+    (they may come from metadata written elsewhere). Every operation that takes a key or
+    prefix (``get``, ``get_partial_values``, ``set``, ``set_if_not_exists``, ``delete``,
+    ``delete_dir``, ``exists``, ``getsize``, ``list_prefix``, ``list_dir``) raises
+    ``ValueError``, naming the key, the root and the reason, for:
+
+    * a key with a ``..`` segment (``../x``, ``a/../../x``; even one that would come
+      back inside, as zarr never writes one);
+    * an absolute key (``/etc/passwd``);
+    * a key with a NUL byte;
+    * unless ``follow_symlinks=True``, a key whose path passes through a symbolic link
+      inside the root (a link to a file or to a directory, wherever it points).
+
+    Empty segments (``a//b``) and ``.`` stay inside the root and are allowed, as is a
+    backslash (an ordinary character in a Linux file name). Listing (``list``,
+    ``list_prefix``, ``list_dir``) skips symbolic links unless ``follow_symlinks=True``.
+    The checks see the directory as it is when the call is made: they protect against
+    hostile keys and links in the data, not against another process swapping a
+    directory for a link while a call runs.
+
     Parameters
     ----------
     root
-        The directory holding the store.
+        The directory holding the store. It may itself be, or lie below, a symbolic link:
+        only links inside it are refused.
     read_only
         Whether writes and deletes are refused.
+    follow_symlinks
+        Whether keys may pass through symbolic links inside the root (to wherever they
+        point, as ``LocalStore`` does); default ``False``, which refuses them.
 
     Examples
     --------
@@ -53,8 +80,151 @@ class GDSStore(LocalStore):
     ...     a = zarr.open_array(store, mode="r")[:]   # a CuPy array
     """
 
+    follow_symlinks: bool
+
+    def __init__(
+        self, root: Path | str, *, read_only: bool = False, follow_symlinks: bool = False
+    ) -> None:
+        if not isinstance(follow_symlinks, bool):
+            raise TypeError(
+                f"follow_symlinks must be True or False, not {type(follow_symlinks).__name__}"
+            )
+        super().__init__(root, read_only=read_only)
+        self.follow_symlinks = follow_symlinks
+
+    @classmethod
+    async def open(
+        cls,
+        root: Path | str,
+        *,
+        read_only: bool = False,
+        mode: AccessModeLiteral | None = None,
+        follow_symlinks: bool = False,
+    ) -> Self:
+        """Create and open the store (as ``LocalStore.open``; ``follow_symlinks`` as for
+        the constructor)."""
+        store = await super().open(root, read_only=read_only, mode=mode)
+        store.follow_symlinks = follow_symlinks
+        return store
+
+    def with_read_only(self, read_only: bool = False) -> Self:
+        # docstring inherited
+        return type(self)(root=self.root, read_only=read_only, follow_symlinks=self.follow_symlinks)
+
+    def __eq__(self, other: object) -> bool:
+        return super().__eq__(other) and self.follow_symlinks == getattr(
+            other, "follow_symlinks", None
+        )
+
     def __repr__(self) -> str:
+        if self.follow_symlinks:
+            return f"GDSStore('{self}', follow_symlinks=True)"
         return f"GDSStore('{self}')"
+
+    def _path(self, key: str) -> Path:
+        """The file of ``key`` under the root, refusing keys that would leave it (see the
+        class docstring): a few string tests, and without ``follow_symlinks`` one
+        ``lstat`` per existing path segment."""
+        if not isinstance(key, str):
+            raise TypeError(f"a zarr key is a str, not {type(key).__name__}")
+        if "\x00" in key:
+            self._refuse(key, "it holds a NUL byte")
+        if key.startswith("/"):
+            self._refuse(key, "it is absolute; keys are relative to the root")
+        if ".." in key and ".." in key.split("/"):
+            self._refuse(key, "a '..' segment would leave the root")
+        if not self.follow_symlinks and key:
+            at = str(self.root)
+            for part in key.split("/"):
+                if not part or part == ".":
+                    continue
+                at = f"{at}/{part}"
+                try:
+                    mode = os.lstat(at).st_mode
+                except (FileNotFoundError, NotADirectoryError):
+                    break  # nothing further exists, so no link either
+                if stat.S_ISLNK(mode):
+                    self._refuse(
+                        key,
+                        f"{at!r} is a symbolic link, and the store was made without "
+                        "follow_symlinks=True",
+                    )
+        return self.root / key
+
+    def _refuse(self, key: str, why: str) -> None:
+        raise ValueError(
+            f"GDSStore refuses key {key!r}: {why} (the store's root is {str(self.root)!r}; "
+            "a store never reads or writes outside it)"
+        )
+
+    def _walk(self, base: Path) -> Iterator[str]:
+        """The keys of the regular files below ``base``, symbolic links skipped (neither
+        listed nor descended into)."""
+        strip = len(str(self.root)) + 1
+        stack = [str(base)]
+        while stack:
+            try:
+                entries = os.scandir(stack.pop())
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            with entries:
+                for e in entries:
+                    if e.is_symlink():
+                        continue
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    elif e.is_file(follow_symlinks=False):
+                        yield e.path[strip:]
+
+    async def list(self) -> AsyncIterator[str]:
+        # docstring inherited; without follow_symlinks, links are skipped
+        if self.follow_symlinks:
+            async for key in super().list():
+                yield key
+            return
+        for key in self._walk(self.root):
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        # docstring inherited
+        base = self._path(prefix.rstrip("/"))
+        if self.follow_symlinks:
+            async for key in super().list_prefix(prefix):
+                yield key
+            return
+        for key in self._walk(base):
+            yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        # docstring inherited
+        base = self._path(prefix.rstrip("/"))
+        try:
+            entries = os.scandir(base)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        with entries:
+            names = [e.name for e in entries if self.follow_symlinks or not e.is_symlink()]
+        for name in names:
+            yield name
+
+    async def delete(self, key: str) -> None:
+        # docstring inherited
+        self._path(key)
+        await super().delete(key)
+
+    def delete_sync(self, key: str) -> None:
+        # docstring inherited
+        self._path(key)
+        super().delete_sync(key)
+
+    async def delete_dir(self, prefix: str) -> None:
+        # docstring inherited
+        self._path(prefix.rstrip("/"))
+        await super().delete_dir(prefix)
+
+    async def exists(self, key: str) -> bool:
+        # docstring inherited
+        return await asyncio.to_thread(self._path(key).is_file)
 
     async def get(
         self,
@@ -67,18 +237,18 @@ class GDSStore(LocalStore):
             prototype = default_buffer_prototype()
         if not self._is_open:
             await self._open()
-        r = _reads.request(self.root / key, prototype, byte_range)
+        r = _reads.request(self._path(key), prototype, byte_range)
         return await _reads.gatherer().submit(r)
 
     async def get_partial_values(
         self,
         prototype: BufferPrototype,
         key_ranges: Iterable[tuple[str, ByteRequest | None]],
-    ) -> list[Buffer | None]:
+    ) -> builtins.list[Buffer | None]:
         # docstring inherited
         if not self._is_open:
             await self._open()
-        requests = [_reads.request(self.root / key, prototype, br) for key, br in key_ranges]
+        requests = [_reads.request(self._path(key), prototype, br) for key, br in key_ranges]
         if not requests:
             return []
         results = await asyncio.to_thread(_reads.read_requests, requests)
@@ -95,26 +265,26 @@ class GDSStore(LocalStore):
         if prototype is None:
             prototype = default_buffer_prototype()
         self._ensure_open_sync()
-        r = _reads.request(self.root / key, prototype, byte_range)
+        r = _reads.request(self._path(key), prototype, byte_range)
         return _raise_error(_reads.read_requests([r])[0])
 
     async def getsize(self, key: str) -> int:
         # docstring inherited: the file's size, without reading it
-        return (await asyncio.to_thread(os.stat, self.root / key)).st_size
+        return (await asyncio.to_thread(os.stat, self._path(key))).st_size
 
     async def _set(self, key: str, value: Buffer, exclusive: bool = False) -> None:
         if not self._is_open:
             await self._open()
         self._check_writable()
         _check_buffer(value)
-        await asyncio.to_thread(_put, self.root / key, value, exclusive)
+        await asyncio.to_thread(_put, self._path(key), value, exclusive)
 
     def set_sync(self, key: str, value: Buffer) -> None:
         # docstring inherited
         self._ensure_open_sync()
         self._check_writable()
         _check_buffer(value)
-        _put(self.root / key, value, False)
+        _put(self._path(key), value, False)
 
 
 def _raise_error(result: Buffer | BaseException | None) -> Buffer | None:
