@@ -173,6 +173,26 @@ def test_valid_edge_cases_still_load(tmp_path: Path) -> None:
     assert kst.load_file(empty, device="cpu", framework="numpy") == {}
 
 
+def test_the_torch_loader_validates_as_the_numpy_one(tmp_path: Path) -> None:
+    """``framework="torch"`` (one file, shards, a filter) reads headers through the same
+    validation: a malformed one is a ValueError naming the file, before any read."""
+    pytest.importorskip("torch")
+    bad = write_header(tmp_path / "bad.safetensors", {"t": {**GOOD, "shape": None}})
+    good = write_header(tmp_path / "good.safetensors", {"u": GOOD})
+    for call in (
+        lambda: kst.load_file(bad, device="cpu"),
+        lambda: kst.load_files([good, bad], device="cpu"),
+        lambda: kst.load_file([good, bad], device="cpu", tensor_filter=lambda n: n == "u"),
+    ):
+        with pytest.raises(ValueError, match="invalid shape None") as info:
+            call()
+        assert str(bad) in str(info.value)
+    assert (
+        kst.load_file(good, device="cpu")["u"].tolist()
+        == [np.frombuffer(b"\x01" * 4, np.float32)[0]] * 2
+    )
+
+
 json_values = st.recursive(
     st.none()
     | st.booleans()
