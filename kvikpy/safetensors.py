@@ -60,6 +60,40 @@ def _short(value: object) -> str:
     return _SHORT.repr(value)
 
 
+# JSON nesting deeper than this is refused before parsing: a header needs 3 levels, and
+# json's C parser recurses once per level (with a raised recursion limit, deep enough input
+# would overflow the C stack instead of raising RecursionError).
+_MAX_DEPTH = 64
+_SCAN_CHUNK = 1 << 22
+
+
+def _nesting(raw: bytes, limit: int) -> int:
+    """How deeply arrays and objects nest in JSON text ``raw`` (brackets inside strings do
+    not count), stopping once past ``limit``; linear time, bounded memory (numpy, 4 MiB at
+    a time). Exact up to the point where the text stops being valid JSON, which is as far
+    as ``json`` would recurse."""
+    import numpy as np
+
+    if b"\\" in raw:  # escaped backslashes, then escaped quotes: every quote left delimits
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    text = np.frombuffer(raw, np.uint8)
+    depth = deepest = in_string = 0
+    for at in range(0, len(text), _SCAN_CHUNK):
+        c = text[at : at + _SCAN_CHUNK]
+        quotes = np.cumsum(c == ord('"'), dtype=np.uint8)  # only its parity is used
+        outside = ((quotes + in_string) & 1) == 0
+        in_string = (int(quotes[-1]) + in_string) & 1
+        step = (c == ord("[")).view(np.int8) + (c == ord("{")).view(np.int8)
+        step -= (c == ord("]")).view(np.int8) + (c == ord("}")).view(np.int8)
+        step *= outside
+        levels = np.cumsum(step, dtype=np.int64)
+        deepest = max(deepest, depth + int(levels.max()))
+        if deepest > limit:
+            break
+        depth += int(levels[-1])
+    return deepest
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``json.loads`` object hook: a JSON object as a dict, refusing a key given twice
     (``json`` would keep the last one silently)."""
@@ -85,9 +119,9 @@ def read_header(path: _paths.StrPath) -> tuple[int, dict[str, Any], dict[str, st
 
     * the 8-byte length is at most 100 MB (the format's limit) and fits in the file,
       checked before the header is read;
-    * the header is UTF-8 JSON starting with ``{``, an object, at most as deeply nested
-      as its schema needs to be parsed (deeper nesting is refused, not a
-      ``RecursionError``), with no key given twice in any object;
+    * the header is UTF-8 JSON starting with ``{``, an object, with arrays and objects
+      nested at most 64 deep (checked before parsing: deeper nesting is a ``ValueError``,
+      never a ``RecursionError`` or a crash), with no key given twice in any object;
     * ``__metadata__``, if present and not ``null``, is an object of string values;
     * every other key is a tensor: an object with ``dtype`` (a string naming a known
       dtype), ``shape`` (a list of at most 64 integers from 0 to 2**63 - 1) and
@@ -160,6 +194,11 @@ def _parse_header(name: str, raw: bytes, data_size: int) -> tuple[dict[str, Any]
             f"{name!r}: the safetensors header does not start with '{{' (it starts with "
             f"{_short(text[:8])}); the file is not safetensors or is corrupt"
         )
+    if _nesting(raw, _MAX_DEPTH) > _MAX_DEPTH:
+        raise ValueError(
+            f"{name!r}: the safetensors header nests arrays or objects more than "
+            f"{_MAX_DEPTH} deep; a header is an object of tensor objects"
+        )
     try:
         header = json.loads(text, object_pairs_hook=_unique_keys)
     except _DuplicateKey as e:
@@ -167,10 +206,10 @@ def _parse_header(name: str, raw: bytes, data_size: int) -> tuple[dict[str, Any]
             f"{name!r}: the safetensors header gives key {_short(e.args[0])} twice in one "
             "object; a tensor name (or field) appears once"
         ) from None
-    except RecursionError:
+    except RecursionError:  # below _MAX_DEPTH, under a lowered recursion limit
         raise ValueError(
-            f"{name!r}: the safetensors header is nested too deeply to be a header "
-            "(a header is an object of tensor objects)"
+            f"{name!r}: the safetensors header nests arrays or objects too deeply to parse "
+            "here; a header is an object of tensor objects"
         ) from None
     except ValueError as e:  # JSONDecodeError, and integers too long to convert
         raise ValueError(f"{name!r}: the safetensors header is not valid JSON ({e})") from None

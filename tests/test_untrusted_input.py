@@ -8,6 +8,8 @@ import asyncio
 import json
 import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +95,9 @@ def test_each_field_of_the_wrong_type_is_a_value_error(
         (b'{"__metadata__": {"a": 1}}', "__metadata__ must be an object of strings"),
         (b'{"__metadata__": {"a": {"b": "c"}}}', "__metadata__ must be an object of strings"),
         (b'{"t": [1]}', "must be an object"),
-        (b'{"t": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+        (b'{"t": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nests arrays or objects"),
         (b"[" * 100_000, "does not start with"),
-        (b'{"t": ' + b"[" * 100_000, "nested too deeply"),
+        (b'{"t": ' + b"[" * 100_000, "nests arrays or objects"),
         (b'{"t": 1' + b"0" * 5000 + b"}", "not valid JSON"),  # int too long to convert
         (b'{"t": NaN}', "must be an object"),
         (b"{", "not valid JSON"),
@@ -130,6 +132,61 @@ def test_offsets_cover_the_data_section_exactly(
         for k, (begin, end) in tensors.items()
     }
     refused(write_header(tmp_path / "o.safetensors", header, b"\x02" * size), match)
+
+
+def test_nesting_is_bounded_before_parsing(tmp_path: Path) -> None:
+    """64 levels (in a field the loader ignores) are parsed; 65 are refused before json
+    sees them, brackets inside strings (escaped quotes too) not counted."""
+    tricky = '"\\\\", "\\"[[[[", "]]]]"'  # an escaped backslash, an escaped quote
+    for depth, ok in ((62, True), (63, False)):  # + the header and the tensor objects
+        extra = "[" * depth + tricky + "]" * depth
+        text = (
+            '{"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "x": ' + extra + "}}"
+        ).encode()
+        p = write_raw(tmp_path / f"n{depth}.safetensors", text)
+        if ok:
+            assert list(kst.read_header(p)[1]) == ["t"]
+        else:
+            refused(p, "more than 64 deep")
+
+
+def test_deep_nesting_under_a_raised_recursion_limit_is_not_a_crash(tmp_path: Path) -> None:
+    """json's C parser would overflow the C stack (a segfault) on 10**7 levels under a
+    raised recursion limit; the header is refused before it is parsed."""
+    p = write_raw(tmp_path / "deep.safetensors", b'{"t": ' + b"[" * 10**7 + b"]" * 10**7 + b"}")
+    code = (
+        "import sys, kvikpy.safetensors as kst; sys.setrecursionlimit(10**8)\n"
+        f"try: kst.read_header({str(p)!r})\n"
+        "except ValueError as e: print('ValueError', e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("ValueError") and "more than 64 deep" in done.stdout
+
+
+def json_depth(v: object) -> int:
+    if isinstance(v, list):
+        return 1 + max(map(json_depth, v), default=0)
+    if isinstance(v, dict):
+        return 1 + max(map(json_depth, v.values()), default=0)
+    return 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.recursive(
+        st.none() | st.integers() | st.text(alphabet='[]{}"\\ ab\u00e9\u20ac', max_size=6),
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(st.text(alphabet='[]{}"\\a', max_size=3), inner, max_size=3)
+        ),
+        max_leaves=20,
+    ),
+    ascii_only=st.booleans(),
+)
+def test_nesting_scan_is_exact(value: object, ascii_only: bool) -> None:
+    raw = json.dumps(value, ensure_ascii=ascii_only).encode()
+    assert kst._nesting(raw, 10**9) == json_depth(value)
 
 
 def test_huge_shapes_are_refused_quickly(tmp_path: Path) -> None:
