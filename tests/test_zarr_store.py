@@ -58,6 +58,19 @@ class TestGDSStoreOnCPU(StoreTests[GDSStore, cpu.Buffer]):
         assert store.supports_listing
 
 
+class TestGDSStoreFollowingSymlinks(TestGDSStoreOnCPU):
+    """zarr's StoreTests again with ``follow_symlinks=True`` (the key checks of the
+    default are exercised by the class above; tests/test_untrusted_input.py has the
+    hostile keys and links)."""
+
+    @pytest.fixture
+    def store_kwargs(self, tmp_path: Path) -> dict[str, object]:
+        return {"root": tmp_path, "follow_symlinks": True}
+
+    def test_store_repr(self, store: GDSStore) -> None:
+        assert repr(store) == f"GDSStore('file://{store.root.as_posix()}', follow_symlinks=True)"
+
+
 def put(root: Path, key: str, data: bytes) -> None:
     (root / key).parent.mkdir(parents=True, exist_ok=True)
     (root / key).write_bytes(data)
