@@ -1,25 +1,25 @@
 """The distributions users install: the wheel's platform tag, the licence and metadata in
 the wheel and the sdist, what installing the sdist does without Rust, and the conda recipe.
 
-``make wheels`` builds dist/ and runs this module with ``KVIKPY_DIST_DIR`` set; the tests
-that need the built files skip without it (building a release wheel takes minutes). The
-recipe and build-backend tests need nothing built and always run.
+``make test`` builds dist/ with ``make wheels`` first and runs this module with
+``KVIKPY_DIST_DIR`` pointing at it; run alone without built files, the tests that need them
+skip (building a release wheel takes minutes). The checks themselves are
+tests/check_dist.py's, which ``make wheels`` also runs without pytest. The recipe and
+build-backend tests need nothing built and always run.
 """
 
 from __future__ import annotations
 
-import email.parser
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 import tomllib
-import zipfile
 from pathlib import Path
 
+import check_dist
 import pytest
 import yaml
 
@@ -34,8 +34,8 @@ BACKEND = ROOT / "build_backend"
 
 def dist_dir() -> Path:
     given = os.environ.get("KVIKPY_DIST_DIR")
-    if not given:
-        pytest.skip("needs the built distributions: run `make wheels`")
+    if not given or not any(Path(given).glob("kvikpy-*")):
+        pytest.skip("needs the built distributions in dist/: run `make wheels`")
     return Path(given)
 
 
@@ -53,15 +53,7 @@ def sdist() -> Path:
     return sdists[0]
 
 
-def manylinux_version(tag: str) -> tuple[int, int]:
-    """``manylinux_2_28_x86_64`` -> (2, 28); the legacy aliases map to their glibc."""
-    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
-    for alias, version in legacy.items():
-        if tag.startswith(alias + "_"):
-            return version
-    m = re.match(r"manylinux_(\d+)_(\d+)_", tag)
-    assert m, f"not a manylinux tag: {tag!r}"
-    return int(m[1]), int(m[2])
+manylinux_version = check_dist.manylinux_version
 
 
 def test_manylinux_version_parsing():
@@ -73,49 +65,22 @@ def test_manylinux_version_parsing():
 
 
 def test_wheel_is_manylinux_2_28_or_older(wheel):
-    limit = manylinux_version(os.environ.get("KVIKPY_WHEEL_COMPAT", "manylinux_2_28") + "_x")
-    tag = wheel.name.removesuffix(".whl").split("-")[-1]
-    assert manylinux_version(tag) <= limit, f"{wheel.name} is tagged {tag}"
     # auditwheel reads the symbols the library really needs, whatever the file is called.
-    result = subprocess.run(
-        [sys.executable, "-m", "auditwheel", "show", str(wheel)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    text = " ".join(result.stdout.split())
-    m = re.search(r'consistent with the following platform tag: "([^"]+)"', text)
-    assert m, text
-    assert manylinux_version(m[1]) <= limit, f"auditwheel: {text}"
+    check_dist.check_wheel_tag(wheel, os.environ.get("KVIKPY_WHEEL_COMPAT", "manylinux_2_28"))
 
 
 def test_wheel_carries_the_licence_and_metadata(wheel):
-    with zipfile.ZipFile(wheel) as z:
-        names = z.namelist()
-        licences = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
-        assert licences, names
-        assert z.read(licences[0]).decode() == LICENSE_TEXT
-        meta_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
-        meta = email.parser.Parser().parsestr(z.read(meta_name).decode())
-    assert meta["Version"] == VERSION
-    assert meta["License-Expression"] == "Apache-2.0"
-    assert meta["License-File"] == "LICENSE"
-    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL"))
-    assert urls["Source"] == REPOSITORY
-    assert urls["Changelog"].endswith("CHANGELOG.md")
-    assert any(n.endswith("_lib.abi3.so") for n in names)
+    check_dist.check_wheel_metadata(wheel)
 
 
 def test_sdist_carries_the_licence_changelog_and_build_backend(sdist):
-    prefix = f"kvikpy-{VERSION}/"
-    with tarfile.open(sdist) as t:
-        names = set(t.getnames())
-        for needed in ("LICENSE", "CHANGELOG.md", "build_backend/kvikpy_build.py", "Cargo.lock"):
-            assert prefix + needed in names, needed
-        licence = t.extractfile(prefix + "LICENSE")
-        assert licence is not None
-        assert licence.read().decode() == LICENSE_TEXT
+    check_dist.check_sdist(sdist)
+
+
+def test_the_installed_wheel_imports_and_reads_outside_the_source_tree(wheel):
+    out = check_dist.check_wheel_imports(wheel)
+    assert out.startswith(f"kvikpy {VERSION} from "), out
+    assert str(ROOT) not in out, out
 
 
 def path_without_cargo() -> str:
