@@ -261,3 +261,30 @@ def test_recipe_expressions_name_only_known_variables(recipe):
 def test_recipe_tests_import_the_package(recipe):
     imports = [i for t in recipe["tests"] if "python" in t for i in t["python"]["imports"]]
     assert "kvikpy" in imports
+
+
+# Quiet builds: `maturin develop` without pip's "Ignoring ...: markers 'extra == ...'"
+# lines and without maturin's warning that the build backend is not maturin (kvikpy's
+# backend wraps maturin's).
+
+MAKEFILE = (ROOT / "Makefile").read_text()
+
+
+def test_every_maturin_develop_in_the_makefile_is_quiet():
+    assert re.search(r"^export MATURIN_NO_MISSING_BUILD_BACKEND_WARNING := 1$", MAKEFILE, re.M)
+    recipe_lines = [ln for ln in MAKEFILE.splitlines() if ln.startswith("\t")]
+    assert not [ln for ln in recipe_lines if "maturin develop" in ln], (
+        "call $(MATURIN_DEVELOP) instead of maturin develop"
+    )
+    (macro,) = [ln for ln in MAKEFILE.splitlines() if ln.startswith("MATURIN_DEVELOP =")]
+    assert "PIP_QUIET=1" in macro and "--quiet" in macro
+
+
+def test_make_wheels_needs_only_the_release_environment():
+    # A release build on a fresh clone: its own small venv, not the 1.5 GB development one.
+    (rule,) = [ln for ln in MAKEFILE.splitlines() if ln.startswith("wheels:")]
+    assert "$(STAMP)" not in rule and "$(REL_STAMP)" in rule
+    (reqs,) = [ln for ln in MAKEFILE.splitlines() if ln.startswith("REL_REQS")]
+    assert "numpy|maturin|ziglang|auditwheel" in reqs
+    # ... and its check imports the installed wheel, never the checkout's kvikpy/.
+    assert "tests/check_dist.py dist" in MAKEFILE
