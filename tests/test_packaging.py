@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import tomllib
+import zipfile
 from pathlib import Path
 
 import check_dist
@@ -288,3 +289,29 @@ def test_make_wheels_needs_only_the_release_environment():
     assert "numpy|maturin|ziglang|auditwheel" in reqs
     # ... and its check imports the installed wheel, never the checkout's kvikpy/.
     assert "tests/check_dist.py dist" in MAKEFILE
+
+
+def _fake_wheel(folder: Path) -> Path:
+    """A pure-Python wheel named like kvikpy's whose package has no compiled engine."""
+    wheel = folder / f"kvikpy-{VERSION}-py3-none-any.whl"
+    info = f"kvikpy-{VERSION}.dist-info"
+    files = {
+        "kvikpy/__init__.py": "__version__ = 'fake'\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: kvikpy\nVersion: {VERSION}\n",
+        f"{info}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    files[f"{info}/RECORD"] = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return wheel
+
+
+def test_the_wheel_check_imports_the_installed_wheel_not_the_checkout(tmp_path):
+    # The checkout's kvikpy/ works here; a wheel without the engine must still fail.
+    with pytest.raises(check_dist.DistError, match="importing the installed"):
+        check_dist.check_wheel_imports(_fake_wheel(tmp_path))
+    with pytest.raises(check_dist.DistError, match="no LICENSE in the wheel"):
+        check_dist.check_wheel_metadata(_fake_wheel(tmp_path))
