@@ -109,11 +109,12 @@ cufile-standin: check-rust
 
 # The documentation site (mkdocs.yml) in strict mode: a broken link, a missing page or an
 # unresolved API reference fails the build. Output in site/ (git-ignored). Then the
-# rendered API reference is checked (every parameter in its own row, read()'s defaults).
+# rendered API reference is checked (every parameter in its own row, read()'s defaults),
+# and the pages' wording (no development-log talk; every page in docs/index.md and the nav).
 docs: develop
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	KVIKPY_SITE_DIR=$(CURDIR)/site $(BIN)/python -m pytest -q -p no:cacheprovider \
-		tests/test_docs_reference.py
+		tests/test_docs_reference.py tests/test_docs_wording.py
 
 # Release artefacts in dist/: a wheel for manylinux_2_28 (glibc 2.28+: RHEL/Rocky 8,
 # Ubuntu 20.04, Amazon Linux 2023...), linked through zig against glibc 2.28's symbols
