@@ -7,7 +7,9 @@
 #               pytest suite (notebooks included) and the documentation site in strict
 #               mode with its reference check
 #   make wheels the release wheel (manylinux_2_28, linked through zig) and the sdist into
-#               dist/, checked by tests/test_packaging.py (auditwheel, licence, no-Rust install)
+#               dist/, in a small environment of their own (.venv-release: numpy, maturin,
+#               zig, auditwheel), checked by tests/check_dist.py (auditwheel, licence,
+#               the wheel installed into a temporary folder and imported from there)
 #   make bench-engine   criterion benchmarks of the engine's host path (no GPU; not in `test`)
 #
 # GPU machine (no Rust there): `make gpu-wheel` here builds the wheel (and the cuFile
@@ -22,6 +24,12 @@ CARGO  ?= cargo
 
 export JUPYTER_PLATFORM_DIRS := 1
 export PYTHONDONTWRITEBYTECODE := 1
+# kvikpy's build backend (build_backend/kvikpy_build.py) is maturin's behind a check that
+# cargo is installed: maturin's warning that the backend is not maturin does not apply.
+export MATURIN_NO_MISSING_BUILD_BACKEND_WARNING := 1
+# `maturin develop` installs kvikpy's dependencies with pip, which would print one
+# "Ignoring ...: markers 'extra == ...'" line per optional dependency.
+MATURIN_DEVELOP = PIP_QUIET=1 VIRTUAL_ENV=$(CURDIR)/$(1) $(1)/bin/maturin develop --release --quiet
 
 .PHONY: demo test docs lint fmt develop rust-test stubtest typecheck py-test wheel wheels \
         gpu-wheel gpu-test gpu-bench gpu-bench-wheels gpu-notebooks nb-wheels clean check-rust \
@@ -41,7 +49,7 @@ $(DEMO_STAMP): requirements-dev.txt
 	touch $@
 
 demo: $(DEMO_STAMP) check-rust
-	VIRTUAL_ENV=$(CURDIR)/$(DEMO_VENV) $(DEMO_VENV)/bin/maturin develop --release --quiet
+	$(call MATURIN_DEVELOP,$(DEMO_VENV))
 	$(DEMO_VENV)/bin/python benchmarks/demo.py
 
 test: lint rust-test develop stubtest typecheck wheels py-test docs
@@ -57,7 +65,7 @@ $(STAMP): requirements-dev.txt
 	touch $@
 
 develop: $(STAMP) check-rust
-	$(BIN)/maturin develop --release --quiet
+	$(call MATURIN_DEVELOP,$(VENV))
 	$(BIN)/python -c "import kvikpy; print('kvikpy', kvikpy.__version__, 'built')"
 
 lint: $(STAMP) check-rust
@@ -83,9 +91,12 @@ stubtest: develop
 typecheck: develop
 	$(BIN)/python -m mypy kvikpy
 
-# The stand-in's tests (tests/test_cufile_standin.py) load the library just built.
+# The stand-in's tests (tests/test_cufile_standin.py) load the library just built;
+# tests/test_packaging.py checks the distributions in dist/ (`make test` builds them first
+# with `make wheels`; run alone, py-test skips those checks when dist/ has none).
 py-test: develop cufile-standin
-	KVIKPY_CUFILE_STANDIN=$(CURDIR)/.gpu/libcufile_standin.so $(BIN)/python -m pytest
+	KVIKPY_CUFILE_STANDIN=$(CURDIR)/.gpu/libcufile_standin.so KVIKPY_DIST_DIR=$(CURDIR)/dist \
+		KVIKPY_WHEEL_COMPAT=$(WHEEL_COMPAT) $(BIN)/python -m pytest
 
 # kvikpy's test stand-in for libcufile (rust/cufile-standin; never part of a wheel: maturin
 # builds rust/python only), built in release mode and copied to .gpu/, which travels to the
@@ -98,38 +109,51 @@ cufile-standin: check-rust
 
 # The documentation site (mkdocs.yml) in strict mode: a broken link, a missing page or an
 # unresolved API reference fails the build. Output in site/ (git-ignored). Then the
-# rendered API reference is checked (every parameter in its own row, read()'s defaults).
+# rendered API reference is checked (every parameter in its own row, read()'s defaults),
+# and the pages' wording (no development-log talk; every page in docs/index.md and the nav).
 docs: develop
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	KVIKPY_SITE_DIR=$(CURDIR)/site $(BIN)/python -m pytest -q -p no:cacheprovider \
-		tests/test_docs_reference.py
+		tests/test_docs_reference.py tests/test_docs_wording.py
 
 # Release artefacts in dist/: a wheel for manylinux_2_28 (glibc 2.28+: RHEL/Rocky 8,
 # Ubuntu 20.04, Amazon Linux 2023...), linked through zig against glibc 2.28's symbols
-# whatever this machine's glibc is, and the sdist. tests/test_packaging.py then runs
-# `auditwheel show` (fails above manylinux_2_28), checks the licence and metadata in
-# both, and that installing the sdist without cargo stops at once with a clear message.
+# whatever this machine's glibc is, and the sdist. A release build needs only Rust and
+# its own small environment, .venv-release (numpy, maturin, zig and auditwheel, pinned as
+# in requirements-dev.txt), not the development one. tests/check_dist.py then runs
+# `auditwheel show` (fails above manylinux_2_28), checks the licence and metadata in both,
+# and installs the wheel into a temporary folder and imports it from there (never the
+# checkout's kvikpy/). `make test` checks dist/ again with tests/test_packaging.py.
 # maturin finds zig through `python -m ziglang`, hence the venv first on PATH.
 # aarch64: `make wheels WHEEL_TARGET=aarch64-unknown-linux-gnu` cross-links through the same
 # zig, once Rust's standard library for that target is installed
 # (`rustup target add aarch64-unknown-linux-gnu`); CI builds x86_64 only.
+REL_VENV  := .venv-release
+REL_REQS  := $(shell grep -E '^(numpy|maturin|ziglang|auditwheel)==' requirements-dev.txt)
+REL_STAMP := $(REL_VENV)/.installed-$(shell echo $(REL_REQS) | cksum | cut -d' ' -f1)
+
+$(REL_STAMP): requirements-dev.txt
+	rm -rf $(REL_VENV)
+	$(PYTHON) -m venv $(REL_VENV)
+	$(REL_VENV)/bin/python -m pip install -q --disable-pip-version-check $(REL_REQS)
+	touch $@
+
 WHEEL_COMPAT := manylinux_2_28
 WHEEL_TARGET ?=
-ZIG_BUILD = PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/maturin build --release --zig \
+ZIG_BUILD = PATH=$(CURDIR)/$(REL_VENV)/bin:$$PATH $(REL_VENV)/bin/maturin build --release --zig \
 	--compatibility $(WHEEL_COMPAT) $(if $(WHEEL_TARGET),--target $(WHEEL_TARGET))
-wheels: $(STAMP) check-rust
+wheels: $(REL_STAMP) check-rust
 	rm -rf dist && mkdir -p dist
 	$(ZIG_BUILD) --quiet --out dist
-	$(BIN)/maturin sdist --out dist
-	KVIKPY_DIST_DIR=$(CURDIR)/dist KVIKPY_WHEEL_COMPAT=$(WHEEL_COMPAT) $(BIN)/python -m pytest \
-		-q -p no:cacheprovider tests/test_packaging.py
+	$(REL_VENV)/bin/maturin sdist --out dist
+	KVIKPY_WHEEL_COMPAT=$(WHEEL_COMPAT) $(REL_VENV)/bin/python tests/check_dist.py dist
 
 wheel: wheels
 
 # Build here, run on the GPU machine: the wheel (the same manylinux_2_28 build as
 # `make wheels`) and the test requirements travel in .gpu/.
 # The cuFile stand-in goes beside the wheel (`make gpu-test` installs only the *.whl).
-gpu-wheel: $(STAMP) check-rust
+gpu-wheel: $(REL_STAMP) check-rust
 	rm -rf .gpu && mkdir -p .gpu
 	$(ZIG_BUILD) --quiet --out .gpu
 	$(MAKE) --no-print-directory cufile-standin
@@ -290,4 +314,4 @@ gpu-bench-wheels:
 		--out $(BENCH_OUT)/wheels.json --markdown $(BENCH_OUT)/wheels.md $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) target dist site .gpu .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) $(REL_VENV) target dist site .gpu .pytest_cache .mypy_cache .ruff_cache .hypothesis

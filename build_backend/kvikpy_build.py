@@ -28,8 +28,10 @@ Do one of these, then rerun the install:
   - install Rust with rustup (https://rustup.rs), your distribution's package
     (`apt install cargo`, `dnf install cargo`; check that `cargo --version` is 1.85 or
     newer) or conda (`conda install -c conda-forge rust`), and put `cargo` on PATH;
-  - install a prebuilt wheel instead: `pip install --only-binary kvikpy kvikpy`
-    (Linux x86_64 with glibc 2.28 or newer, Python 3.11+);
+  - install a prebuilt wheel file instead (kvikpy is not on PyPI): one built by
+    `make wheels` in a kvikpy checkout on a machine with Rust, for Linux x86_64 with
+    glibc 2.28 or newer and Python 3.11+, e.g.
+    `pip install ./kvikpy-*-manylinux_2_28_x86_64.whl`;
   - let the build download a temporary Rust toolchain (about 700 MB, needs network
     access): set {_OPT_IN}=1.
 """

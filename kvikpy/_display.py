@@ -70,8 +70,14 @@ def backend(f: Any) -> str:
     return f"POSIX, pinned bounce buffers; {why}"
 
 
-def gpu_io(gds: dict[str, Any], compat_mode: str) -> str:
-    """Which path GPU reads take under ``compat_mode``, for ``info``."""
+# What ``info`` says of GPU reads where CUDA is not available.
+NO_GPU_IO = "none: CUDA is not available, so reads and writes use host memory only"
+
+
+def gpu_io(gds: dict[str, Any], compat_mode: str, cuda_available: bool = True) -> str:
+    """Which path GPU reads take under ``compat_mode``, for ``info`` (none without CUDA)."""
+    if not cuda_available:
+        return NO_GPU_IO
     if compat_mode == "ON" or not gds["usable"]:
         return "POSIX, pinned bounce buffers"
     return "cuFile (GPUDirect Storage) for files cuFile registers, POSIX for the others"

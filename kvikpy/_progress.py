@@ -75,7 +75,7 @@ def bar(total: int | None, desc: str) -> Any:
                 desc=desc,
                 unit="B",
                 unit_scale=True,
-                unit_divisor=1024,
+                unit_divisor=1000,  # rates in MB/s and GB/s, as everywhere in kvikpy
                 smoothing=0,  # the rate is the average so far, not a moving one
             )
         except ImportError:  # no tqdm, or the widget cannot be drawn here: text instead

@@ -1,5 +1,6 @@
 """kvikpy's text progress bar: one line on stderr, redrawn in place, with a percentage,
-the bytes done and in all, elapsed and remaining time and the average rate.
+the bytes done and in all (KiB, MiB, GiB), elapsed and remaining time and the average
+rate in decimal units (MB/s, GB/s), as kvikpy's benchmarks and command line give rates.
 
 It is kvikpy's own rather than tqdm's because a bar must be cheap to show the first time:
 importing tqdm costs 15-30 ms (it imports logging, inspect and its command line), more
@@ -23,6 +24,14 @@ _MIN_REDRAW = 0.1  # seconds between redraws; the last state is always drawn on 
 
 def _size(n: float) -> str:
     return human_bytes(n, digits=2)
+
+
+def _rate(bytes_per_second: float) -> str:
+    """A rate in decimal units (GB/s = 10^9 bytes/s), as kvikpy's benchmarks and CLI say."""
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if bytes_per_second >= scale:
+            return f"{bytes_per_second / scale:.2f} {unit}"
+    return f"{bytes_per_second:.0f} B/s"
 
 
 def _clock(seconds: float) -> str:
@@ -52,7 +61,7 @@ class TextBar:
         """The bar's line as it stands."""
         elapsed = max((time.time() if now is None else now) - self.start_t, 0.0)
         rate = self.n / elapsed if elapsed > 0 else 0.0
-        speed = f"{_size(rate)}/s" if rate else "?/s"
+        speed = _rate(rate) if rate else "?/s"
         if not self.total:
             return f"{self.desc}: {_size(self.n)} [{_clock(elapsed)}, {speed}]"
         fraction = min(self.n / self.total, 1.0)

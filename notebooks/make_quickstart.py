@@ -99,7 +99,11 @@ CELLS = [
         "with kvikio.CuFile(path, 'r') as f:\n"
         "    f.read(y)\n"
         "assert all(x == y)\n"
-        "print('kvikio-style round trip OK;', 'compat mode:', kvikio.defaults.compat_mode())"
+        "# compat_mode is the setting (AUTO by default, as `python -m kvikpy info` prints);\n"
+        "# is_compat_mode_preferred() says whether it resolves to POSIX here.\n"
+        "mode = kvikio.defaults.get('compat_mode').name\n"
+        "posix = kvikio.defaults.is_compat_mode_preferred()\n"
+        "print('kvikio-style round trip OK; compat_mode', mode, '| POSIX I/O:', posix)"
     ),
     new_code_cell("import shutil\n\nshutil.rmtree(workdir)"),
 ]

@@ -18,7 +18,9 @@ Three ways past one GPU, each checked against numpy on the same bytes:
 3. a Dask array whose chunks kvikpy reads on the workers of a cluster (one worker per GPU
    with `dask_cuda`, CPU workers otherwise).
 
-Each part runs with whatever this machine has and says what it skipped. The outputs saved
+Each part runs with whatever this machine has and says what it skipped. Part 2 needs
+PyTorch and part 3 dask (the `dask` extra: `pip install 'kvikpy[dask]'`, with the wheel's
+path in place of `kvikpy` while kvikpy is not on the Package Index). The outputs saved
 with this notebook come from the machine described in the first output; the sizes are
 small so that it runs anywhere (raise `SIZE_MIB` for a measurement)."""
     ),

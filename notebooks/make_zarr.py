@@ -16,7 +16,9 @@ CELLS = [
         "writes an array with plain zarr on the CPU, reads it onto the GPU through the "
         "kvikpy store, compressed and not, and times it against zarr's own `LocalStore` "
         "(and kvikio's `GDSStore` where kvikio is installed). Without a GPU the reads "
-        "land in host memory and the timings are skipped."
+        "land in host memory and the timings are skipped. It needs zarr 3: `pip install "
+        "'kvikpy[zarr]'` (with the wheel's path in place of `kvikpy` while kvikpy is not "
+        "on the Package Index)."
     ),
     new_code_cell(
         "import statistics\n"

@@ -1,25 +1,26 @@
 """The distributions users install: the wheel's platform tag, the licence and metadata in
 the wheel and the sdist, what installing the sdist does without Rust, and the conda recipe.
 
-``make wheels`` builds dist/ and runs this module with ``KVIKPY_DIST_DIR`` set; the tests
-that need the built files skip without it (building a release wheel takes minutes). The
-recipe and build-backend tests need nothing built and always run.
+``make test`` builds dist/ with ``make wheels`` first and runs this module with
+``KVIKPY_DIST_DIR`` pointing at it; run alone without built files, the tests that need them
+skip (building a release wheel takes minutes). The checks themselves are
+tests/check_dist.py's, which ``make wheels`` also runs without pytest. The recipe and
+build-backend tests need nothing built and always run.
 """
 
 from __future__ import annotations
 
-import email.parser
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 import tomllib
 import zipfile
 from pathlib import Path
 
+import check_dist
 import pytest
 import yaml
 
@@ -34,8 +35,8 @@ BACKEND = ROOT / "build_backend"
 
 def dist_dir() -> Path:
     given = os.environ.get("KVIKPY_DIST_DIR")
-    if not given:
-        pytest.skip("needs the built distributions: run `make wheels`")
+    if not given or not any(Path(given).glob("kvikpy-*")):
+        pytest.skip("needs the built distributions in dist/: run `make wheels`")
     return Path(given)
 
 
@@ -53,15 +54,7 @@ def sdist() -> Path:
     return sdists[0]
 
 
-def manylinux_version(tag: str) -> tuple[int, int]:
-    """``manylinux_2_28_x86_64`` -> (2, 28); the legacy aliases map to their glibc."""
-    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
-    for alias, version in legacy.items():
-        if tag.startswith(alias + "_"):
-            return version
-    m = re.match(r"manylinux_(\d+)_(\d+)_", tag)
-    assert m, f"not a manylinux tag: {tag!r}"
-    return int(m[1]), int(m[2])
+manylinux_version = check_dist.manylinux_version
 
 
 def test_manylinux_version_parsing():
@@ -73,49 +66,22 @@ def test_manylinux_version_parsing():
 
 
 def test_wheel_is_manylinux_2_28_or_older(wheel):
-    limit = manylinux_version(os.environ.get("KVIKPY_WHEEL_COMPAT", "manylinux_2_28") + "_x")
-    tag = wheel.name.removesuffix(".whl").split("-")[-1]
-    assert manylinux_version(tag) <= limit, f"{wheel.name} is tagged {tag}"
     # auditwheel reads the symbols the library really needs, whatever the file is called.
-    result = subprocess.run(
-        [sys.executable, "-m", "auditwheel", "show", str(wheel)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    text = " ".join(result.stdout.split())
-    m = re.search(r'consistent with the following platform tag: "([^"]+)"', text)
-    assert m, text
-    assert manylinux_version(m[1]) <= limit, f"auditwheel: {text}"
+    check_dist.check_wheel_tag(wheel, os.environ.get("KVIKPY_WHEEL_COMPAT", "manylinux_2_28"))
 
 
 def test_wheel_carries_the_licence_and_metadata(wheel):
-    with zipfile.ZipFile(wheel) as z:
-        names = z.namelist()
-        licences = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
-        assert licences, names
-        assert z.read(licences[0]).decode() == LICENSE_TEXT
-        meta_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
-        meta = email.parser.Parser().parsestr(z.read(meta_name).decode())
-    assert meta["Version"] == VERSION
-    assert meta["License-Expression"] == "Apache-2.0"
-    assert meta["License-File"] == "LICENSE"
-    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL"))
-    assert urls["Source"] == REPOSITORY
-    assert urls["Changelog"].endswith("CHANGELOG.md")
-    assert any(n.endswith("_lib.abi3.so") for n in names)
+    check_dist.check_wheel_metadata(wheel)
 
 
 def test_sdist_carries_the_licence_changelog_and_build_backend(sdist):
-    prefix = f"kvikpy-{VERSION}/"
-    with tarfile.open(sdist) as t:
-        names = set(t.getnames())
-        for needed in ("LICENSE", "CHANGELOG.md", "build_backend/kvikpy_build.py", "Cargo.lock"):
-            assert prefix + needed in names, needed
-        licence = t.extractfile(prefix + "LICENSE")
-        assert licence is not None
-        assert licence.read().decode() == LICENSE_TEXT
+    check_dist.check_sdist(sdist)
+
+
+def test_the_installed_wheel_imports_and_reads_outside_the_source_tree(wheel):
+    out = check_dist.check_wheel_imports(wheel)
+    assert out.startswith(f"kvikpy {VERSION} from "), out
+    assert str(ROOT) not in out, out
 
 
 def path_without_cargo() -> str:
@@ -296,3 +262,56 @@ def test_recipe_expressions_name_only_known_variables(recipe):
 def test_recipe_tests_import_the_package(recipe):
     imports = [i for t in recipe["tests"] if "python" in t for i in t["python"]["imports"]]
     assert "kvikpy" in imports
+
+
+# Quiet builds: `maturin develop` without pip's "Ignoring ...: markers 'extra == ...'"
+# lines and without maturin's warning that the build backend is not maturin (kvikpy's
+# backend wraps maturin's).
+
+MAKEFILE = (ROOT / "Makefile").read_text()
+
+
+def test_every_maturin_develop_in_the_makefile_is_quiet():
+    assert re.search(r"^export MATURIN_NO_MISSING_BUILD_BACKEND_WARNING := 1$", MAKEFILE, re.M)
+    recipe_lines = [ln for ln in MAKEFILE.splitlines() if ln.startswith("\t")]
+    assert not [ln for ln in recipe_lines if "maturin develop" in ln], (
+        "call $(MATURIN_DEVELOP) instead of maturin develop"
+    )
+    (macro,) = [ln for ln in MAKEFILE.splitlines() if ln.startswith("MATURIN_DEVELOP =")]
+    assert "PIP_QUIET=1" in macro and "--quiet" in macro
+
+
+def test_make_wheels_needs_only_the_release_environment():
+    # A release build on a fresh clone: its own small venv, not the 1.5 GB development one.
+    (rule,) = [ln for ln in MAKEFILE.splitlines() if ln.startswith("wheels:")]
+    assert "$(STAMP)" not in rule and "$(REL_STAMP)" in rule
+    (reqs,) = [ln for ln in MAKEFILE.splitlines() if ln.startswith("REL_REQS")]
+    assert "numpy|maturin|ziglang|auditwheel" in reqs
+    # ... and its check imports the installed wheel, never the checkout's kvikpy/.
+    assert "tests/check_dist.py dist" in MAKEFILE
+
+
+def _fake_wheel(folder: Path) -> Path:
+    """A pure-Python wheel named like kvikpy's whose package has no compiled engine."""
+    wheel = folder / f"kvikpy-{VERSION}-py3-none-any.whl"
+    info = f"kvikpy-{VERSION}.dist-info"
+    files = {
+        "kvikpy/__init__.py": "__version__ = 'fake'\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: kvikpy\nVersion: {VERSION}\n",
+        f"{info}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    files[f"{info}/RECORD"] = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return wheel
+
+
+def test_the_wheel_check_imports_the_installed_wheel_not_the_checkout(tmp_path):
+    # The checkout's kvikpy/ works here; a wheel without the engine must still fail.
+    with pytest.raises(check_dist.DistError, match="importing the installed"):
+        check_dist.check_wheel_imports(_fake_wheel(tmp_path))
+    with pytest.raises(check_dist.DistError, match="no LICENSE in the wheel"):
+        check_dist.check_wheel_metadata(_fake_wheel(tmp_path))

@@ -233,12 +233,12 @@ def test_the_text_bar_line(monkeypatch):
     b.update(1 << 20)
     line = b.format(now=b.start_t + 2.0)
     assert line.startswith("read f.bin:  25%|██████ ")
-    assert "1.00 MiB/4.00 MiB [00:02<00:06, 512.00 KiB/s]" in line
+    assert "1.00 MiB/4.00 MiB [00:02<00:06, 524.29 kB/s]" in line  # rates in 10^3 units
     b.update(3 << 20)
     b.close()
     b.close()  # idempotent
     assert re.search(
-        r"100%\|█{24}\| 4\.00 MiB/4\.00 MiB \[00:02<00:00, 2\.00 MiB/s\]\n$", out.getvalue()
+        r"100%\|█{24}\| 4\.00 MiB/4\.00 MiB \[00:02<00:00, 2\.10 MB/s\]\n$", out.getvalue()
     )
     assert out.getvalue().count("\n") == 1
     unknown = TextBar(None, "x", file=io.StringIO())

@@ -64,7 +64,7 @@ def collect_info() -> dict[str, Any]:
         "device_count": count,
         "devices": [_devices.label(i) for i in range(count)],
         "compat_mode_preferred": defaults.is_compat_mode_preferred(),
-        "gpu_io": _display.gpu_io(gds, mode),
+        "gpu_io": _display.gpu_io(gds, mode, available),
         "cufile": _display.cufile_note(gds, mode),
         "gds": gds,
         "settings": {name: _setting_value(name) for name in _lib.setting_names()},

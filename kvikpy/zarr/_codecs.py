@@ -6,15 +6,19 @@ zarr's own (same names, same metadata, same encoding on the CPU) with one change
 batch of chunks to decode is in GPU memory and nvCOMP's Python package
 (``nvidia-nvcomp-cu13``, ``pip install kvikpy[nvcomp]``) is installed, the whole batch is
 decoded by one nvCOMP call on the GPU. Otherwise they decode exactly as zarr's codecs do.
+``crc32c`` (the checksum of sharded arrays' shard indexes) is zarr's too, except that
+under zarr's GPU mode it hands zarr its result as a CUDA array: zarr's own wraps a numpy
+array in a GPU buffer and warns about the copy that needs, on every sharded read.
 
 :func:`register_codecs` puts them in zarr's codec registry and selects them in zarr's
-configuration for ``zstd``, ``numcodecs.zstd`` and ``numcodecs.lz4``; ``import
+configuration for ``zstd``, ``numcodecs.zstd``, ``numcodecs.lz4`` and ``crc32c``; ``import
 kvikpy.zarr`` calls it. Where zarr has a GPU codec of its own for a name, zarr's stays.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import itertools
 import threading
@@ -25,11 +29,13 @@ from typing import Any
 
 import zarr
 from zarr.abc.codec import BytesBytesCodec
+from zarr.codecs import Crc32cCodec as _ZarrCrc32c
 from zarr.codecs import ZstdCodec as _ZarrZstd
 from zarr.codecs.numcodecs import LZ4 as _ZarrLZ4
 from zarr.codecs.numcodecs import Zstd as _ZarrNumcodecsZstd
 from zarr.core.array_spec import ArraySpec
 from zarr.core.buffer import Buffer
+from zarr.core.buffer.cpu import buffer_prototype as cpu_buffer_prototype
 from zarr.registry import register_codec
 
 from kvikpy.zarr import _rounds
@@ -267,8 +273,46 @@ class NumcodecsLZ4(_ZarrLZ4):
         return await _gpu_decode("lz4", LZ4_HEADER, chunk_bytes_and_specs, super().decode)
 
 
+def _on_gpu_prototype(spec: ArraySpec) -> bool:
+    """Whether ``spec`` asks for zarr's GPU buffers (``zarr.config.enable_gpu()``)."""
+    from zarr.core.buffer import gpu
+
+    buffer = spec.prototype.buffer
+    return isinstance(buffer, type) and issubclass(buffer, gpu.Buffer)
+
+
+def _as_gpu_buffer(host: Buffer, spec: ArraySpec) -> Buffer:
+    """A host buffer's bytes as a buffer of ``spec``'s GPU prototype: copied to the GPU
+    first (CuPy), so zarr's GPU buffer wraps a CUDA array instead of copying (and
+    warning) itself."""
+    cupy: Any = importlib.import_module("cupy")
+    return spec.prototype.buffer.from_array_like(cupy.asarray(host.as_numpy_array()))
+
+
+class Crc32cCodec(_ZarrCrc32c):
+    """zarr's ``crc32c`` codec (the checksum of every shard index). zarr's own computes
+    the checksum in host memory and wraps the result in the buffer class asked for: under
+    ``zarr.config.enable_gpu()`` a GPU buffer made from a numpy array, which zarr warns
+    about ("falling back to slow copy based path") on every sharded read. This one runs
+    zarr's codec into host memory and hands zarr a CUDA array; on the CPU it is zarr's."""
+
+    def _decode_sync(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer:
+        if not _on_gpu_prototype(chunk_spec):
+            return super()._decode_sync(chunk_bytes, chunk_spec)
+        host_spec = dataclasses.replace(chunk_spec, prototype=cpu_buffer_prototype)
+        return _as_gpu_buffer(super()._decode_sync(chunk_bytes, host_spec), chunk_spec)
+
+    def _encode_sync(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer | None:
+        if not _on_gpu_prototype(chunk_spec):
+            return super()._encode_sync(chunk_bytes, chunk_spec)
+        host_spec = dataclasses.replace(chunk_spec, prototype=cpu_buffer_prototype)
+        host = super()._encode_sync(chunk_bytes, host_spec)
+        return None if host is None else _as_gpu_buffer(host, chunk_spec)
+
+
 # The codec names kvikpy's classes serve, and zarr's classes they replace.
 CODECS: dict[str, type[BytesBytesCodec]] = {
+    "crc32c": Crc32cCodec,
     "zstd": ZstdCodec,
     "numcodecs.zstd": NumcodecsZstd,
     "numcodecs.lz4": NumcodecsLZ4,

@@ -4,6 +4,7 @@ CPU codecs decode them."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +26,14 @@ from kvikpy.zarr import GDSStore, _codecs  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Numcodecs codecs are not in the Zarr version 3"),
-    # zarr's sharding codec reads its shard index (crc32c) into a numpy array and wraps it
-    # in a GPU buffer, which zarr itself warns about (LocalStore alike).
+    # zarr's own code may still wrap host arrays in GPU buffers elsewhere (its StoreTests'
+    # helpers); the tests of sharded reads below turn this warning back into an error.
     pytest.mark.filterwarnings("ignore:Creating a zarr.buffer.gpu.Buffer with an array"),
 ]
+
+# zarr's warning when a GPU buffer is made from an array without __cuda_array_interface__
+# (it then copies the array to the GPU itself).
+SLOW_COPY = "Creating a zarr.buffer.gpu.Buffer with an array"
 
 needs_nvcomp = pytest.mark.skipif(
     not kvikpy.zarr.nvcomp_available(),
@@ -224,3 +229,84 @@ async def test_kvikio_style_basic_read(tmp_path):
         result = zarr.open_array(store, path="a", zarr_format=3)[:]
     assert isinstance(result, cupy.ndarray)
     cupy.testing.assert_array_equal(result, cupy.array([0] * 5 + [1] * 5, dtype="uint32"))
+
+
+@pytest.mark.parametrize("index_location", ["end", "start"])
+@pytest.mark.parametrize("compressor", ["raw", "zstd"])
+def test_sharded_arrays_read_on_the_gpu_without_zarrs_slow_copy_warning(
+    tmp_path, index_location, compressor
+):
+    """A sharded zarr 3 array written by zarr alone, read through GDSStore under zarr's GPU
+    mode: whole shards, partial shards (the shard index read on its own, then byte ranges)
+    and one chunk, with zarr's "slow copy based path" warning an error. kvikpy's crc32c
+    codec (the shard index's checksum) hands zarr CUDA arrays; zarr's own wraps a numpy
+    array in a GPU buffer and warns on every shard."""
+    from zarr.codecs.sharding import ShardingCodecIndexLocation
+
+    data = random_walk(300 * 1000).reshape(300, 1000)
+    a = zarr.create_array(
+        zarr.storage.LocalStore(tmp_path),
+        name="a",
+        shape=data.shape,
+        chunks=(50, 250),
+        shards={"shape": (150, 500), "index_location": ShardingCodecIndexLocation(index_location)},
+        dtype="float32",
+        compressors=COMPRESSORS[compressor](),
+    )
+    a[:] = data
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=SLOW_COPY)
+        with zarr.config.enable_gpu():
+            b = zarr.open_array(GDSStore(tmp_path, read_only=True), path="a", mode="r")
+            whole = b[:]
+            part = b[17:233, 123:877]
+            one = b[60:70, 260:270]
+    for got in (whole, part, one):
+        assert isinstance(got, cupy.ndarray)
+    np.testing.assert_array_equal(cupy.asnumpy(whole), data)
+    np.testing.assert_array_equal(cupy.asnumpy(part), data[17:233, 123:877])
+    np.testing.assert_array_equal(cupy.asnumpy(one), data[60:70, 260:270])
+
+
+def test_crc32c_encodes_and_decodes_into_cuda_arrays(gpu_mode):
+    """kvikpy's crc32c codec under zarr's GPU mode: GPU buffers backed by CuPy arrays,
+    made without zarr's slow-copy warning, with zarr's bytes."""
+    from zarr.codecs import Crc32cCodec as ZarrCrc32c
+    from zarr.core.array_spec import ArrayConfig, ArraySpec
+    from zarr.core.buffer import cpu
+    from zarr.core.dtype import UInt8
+
+    spec = ArraySpec(
+        shape=(1000,),
+        dtype=UInt8(),
+        fill_value=0,
+        config=ArrayConfig(order="C", write_empty_chunks=False),
+        prototype=default_buffer_prototype(),
+    )
+    raw = np.random.default_rng(3).integers(0, 256, 1000, dtype=np.uint8)
+    codec = _codecs.Crc32cCodec()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=SLOW_COPY)
+        encoded = codec._encode_sync(gpu.Buffer(cupy.asarray(raw)), spec)
+        assert encoded is not None
+        decoded = codec._decode_sync(encoded, spec)
+    for buf in (encoded, decoded):
+        assert isinstance(buf, gpu.Buffer)
+        assert isinstance(buf.as_array_like(), cupy.ndarray)
+    theirs = ZarrCrc32c()._encode_sync(cpu.Buffer.from_array_like(raw), _host(spec))
+    assert theirs is not None
+    assert encoded.to_bytes() == theirs.to_bytes()
+    assert decoded.to_bytes() == raw.tobytes()
+    # zarr's own codec takes the slow path this test guards against (the check is live).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ZarrCrc32c()._decode_sync(encoded, spec)
+    assert any(SLOW_COPY in str(w.message) for w in caught)
+
+
+def _host(spec):
+    import dataclasses
+
+    from zarr.core.buffer.cpu import buffer_prototype
+
+    return dataclasses.replace(spec, prototype=buffer_prototype)
