@@ -256,9 +256,14 @@ struct Job {
 }
 
 impl Job {
-    /// Bytes of a read of `len` at `offset` that the file holds; an exact read must get
-    /// them all.
+    /// Bytes of a read of `len` at `offset` that the file holds (all `len` for a source
+    /// whose size does not bound its reads); an exact read must get them all.
     fn available(&self, offset: u64, len: usize) -> Result<usize> {
+        if !self.source.size_bounds_reads() {
+            // A device or a pipe: as many as it gives, up to the span's end (each task
+            // still stops where the source ends).
+            return Ok(len);
+        }
         let in_file = self.source.size()?.saturating_sub(offset);
         let size = (len as u64).min(in_file) as usize;
         if self.exact && size < len {

@@ -315,6 +315,10 @@ impl Source for CuFileSource {
         self.posix.size()
     }
 
+    fn size_bounds_reads(&self) -> bool {
+        self.posix.size_bounds_reads()
+    }
+
     fn read_host(&self, span: HostSpan, offset: u64, settings: &Settings) -> Result<usize> {
         self.posix.read_host(span, offset, settings)
     }

@@ -68,6 +68,14 @@ pub trait Source: Send + Sync + Debug {
     /// The current size in bytes.
     fn size(&self) -> Result<u64>;
 
+    /// Whether the size bounds reads: `false` for a source whose reads yield bytes past
+    /// the size it reports (a character device such as `/dev/zero`, which reports 0), so
+    /// that a read into a given buffer is not cut to that size but reads what the source
+    /// gives, up to the buffer's end.
+    fn size_bounds_reads(&self) -> bool {
+        true
+    }
+
     /// Read into `span` from `offset` until the span is full or the source ends; the
     /// count is short only at the end.
     fn read_host(&self, span: HostSpan, offset: u64, settings: &Settings) -> Result<usize>;
