@@ -155,6 +155,21 @@ def test_a_sized_read_past_the_end_of_a_pseudo_file_says_where_it_ended() -> Non
         kvikpy.read(version, size=n + 100, device="cpu")
 
 
+@pytest.mark.parametrize("task_size", [None, 4096])
+def test_cufile_reads_a_pseudo_file_into_a_given_buffer_whatever_the_split(
+    task_size: int | None,
+) -> None:
+    # Before, a read split into several tasks was cut to the reported size (0).
+    version = "/proc/version"
+    if not os.path.exists(version):
+        pytest.skip("no /proc here")
+    expected = Path(version).read_bytes()
+    buf = bytearray(1 << 20)
+    with kvikpy.CuFile(version) as f:
+        n = f.pread(buf, task_size=task_size).get()
+    assert bytes(buf[:n]) == expected
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
 @pytest.mark.parametrize(
     "call",

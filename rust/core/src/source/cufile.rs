@@ -315,8 +315,8 @@ impl Source for CuFileSource {
         self.posix.size()
     }
 
-    fn size_bounds_reads(&self) -> bool {
-        self.posix.size_bounds_reads()
+    fn zero_size_is_empty(&self) -> bool {
+        self.posix.zero_size_is_empty()
     }
 
     fn read_host(&self, span: HostSpan, offset: u64, settings: &Settings) -> Result<usize> {

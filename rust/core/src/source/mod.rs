@@ -68,11 +68,11 @@ pub trait Source: Send + Sync + Debug {
     /// The current size in bytes.
     fn size(&self) -> Result<u64>;
 
-    /// Whether the size bounds reads: `false` for a source whose reads yield bytes past
-    /// the size it reports (a character device such as `/dev/zero`, which reports 0), so
-    /// that a read into a given buffer is not cut to that size but reads what the source
-    /// gives, up to the buffer's end.
-    fn size_bounds_reads(&self) -> bool {
+    /// Whether a reported size of 0 means the source is empty. `false` for local files,
+    /// where it may be a device (`/dev/zero` never ends) or a pseudo-file (`/proc`) that
+    /// has content: a read into a given buffer is then not cut to 0 bytes but reads what
+    /// the source gives, up to the buffer's end (an empty file gives nothing anyway).
+    fn zero_size_is_empty(&self) -> bool {
         true
     }
 

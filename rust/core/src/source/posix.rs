@@ -33,9 +33,6 @@ pub struct PosixFile {
     path: PathBuf,
     flags: OpenFlags,
     buffered: OwnedFd,
-    /// Not a regular file (a device, a pipe): the size it reports (0) says nothing of
-    /// where its bytes end.
-    not_regular: bool,
     /// Opened on first use: most files never need it, and an `open` per file is a
     /// measurable share of reading many small files.
     direct: OnceLock<Option<OwnedFd>>,
@@ -92,20 +89,16 @@ impl PosixFile {
             base |= libc::O_EXCL;
         }
         let buffered = open_fd(path, &cpath, base)?;
-        let mut not_regular = false;
         if let Ok(st) = fstat(buffered.as_raw_fd(), path) {
-            let kind = st.st_mode & libc::S_IFMT;
-            if kind == libc::S_IFDIR {
+            if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
                 let err = io::Error::from_raw_os_error(libc::EISDIR);
                 return Err(Error::os("open", path, err));
             }
-            not_regular = kind != libc::S_IFREG;
         }
         Ok(Self {
             path: path.to_path_buf(),
             flags,
             buffered,
-            not_regular,
             direct: OnceLock::new(),
         })
     }
@@ -261,8 +254,8 @@ impl Source for PosixFile {
         Ok(fstat(self.buffered_fd(), &self.path)?.st_size as u64)
     }
 
-    fn size_bounds_reads(&self) -> bool {
-        !self.not_regular
+    fn zero_size_is_empty(&self) -> bool {
+        false
     }
 
     fn read_host(&self, span: HostSpan, offset: u64, settings: &Settings) -> Result<usize> {
