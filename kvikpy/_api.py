@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, SupportsIndex, TypeAlias
 
-from kvikpy import _devices, _lib, _paths
+from kvikpy import _args, _devices, _lib, _paths
 from kvikpy._streams import stream_handle
 from kvikpy.cufile import BufferLike, CuFile
 
@@ -209,7 +209,11 @@ def read(
         past the end of the file raises ``ValueError``.
     size
         How many bytes to read; ``None`` (the default) reads from ``offset`` to the end of
-        the file. A range that ends past the end of the file raises ``ValueError``.
+        the file. A range that ends past the end of the file raises ``ValueError``. A file
+        whose size says nothing of its end (a device such as ``/dev/zero``, a pipe) is
+        read for exactly ``size`` bytes; without ``size`` it raises ``ValueError``, and a
+        pseudo-file that reports 0 bytes (``/proc``, ``/sys``) is read to its end, up to
+        64 MiB (``ValueError`` beyond: pass ``size``).
     device
         ``"cuda"`` (the current device), ``"cuda:N"`` or ``N``, or ``"cpu"`` for host
         memory (ordinary pages, huge pages for large reads: pinning each
@@ -253,10 +257,13 @@ def read(
     IsADirectoryError
         If the path is a directory.
     ValueError
-        For a range past the end of the file, a dtype DLPack cannot carry, or a shape
-        that does not fit the range.
+        For a negative ``offset`` or ``size``, a range past the end of the file, a dtype
+        DLPack cannot carry, or a shape that does not fit the range.
+    OverflowError
+        For a range that ends past ``2**63 - 1``.
     TypeError
-        For a ``dtype`` that is no data type, or a ``shape`` that is not made of ints.
+        For an ``offset`` or ``size`` that is not an integer (a float, a string, a bool),
+        a ``dtype`` that is no data type, or a ``shape`` that is not made of ints.
 
     Examples
     --------
@@ -272,62 +279,90 @@ def read(
     if stream is not None and ordinal is None:
         raise ValueError("stream= orders GPU reads; it cannot be used with device='cpu'")
 
-    if offset < 0:
-        raise ValueError(f"offset must be non-negative, got {offset}")
+    offset = _args.non_negative("offset", offset)
+    if size is not None:
+        size = _args.non_negative("size", size)
+        _args.end("the range", offset, size)
     dt = _resolve_dtype(dtype)  # imports numpy: deferred, so `import kvikpy` stays fast
     dims = None if shape is None else _parse_shape(shape)  # a malformed one fails early
+    name = _paths.fspath(path)
     with CuFile(path, "r") as f:
         file_size = f.nbytes()
         content = None
-        if (
-            file_size == 0
-            and not _paths.is_url(_paths.fspath(path))
-            and _paths.has_content(f.fileno())
-        ):
-            # A pseudo-file (/proc, /sys): host reads read it to its end; device reads get
-            # the engine's error (it cannot be sized) instead of empty data.
-            if ordinal is not None:
+        unsized = file_size == 0 and not _paths.is_url(name) and _paths.is_unsized(f.fileno())
+        if unsized and size is None:
+            # A device, a pipe, or a pseudo-file (/proc, /sys): host reads read a
+            # pseudo-file to its end (up to a bound); devices and pipes, which may never
+            # end, and device reads of pseudo-files (which cannot be sized) are refused.
+            if ordinal is not None and _paths.special_kind(f.fileno()) is None:
                 f._handle.size_for("a device read")
-            content = _paths.read_to_end(f.fileno())
+            content = _paths.read_to_end(f.fileno(), name)
             file_size = len(content)
+        elif unsized:
+            # Read exactly the bytes asked for, however long the file goes on.
+            assert size is not None
+            file_size = offset + size
         if size is None:
             if offset > file_size:
                 raise ValueError(
-                    f"offset {offset} is past the end of {_paths.fspath(path)!r}, "
-                    f"which has {file_size} bytes; pass an offset of at most {file_size}"
+                    f"offset {offset} is past the end of {name!r}, which has {file_size} "
+                    f"bytes; pass an offset of at most {file_size}"
                 )
             size = file_size - offset
-        elif size < 0:
-            raise ValueError(f"size must be non-negative, got {size}")
         elif offset + size > file_size:
             raise ValueError(
-                f"bytes [{offset}, {offset + size}) reach past the end of "
-                f"{_paths.fspath(path)!r}, which has {file_size} bytes; pass "
-                f"size={file_size - offset} or less (or leave size out to read to the end)"
+                f"bytes [{offset}, {offset + size}) reach past the end of {name!r}, which "
+                f"has {file_size} bytes; pass size={file_size - offset} or less (or leave "
+                "size out to read to the end)"
             )
         fitted = _fit_shape(dims, size, dt)
         buf = _lib.Buffer.allocate(size, ordinal, False)
-        if content is not None:
-            host: Any = buf  # host memory, writable through the buffer protocol
-            memoryview(host)[:] = content[offset : offset + size]
+        if unsized:
+            _read_unsized(f, buf, name, offset, size, content)
         elif stream is not None and ordinal is not None:
             f.raw_read_async(buf, stream_handle(stream), size, offset)
         elif progress:
             from kvikpy._progress import follow_future
 
-            name = os.path.basename(_paths.fspath(path))
+            base = os.path.basename(name)
             # The engine fails the read (OSError) if the file shrank since it was sized.
-            follow_future(lambda: f._handle.pread_exact(buf, size, offset), size, f"read {name}")
+            follow_future(lambda: f._handle.pread_exact(buf, size, offset), size, f"read {base}")
         else:
             f._handle.read_exact(buf, size, offset)
     return buf.view(dt.typestr, dt.code, dt.itemsize * 8, list(fitted))
+
+
+def _read_unsized(
+    f: CuFile, buf: _lib.Buffer, name: str, offset: int, size: int, content: bytes | None
+) -> None:
+    """Fill ``buf`` with ``size`` bytes at ``offset`` of a file whose size says nothing
+    of its end (a device, a pipe, a pseudo-file): from ``content`` where the file was read
+    to its end, else read there and then, never more than ``size`` bytes; ``ValueError``
+    where the file ends first."""
+    if buf.device == "cpu":
+        if content is None:
+            piece = _paths.read_range(f.fileno(), offset, size)
+        else:
+            piece = content[offset : offset + size]
+        got = len(piece)
+        if got == size:
+            host: Any = buf  # host memory, writable through the buffer protocol
+            memoryview(host)[:] = piece
+    else:
+        got = f._handle.read(buf, size, offset)
+    if got < size:
+        raise ValueError(
+            f"bytes [{offset}, {offset + size}) reach past the end of {name!r}, which ended "
+            f"after {offset + got} bytes; pass size={got} or less"
+        )
 
 
 def write(path: _paths.StrPath, buf: BufferLike, *, offset: int = 0, progress: bool = False) -> int:
     """Write all of ``buf`` (host or GPU memory) to ``path`` at ``offset``.
 
     The file is created if missing and otherwise not truncated, so bytes outside
-    ``[offset, offset + nbytes)`` are kept.
+    ``[offset, offset + nbytes)`` are kept. Arguments are checked before the file is
+    created, and a file this call created is removed again if the write fails.
 
     Parameters
     ----------
@@ -337,7 +372,9 @@ def write(path: _paths.StrPath, buf: BufferLike, *, offset: int = 0, progress: b
         Any contiguous buffer: a numpy array, ``bytes``, a CUDA array (torch, CuPy,
         JAX) or a :class:`kvikpy.Buffer`.
     offset
-        Where in the file the first byte goes.
+        Where in the file the first byte goes: an integer from 0 (``TypeError`` for
+        anything else, ``ValueError`` for a negative one, ``OverflowError`` where the
+        write would end past ``2**63 - 1``).
     progress
         Show a progress bar of the bytes written (see :func:`read`).
 
@@ -351,10 +388,13 @@ def write(path: _paths.StrPath, buf: BufferLike, *, offset: int = 0, progress: b
     >>> kvikpy.write("weights.bin", torch.randn(1024, 1024, device="cuda"))
     4194304
     """
+    # Every argument is checked before the file is created: bad input changes nothing.
+    offset = _args.non_negative("offset", offset)
     nbytes = _lib.buffer_nbytes(buf)  # refuse a bad buffer before the file is created
-    # One open with O_CREAT and without O_TRUNC: checking whether the file exists first
-    # would race with other processes creating or removing it.
-    with CuFile._create_keep(path) as f:
+    _args.end("the write", offset, nbytes)
+    # O_CREAT | O_EXCL, else the existing file without O_TRUNC (see CuFile._one_shot): a
+    # file this call created is removed again if the write fails.
+    with CuFile._one_shot(path, truncate=False) as f:
         if not progress:
             return f.write(buf, file_offset=offset)
         from kvikpy._progress import follow_future

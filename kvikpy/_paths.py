@@ -4,15 +4,18 @@
   that names the same file (``bytes`` are decoded with the filesystem encoding and
   ``surrogateescape``, which the extension encodes back to the same bytes).
 * Pseudo-files (``/proc/self/maps``, most of ``/sys``) report a size of 0 but have
-  content; a read sized by ``fstat`` would silently return nothing. ``has_content``
-  spots them (one 1-byte ``pread``, asked only of files that report 0 bytes); host reads
-  read them to their end, and sized reads get the engine's error
-  (``FileHandle.size_for``).
+  content; a read sized by ``fstat`` would silently return nothing. ``is_unsized`` spots
+  them (one 1-byte ``pread``, asked only of files that report 0 bytes), and devices and
+  pipes, whose size says nothing of their end (``/dev/zero`` never ends). Reads that
+  name a size read that many bytes of them (``read_range``); reads to the end read a
+  pseudo-file to its end, up to ``UNSIZED_LIMIT`` bytes, and refuse devices and pipes
+  (``read_to_end``); sized reads get the engine's error (``FileHandle.size_for``).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from typing import Protocol, TypeAlias, TypeGuard
 
 #: Every spelling of a path that Python's ``open`` accepts.
@@ -66,11 +69,62 @@ def has_content(fd: int) -> bool:
     return len(os.pread(fd, 1, 0)) > 0
 
 
-def read_to_end(fd: int) -> bytes:
-    """Every byte of an open file, read until end of file (for unsized pseudo-files)."""
+#: The most bytes a read to the end takes of a file that reports a size of 0 (a /proc or
+#: /sys pseudo-file) before it refuses: such files are small, and one that goes on is no
+#: file to read whole (``/proc/self/pagemap``). Pass a size to read more.
+UNSIZED_LIMIT = 64 << 20
+
+_KINDS = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def special_kind(fd: int) -> str | None:
+    """What the open file is when it is no regular file (``"a character device"``...);
+    None for a regular file."""
+    mode = os.fstat(fd).st_mode
+    return next((name for test, name in _KINDS if test(mode)), None)
+
+
+def is_unsized(fd: int) -> bool:
+    """Whether the open file's size (0) says nothing of its content: a device, a pipe or
+    a socket, or a pseudo-file that reports 0 bytes but yields some. Asked only of files
+    that report 0 bytes."""
+    return special_kind(fd) is not None or has_content(fd)
+
+
+def read_range(fd: int, offset: int, size: int) -> bytes:
+    """``size`` bytes of an open file from ``offset``, fewer only where it ends first:
+    never more, however long the file goes on (``/dev/zero``)."""
     pieces = []
-    position = 0
-    while piece := os.pread(fd, _PIECE, position):
+    done = 0
+    while done < size:
+        piece = os.pread(fd, min(_PIECE, size - done), offset + done)
+        if not piece:
+            break
         pieces.append(piece)
-        position += len(piece)
+        done += len(piece)
     return b"".join(pieces)
+
+
+def read_to_end(fd: int, name: str) -> bytes:
+    """Every byte of an open file that reports a size of 0 (a pseudo-file), read to its
+    end; ``ValueError`` for a device, pipe or socket, which may never end, and for a file
+    that goes on past :data:`UNSIZED_LIMIT` bytes. Both say to pass ``size=``."""
+    kind = special_kind(fd)
+    if kind is not None:
+        raise ValueError(
+            f"{name!r} is {kind}: it has no size and may never end, so it cannot be read "
+            "to its end; pass size= (count= for numpy.fromfile) to read that many bytes"
+        )
+    content = read_range(fd, 0, UNSIZED_LIMIT + 1)
+    if len(content) > UNSIZED_LIMIT:
+        raise ValueError(
+            f"{name!r} reports a size of 0 bytes and did not end within {UNSIZED_LIMIT} "
+            f"bytes ({UNSIZED_LIMIT >> 20} MiB, kvikpy's bound for reading such a file to "
+            "its end); pass size= (count= for numpy.fromfile) to read that many bytes"
+        )
+    return content

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from kvikpy import _devices, _lib, _paths
+from kvikpy import _args, _devices, _lib, _paths
 from kvikpy._streams import stream_handle
 from kvikpy.spread import (
     Spread,
@@ -305,6 +305,9 @@ def read_ranges(
 
     Raises
     ------
+    TypeError
+        For an offset or size that is not an integer (numpy integers are), before
+        anything is read.
     ValueError
         For a negative offset or size, or a range reaching past the end of the file
         (the message names the range), before anything is read.
@@ -357,12 +360,13 @@ def _pairs(ranges: Any) -> list[tuple[int, int]]:
     out = []
     for i, r in enumerate(ranges):
         try:
-            offset, size = (int(x) for x in r)
+            offset, size = r
         except (TypeError, ValueError):
             raise TypeError(
                 f"range {i} must be an (offset, size) pair of integers, got {r!r}"
             ) from None
-        if offset < 0 or size < 0:
-            raise ValueError(f"range {i} ({offset}, {size}) has a negative offset or size")
+        offset = _args.non_negative(f"range {i}'s offset", offset)
+        size = _args.non_negative(f"range {i}'s size", size)
+        _args.end(f"range {i}", offset, size)
         out.append((offset, size))
     return out

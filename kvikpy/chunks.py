@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from kvikpy import _devices, _lib, _paths
+from kvikpy import _args, _devices, _lib, _paths
 from kvikpy._closing import ClosedOnExit
 from kvikpy.cufile import CuFile
 
@@ -56,7 +56,8 @@ class ChunkIterator(Iterator[_lib.Buffer], ClosedOnExit):
             except BaseException:
                 self._file.close()
                 raise
-        self._chunk = chunk_size
+        # A chunk larger than the file would allocate memory no chunk ever fills.
+        self._chunk = max(min(chunk_size, self._size), 1)
         self._ordinals = ordinal if isinstance(ordinal, list) else [ordinal]
         self._ordinal = self._ordinals[0] if len(self._ordinals) == 1 else None
         self._depth = max(depth, len(self._ordinals))  # at least one read per device
@@ -197,14 +198,15 @@ def iter_chunks(
     path
         The file.
     chunk_size
-        Bytes per chunk (positive).
+        Bytes per chunk (a positive integer); a chunk size larger than the file reads
+        the file in one chunk of its size.
     device
         ``"cuda"``, ``"cuda:N"``, an int, or ``"cpu"``; a list of devices
         (``["cuda:0", "cuda:1"]``) takes them in turn, chunk ``k`` on device
         ``k % len(device)`` (each chunk's ``device`` says where it is), and reads at
         least one chunk ahead per device. Such an iterator has no Arrow stream export.
     depth
-        Chunks read ahead (at least 1).
+        Chunks read ahead (a positive integer).
     progress
         Show a progress bar of the bytes delivered (see :func:`kvikpy.read`).
 
@@ -213,10 +215,8 @@ def iter_chunks(
     >>> for chunk in kvikpy.iter_chunks("huge.bin", 256 << 20):  # doctest: +SKIP
     ...     total += cupy.from_dlpack(chunk).sum()
     """
-    if chunk_size <= 0:
-        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
-    if depth < 1:
-        raise ValueError(f"depth must be at least 1, got {depth}")
+    chunk_size = _args.positive("chunk_size", chunk_size)
+    depth = _args.positive("depth", depth)
     if isinstance(device, (list, tuple)):
         if not device:
             raise ValueError("device= lists no devices; give at least one")

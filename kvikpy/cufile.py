@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from kvikpy import _lib, _paths
@@ -39,6 +39,9 @@ OpenMode: TypeAlias = Literal["r", "rb", "r+", "r+b", "rb+", "w", "wb", "w+", "w
 # kvikpy's own mode (the engine's OpenFlags::CREATE_KEEP), not one of kvikio's: read and
 # write, the file created if missing and never truncated (O_CREAT without O_TRUNC).
 _CREATE_KEEP = "r+:create"
+# And OpenFlags::CREATE_NEW: read and write a file the open creates (O_CREAT | O_EXCL,
+# FileExistsError if it exists).
+_CREATE_NEW = "r+:create-new"
 
 
 class CudaArray(Protocol):
@@ -217,6 +220,21 @@ class IOFutureStream:
         return f"<kvikpy.IOFutureStream stream={self.stream:#x} {state}>"
 
 
+def _remove_own(path: str, f: CuFile) -> None:
+    """Remove ``path`` if it still names the file ``f`` opened (same device and inode),
+    so that a file another process put there meanwhile is left alone; quietly gives up
+    where it cannot tell or cannot remove."""
+    try:
+        st = os.stat(path)
+        own = os.fstat(f.fileno()) if not f.closed else None
+    except (OSError, ValueError):
+        return
+    if own is None or (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino):
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
 def _reopen(path: str, flags: OpenMode) -> CuFile:
     """A pickled :class:`CuFile` in the unpickling process: ``"w"`` modes become ``"r+"``
     (keep the bytes, still writable), others stay."""
@@ -290,10 +308,44 @@ class CuFile(ClosedOnExit):
         it, in one ``open(2)`` (for :func:`kvikpy.write`: no other process can create or
         remove the file between a check and the open). It reports, and pickles, as
         ``"r+"``: the file exists once it is open."""
+        return cls._open_raw(file, _CREATE_KEEP, "r+")
+
+    @classmethod
+    def _open_raw(cls, file: _paths.StrPath, mode: str, reported: OpenMode) -> CuFile:
+        """Open ``file`` with one of the engine's own modes, reporting (and pickling) as
+        ``reported``."""
         self = cls.__new__(cls)
-        self._handle = _lib.FileHandle(_paths.fspath(file), _CREATE_KEEP)
-        self._flags = "r+"
+        self._handle = _lib.FileHandle(_paths.fspath(file), mode)
+        self._flags = reported
         return self
+
+    @classmethod
+    @contextlib.contextmanager
+    def _one_shot(cls, file: _paths.StrPath, truncate: bool) -> Iterator[CuFile]:
+        """``file`` opened to be written by one call (:func:`kvikpy.write`,
+        :func:`kvikpy.numpy.tofile`), created if missing and kept (or, with ``truncate``,
+        emptied) if present. If the body raises and this very call created the file, the
+        file is removed again, so a refused or failed write leaves nothing behind.
+
+        The open tries O_CREAT | O_EXCL first, so the call knows whether it made the file;
+        it falls back to opening the existing file, whose bytes it never removes. The
+        file is removed only while its path still names the file the call created."""
+        try:
+            f = cls._open_raw(file, _CREATE_NEW, "r+")
+            created = True
+        except FileExistsError:
+            # Not ours. Reopened with O_CREAT, as before, in case it was removed in between;
+            # it then counts as not created, and is kept if the write fails.
+            f = CuFile(file, "w") if truncate else cls._create_keep(file)
+            created = False
+        try:
+            yield f
+        except BaseException:
+            if created:
+                _remove_own(_paths.fspath(file), f)
+            raise
+        finally:
+            f.close()
 
     def close(self) -> None:
         """Close the file. Idempotent; reads and writes still running finish first."""

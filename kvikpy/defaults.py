@@ -28,7 +28,8 @@ The ``http_*`` settings govern remote files (:class:`kvikpy.RemoteFile`, URLs gi
 the server answers one of ``http_status_codes`` or the attempt takes longer than
 ``http_timeout`` seconds, waiting 0.5 s, 1 s, 2 s then 4 s between attempts.
 ``KVIKIO_HTTP_STATUS_CODES`` is a comma-separated list of 3-digit codes (``429,503``);
-``defaults.set("http_status_codes", [429, 503])`` takes a list.
+``defaults.set("http_status_codes", [429, 503])`` takes a list. Either way each code is
+an HTTP status code, from 100 to 599.
 
 Environment variables are read on first use. Sizes are plain integers of bytes
 (``4194304``, not ``4MiB``); booleans accept ``true/false``, ``on/off``, ``yes/no`` and
@@ -164,8 +165,13 @@ def set(*config: Any, **kwargs: Any) -> _Applied:
     ------
     KeyError
         For an unknown setting name.
+    TypeError
+        For a value of the wrong kind: an integer setting takes what ``operator.index``
+        takes (ints, numpy integers), not floats, strings, bools or ``None``;
+        ``http_status_codes`` takes a list of such integers.
     ValueError
-        For a value the setting cannot take (zero threads, a negative size...).
+        For a value the setting cannot take (zero threads, a negative size, a status
+        code outside 100 to 599...).
 
     Examples
     --------

@@ -11,7 +11,7 @@ from typing import Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from kvikpy import _lib, _paths
+from kvikpy import _args, _lib, _paths
 from kvikpy.cufile import CuFile, OpenMode
 from kvikpy.errors import FileTypeError, UnsupportedOperationError
 
@@ -131,7 +131,9 @@ def fromfile(
         Data type of the returned array.
     count
         Number of items to read; ``-1`` reads every whole item from ``offset`` to the end.
-        If the file holds fewer, the array is shorter, as with ``numpy.fromfile``.
+        If the file holds fewer, the array is shorter, as with ``numpy.fromfile``. A file
+        whose size says nothing of its end (``/dev/zero``, a pipe) needs a ``count``; a
+        pseudo-file that reports 0 bytes (``/proc``) is read to its end, up to 64 MiB.
     sep
         Only ``""`` (binary) is supported; text parsing raises ``NotImplementedError``.
     offset
@@ -152,8 +154,8 @@ def fromfile(
             "Non-default value of the `sep` argument is not supported: kvikpy.numpy.fromfile "
             "reads binary files only (sep=''); use numpy.fromfile for text files"
         )
-    if offset < 0:
-        raise ValueError(f"offset must be non-negative, got {offset}")
+    offset = _args.non_negative("offset", offset)
+    count = _args.integer("count", count)
     dt = np.dtype(dtype)
     if dt.itemsize == 0:
         raise ValueError(f"cannot read items of zero size ({dt})")
@@ -163,15 +165,22 @@ def fromfile(
             f"negative dimensions are not allowed: count must be -1 (all items) or "
             f"non-negative, got {count}"
         )
+    if count != -1:
+        _args.end("the items", offset, count * dt.itemsize)
     f, given, start = _opened(file, "r")
     with f:
         start += offset
         file_size = f.nbytes()
         content = None
-        if file_size == 0 and _paths.has_content(f.fileno()):
-            # A pseudo-file (/proc, /sys) reports 0 bytes: read it to its end instead.
-            content = _paths.read_to_end(f.fileno())
-            file_size = len(content)
+        if file_size == 0 and _paths.is_unsized(f.fileno()):
+            # A device, a pipe or a pseudo-file (/proc, /sys) reports 0 bytes: read the
+            # items asked for, never more (/dev/zero never ends), or a pseudo-file to its
+            # end (up to a bound); a device or pipe without count is refused.
+            if count == -1:
+                content = _paths.read_to_end(f.fileno(), _paths.fspath(f.path))[start:]
+            else:
+                content = _paths.read_range(f.fileno(), start, count * dt.itemsize)
+            file_size = start + len(content)
         available = max(file_size - start, 0) // dt.itemsize
         n = available if count == -1 else min(count, available)
         out = np.empty((n,), dtype=dt) if like is None else np.empty((n,), dtype=dt, like=like)
@@ -181,7 +190,7 @@ def fromfile(
         if content is None:
             f.read(view, size=nbytes, file_offset=start)
         else:
-            view[...] = np.frombuffer(content, np.uint8, nbytes, start)
+            view[...] = np.frombuffer(content, np.uint8, nbytes)
     _advance(given, start + nbytes)
     return out
 
@@ -206,8 +215,13 @@ def tofile(ary: Any, file: File) -> None:
         if ary.dtype.kind in "mM":
             ary = ary.view(np.uint8)
     nbytes = _lib.buffer_nbytes(ary)  # refuse a bad buffer before the file is truncated
-    # A path is replaced; a file object is written where it stands, never truncated.
-    f, given, start = _opened(file, "w" if _is_path(file) else "r+")
+    if _is_path(file):
+        # A path is replaced; a file this call created is removed again if the write fails.
+        with CuFile._one_shot(file, truncate=True) as f:  # type: ignore[arg-type]
+            f.write(ary)
+        return
+    # A file object is written where it stands, never truncated.
+    f, given, start = _opened(file, "r+")
     with f:
         f.write(ary, file_offset=start)
     _advance(given, start + nbytes)

@@ -158,18 +158,11 @@ def test_settings_apply_to_io(tmp_path):
 INVALID = [
     ("num_threads", 0),
     ("num_threads", -1),
-    ("num_threads", 2.0),
-    ("num_threads", "4"),
-    ("num_threads", None),
-    ("num_threads", True),
     ("task_size", 0),
     ("task_size", -1),
     ("task_size", -(2**70)),
-    ("task_size", True),
-    ("task_size", 1.5),
     ("task_size", 2**64),
     ("gds_threshold", -1),
-    ("gds_threshold", False),
     ("bounce_buffer_size", 0),
     ("bounce_buffer_size", -4096),
     ("compat_mode", "maybe"),
@@ -196,6 +189,30 @@ def test_invalid_values_raise_value_error_and_change_nothing(name, value):
         defaults.set({name: value})
     with pytest.raises(ValueError):
         defaults.set(**{name: value})
+    assert snapshot() == before
+
+
+# Integer settings take integers (operator.index's): anything else is a TypeError.
+WRONG_TYPE = [
+    ("num_threads", 2.0),
+    ("num_threads", "4"),
+    ("num_threads", None),
+    ("num_threads", True),
+    ("task_size", True),
+    ("task_size", 1.5),
+    ("gds_threshold", False),
+    ("http_timeout", 1.5),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), WRONG_TYPE, ids=[f"{n}={v!r}" for n, v in WRONG_TYPE])
+def test_values_of_the_wrong_type_raise_type_error_and_change_nothing(name, value):
+    before = snapshot()
+    with pytest.raises(TypeError) as info:
+        defaults.set(name, value)
+    assert name in str(info.value)
+    with pytest.raises(TypeError):
+        defaults.set({"task_size": 5555, name: value})
     assert snapshot() == before
 
 

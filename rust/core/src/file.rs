@@ -19,6 +19,9 @@ pub struct OpenFlags {
     pub create: bool,
     /// Truncate the file (O_TRUNC): `w` modes.
     pub truncate: bool,
+    /// Fail if the file exists (O_EXCL with O_CREAT): [`OpenFlags::CREATE_NEW`] only, so
+    /// that a caller knows it created the file and may remove it if its write fails.
+    pub exclusive: bool,
 }
 
 impl OpenFlags {
@@ -27,6 +30,10 @@ impl OpenFlags {
     /// process can create or remove the file between a check and the open.
     pub const CREATE_KEEP: &'static str = "r+:create";
 
+    /// kvikpy's own mode: read and write a file this open creates, failing (EEXIST) if
+    /// it exists (O_CREAT | O_EXCL), so that a one-shot write knows the file is its own.
+    pub const CREATE_NEW: &'static str = "r+:create-new";
+
     /// Read only, as mode `r`: what the sources that cannot write (mmap, remote files)
     /// report.
     pub const READ_ONLY: Self = Self {
@@ -34,17 +41,19 @@ impl OpenFlags {
         writable: false,
         create: false,
         truncate: false,
+        exclusive: false,
     };
 
-    /// Parse a mode string; anything but `r`, `r+`, `w`, `w+` (with at most one `b`) or
-    /// [`OpenFlags::CREATE_KEEP`] is an [`Error::InvalidArgument`] that lists kvikio's modes.
+    /// Parse a mode string; anything but `r`, `r+`, `w`, `w+` (with at most one `b`),
+    /// [`OpenFlags::CREATE_KEEP`] or [`OpenFlags::CREATE_NEW`] is an [`Error::InvalidArgument`] that lists kvikio's modes.
     pub fn parse(mode: &str) -> Result<Self> {
-        if mode == Self::CREATE_KEEP {
+        if mode == Self::CREATE_KEEP || mode == Self::CREATE_NEW {
             return Ok(Self {
                 readable: true,
                 writable: true,
                 create: true,
                 truncate: false,
+                exclusive: mode == Self::CREATE_NEW,
             });
         }
         let invalid = |why: &str| {
@@ -68,12 +77,14 @@ impl OpenFlags {
                 writable: plus,
                 create: false,
                 truncate: false,
+                exclusive: false,
             }),
             'w' => Ok(Self {
                 readable: plus,
                 writable: true,
                 create: true,
                 truncate: true,
+                exclusive: false,
             }),
             'a' => Err(invalid(
                 "append mode is not supported (pwrite takes explicit offsets)",
@@ -230,5 +241,24 @@ mod tests {
         );
         h.close();
         assert_eq!(std::fs::read(&p).unwrap(), b"0123456789");
+    }
+
+    #[test]
+    fn create_new_creates_a_missing_file_and_refuses_an_existing_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let flags = OpenFlags::parse(OpenFlags::CREATE_NEW).unwrap();
+        assert!(flags.exclusive && flags.create && flags.writable && !flags.truncate);
+        let h = FileHandle::open(&p, OpenFlags::CREATE_NEW).unwrap();
+        assert_eq!(h.get().unwrap().size().unwrap(), 0);
+        h.close();
+        std::fs::write(&p, b"kept").unwrap();
+        match FileHandle::open(&p, OpenFlags::CREATE_NEW) {
+            Err(Error::Os { source, .. }) => {
+                assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists)
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(std::fs::read(&p).unwrap(), b"kept");
     }
 }

@@ -256,10 +256,17 @@ struct Job {
 }
 
 impl Job {
-    /// Bytes of a read of `len` at `offset` that the file holds; an exact read must get
-    /// them all.
+    /// Bytes of a read of `len` at `offset` that the file holds (all `len` for a local
+    /// file reporting 0 bytes, which may be a device or a pseudo-file); an exact read must
+    /// get them all.
     fn available(&self, offset: u64, len: usize) -> Result<usize> {
-        let in_file = self.source.size()?.saturating_sub(offset);
+        let reported = self.source.size()?;
+        if reported == 0 && !self.source.zero_size_is_empty() {
+            // A device or a pseudo-file: as many as it gives, up to the span's end (each
+            // task still stops where the source ends).
+            return Ok(len);
+        }
+        let in_file = reported.saturating_sub(offset);
         let size = (len as u64).min(in_file) as usize;
         if self.exact && size < len {
             return Err(truncated(self.source.path(), offset, len, size));

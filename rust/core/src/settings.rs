@@ -82,6 +82,10 @@ pub const MAX_DEFAULT_THREADS: usize = 16;
 /// almost surely a typo that would start a million threads and hang.
 pub const MAX_NUM_THREADS: usize = 1024;
 
+/// The longest `http_timeout`, in seconds (136 years): a deadline this far off is no
+/// limit, and one further would overflow the clock arithmetic of the HTTP client.
+pub const MAX_HTTP_TIMEOUT: u64 = u32::MAX as u64;
+
 fn too_many_threads(n: u64) -> String {
     format!(
         "num_threads must be at most {MAX_NUM_THREADS} (kvikpy's limit: each I/O thread may \
@@ -194,6 +198,13 @@ impl Settings {
         }
         if let Some(v) = getenv("KVIKIO_HTTP_TIMEOUT") {
             s.http_timeout = env_int("KVIKIO_HTTP_TIMEOUT", &v, 1)?;
+            if s.http_timeout > MAX_HTTP_TIMEOUT {
+                return Err(Error::MalformedEnv {
+                    var: "KVIKIO_HTTP_TIMEOUT",
+                    value: v.clone(),
+                    expected: "a number of seconds from 1 to 4294967295",
+                });
+            }
         }
         if let Some(v) = getenv("KVIKIO_HTTP_STATUS_CODES") {
             // kvikio: an empty variable means the default list.
@@ -201,8 +212,8 @@ impl Settings {
                 s.http_status_codes = StatusCodes::parse(&v).ok_or(Error::MalformedEnv {
                     var: "KVIKIO_HTTP_STATUS_CODES",
                     value: v.clone(),
-                    expected: "comma-separated 3-digit HTTP status codes (e.g. 429,500,503), \
-                               at most 32",
+                    expected: "comma-separated HTTP status codes from 100 to 599 (e.g. \
+                               429,500,503), at most 32",
                 })?;
             }
         }
@@ -252,6 +263,9 @@ impl Settings {
                     return Err(invalid("a positive integer"));
                 }
                 if name == "http_timeout" {
+                    if n > MAX_HTTP_TIMEOUT {
+                        return Err(invalid("a number of seconds from 1 to 4294967295"));
+                    }
                     self.http_timeout = n;
                 } else {
                     self.http_max_attempts =
@@ -329,9 +343,16 @@ impl StatusCodes {
         Self { codes, len: 5 }
     };
 
-    /// The list of `codes`, in order; `None` for more than [`StatusCodes::CAPACITY`] codes.
+    /// Whether `code` is an HTTP status code (100 to 599): the one rule for both the
+    /// setting and `KVIKIO_HTTP_STATUS_CODES`.
+    pub fn is_status(code: u16) -> bool {
+        (100..=599).contains(&code)
+    }
+
+    /// The list of `codes`, in order; `None` for more than [`StatusCodes::CAPACITY`] codes
+    /// or for a number that is no HTTP status code ([`StatusCodes::is_status`]).
     pub fn new(codes: &[u16]) -> Option<Self> {
-        if codes.len() > Self::CAPACITY {
+        if codes.len() > Self::CAPACITY || !codes.iter().all(|&c| Self::is_status(c)) {
             return None;
         }
         let mut list = Self {
@@ -547,7 +568,9 @@ mod tests {
                 .http_status_codes,
             StatusCodes::KVIKIO_DEFAULT
         );
-        for bad in ["5O3", "50", "5030", "503,", ",503", "503;429", "abc"] {
+        for bad in [
+            "5O3", "50", "5030", "503,", ",503", "503;429", "abc", "042", "099", "600", "999",
+        ] {
             let err = env(&[("KVIKIO_HTTP_STATUS_CODES", bad)]).unwrap_err();
             assert!(
                 err.to_string().contains("KVIKIO_HTTP_STATUS_CODES"),
@@ -556,10 +579,24 @@ mod tests {
         }
         assert!(env(&[("KVIKIO_HTTP_MAX_ATTEMPTS", "0")]).is_err());
         assert!(env(&[("KVIKIO_HTTP_TIMEOUT", "0")]).is_err());
+        assert!(env(&[("KVIKIO_HTTP_TIMEOUT", "4294967296")]).is_err());
+        assert!(Settings::default()
+            .set("http_timeout", SettingValue::Int(1 << 63))
+            .is_err());
         let mut s = Settings::default();
         assert!(s.set("http_timeout", SettingValue::Int(0)).is_err());
         assert!(s.set("http_max_attempts", SettingValue::Int(0)).is_err());
         assert!(s.set("http_status_codes", SettingValue::Int(1)).is_err());
+        // One rule for the setting and the variable: HTTP status codes are 100 to 599.
+        assert!(StatusCodes::new(&[42]).is_none() && StatusCodes::new(&[1000]).is_none());
+        assert!(StatusCodes::new(&[100, 599]).is_some());
+        assert_eq!(
+            env(&[("KVIKIO_HTTP_STATUS_CODES", "100,599")])
+                .unwrap()
+                .http_status_codes
+                .as_slice(),
+            &[100, 599]
+        );
         let codes = StatusCodes::new(&[500]).unwrap();
         s.set("http_status_codes", SettingValue::Codes(codes))
             .unwrap();

@@ -398,3 +398,56 @@ fn every_local_path_opens_through_the_posix_source() {
     assert_eq!(source.size().unwrap(), 5);
     assert!(source.descriptor().is_some());
 }
+
+/// A character device reports a size of 0 but never ends: a read into a given buffer
+/// fills the buffer, however it is split into tasks and however it completes, and stops
+/// there (it does not read on past the buffer).
+#[test]
+fn a_character_device_fills_the_buffer_whatever_the_split() {
+    let handle = FileHandle::open("/dev/zero", "r").unwrap();
+    for (threads, task_size, completion) in [
+        (1, None, Completion::Blocking),
+        (4, Some(4096), Completion::Blocking),
+        (4, Some(4096), Completion::Future),
+        (4, Some(65536), Completion::Future),
+    ] {
+        let s = settings(threads, false, 1 << 20);
+        let mut buf = Placed::new(1 << 20, 0);
+        let n = run(
+            &s,
+            &handle,
+            Direction::Read,
+            buf.span(),
+            12345,
+            task_size,
+            completion,
+        );
+        assert_eq!(n, 1 << 20, "{threads} threads, task size {task_size:?}");
+        assert!(buf.bytes().iter().all(|&b| b == 0));
+    }
+}
+
+/// A pseudo-file reports a size of 0 but has content: a read into a given buffer gets
+/// that content whether it runs as one task or several, as a one-task read always did.
+#[test]
+fn a_pseudo_file_is_read_whatever_the_split() {
+    let path = "/proc/self/cmdline";
+    let Ok(expected) = fs::read(path) else {
+        return; // no /proc here
+    };
+    let handle = FileHandle::open(path, "r").unwrap();
+    for (threads, task_size) in [(1, None), (4, Some(4096))] {
+        let s = settings(threads, false, 1 << 20);
+        let mut buf = Placed::new(1 << 20, 0);
+        let n = run(
+            &s,
+            &handle,
+            Direction::Read,
+            buf.span(),
+            0,
+            task_size,
+            Completion::Future,
+        );
+        assert_eq!(&buf.bytes()[..n], &expected[..], "{threads} threads");
+    }
+}

@@ -13,7 +13,7 @@ use crate::blocking::without_gil;
 use crate::buffer::{mark_ready, Buffer};
 use crate::errors::{BindError, BindResult};
 use crate::future::{Future, StreamFuture};
-use crate::intake::{file_offset, intake, intake_with, Access, Pending};
+use crate::intake::{file_offset, int_arg, intake, intake_with, opt_int_arg, Access, Pending};
 
 /// An open file (the private handle behind `kvikpy.CuFile`).
 #[pyclass(module = "kvikpy._lib", frozen)]
@@ -161,9 +161,20 @@ impl FileHandle {
 impl FileHandle {
     #[new]
     fn new(py: Python<'_>, path: std::path::PathBuf, flags: &str) -> BindResult<Self> {
-        let flags = flags.to_owned();
-        let inner = without_gil(py, move || kvikpy_core::FileHandle::open(path, &flags))?;
-        Ok(Self { inner })
+        let path = &path;
+        loop {
+            match without_gil(py, move || kvikpy_core::FileHandle::open(path, flags)) {
+                Ok(inner) => return Ok(Self { inner }),
+                // An open that waits (a FIFO nobody writes) and is interrupted by a signal:
+                // Ctrl-C raises KeyboardInterrupt; any other signal opens again.
+                Err(BindError::Engine(kvikpy_core::Error::Os { source, .. }))
+                    if source.raw_os_error() == Some(libc::EINTR) =>
+                {
+                    py.check_signals()?
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn close(&self) {
@@ -222,9 +233,9 @@ impl FileHandle {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<i64>,
-        file_offset: i64,
-        task_size: Option<i64>,
+        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
+        #[pyo3(from_py_with = int_arg)] file_offset: i64,
+        #[pyo3(from_py_with = opt_int_arg)] task_size: Option<i64>,
     ) -> PyResult<Future> {
         let mut call = Call::new(Direction::Read, size, file_offset, Completion::Future);
         call.task_size = task_size;
@@ -238,9 +249,9 @@ impl FileHandle {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: i64,
-        file_offset: i64,
-        task_size: Option<i64>,
+        #[pyo3(from_py_with = int_arg)] size: i64,
+        #[pyo3(from_py_with = int_arg)] file_offset: i64,
+        #[pyo3(from_py_with = opt_int_arg)] task_size: Option<i64>,
     ) -> PyResult<Future> {
         let mut call = Call::new(Direction::Read, Some(size), file_offset, Completion::Future);
         call.exact = true;
@@ -253,9 +264,9 @@ impl FileHandle {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<i64>,
-        file_offset: i64,
-        task_size: Option<i64>,
+        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
+        #[pyo3(from_py_with = int_arg)] file_offset: i64,
+        #[pyo3(from_py_with = opt_int_arg)] task_size: Option<i64>,
     ) -> PyResult<Future> {
         let mut call = Call::new(Direction::Write, size, file_offset, Completion::Future);
         call.task_size = task_size;
@@ -267,9 +278,9 @@ impl FileHandle {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<i64>,
-        file_offset: i64,
-        task_size: Option<i64>,
+        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
+        #[pyo3(from_py_with = int_arg)] file_offset: i64,
+        #[pyo3(from_py_with = opt_int_arg)] task_size: Option<i64>,
     ) -> PyResult<usize> {
         let mut call = Call::new(Direction::Read, size, file_offset, Completion::Blocking);
         call.task_size = task_size;
@@ -283,9 +294,9 @@ impl FileHandle {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: i64,
-        file_offset: i64,
-        task_size: Option<i64>,
+        #[pyo3(from_py_with = int_arg)] size: i64,
+        #[pyo3(from_py_with = int_arg)] file_offset: i64,
+        #[pyo3(from_py_with = opt_int_arg)] task_size: Option<i64>,
     ) -> PyResult<usize> {
         let mut call = Call::new(
             Direction::Read,
@@ -303,9 +314,9 @@ impl FileHandle {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<i64>,
-        file_offset: i64,
-        task_size: Option<i64>,
+        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
+        #[pyo3(from_py_with = int_arg)] file_offset: i64,
+        #[pyo3(from_py_with = opt_int_arg)] task_size: Option<i64>,
     ) -> PyResult<usize> {
         let mut call = Call::new(Direction::Write, size, file_offset, Completion::Blocking);
         call.task_size = task_size;
@@ -317,9 +328,9 @@ impl FileHandle {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<i64>,
-        file_offset: i64,
-        dev_offset: i64,
+        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
+        #[pyo3(from_py_with = int_arg)] file_offset: i64,
+        #[pyo3(from_py_with = int_arg)] dev_offset: i64,
     ) -> PyResult<usize> {
         let call = Call::new(Direction::Read, size, file_offset, Completion::Whole);
         finish(
@@ -334,9 +345,9 @@ impl FileHandle {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<i64>,
-        file_offset: i64,
-        dev_offset: i64,
+        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
+        #[pyo3(from_py_with = int_arg)] file_offset: i64,
+        #[pyo3(from_py_with = int_arg)] dev_offset: i64,
     ) -> PyResult<usize> {
         let call = Call::new(Direction::Write, size, file_offset, Completion::Whole);
         finish(
@@ -352,9 +363,9 @@ impl FileHandle {
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         stream: usize,
-        size: Option<i64>,
-        file_offset: i64,
-        dev_offset: i64,
+        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
+        #[pyo3(from_py_with = int_arg)] file_offset: i64,
+        #[pyo3(from_py_with = int_arg)] dev_offset: i64,
     ) -> PyResult<StreamFuture> {
         let ordered = Completion::StreamOrdered(Stream::from_raw(stream));
         let call = Call::new(Direction::Read, size, file_offset, ordered);
@@ -374,9 +385,9 @@ impl FileHandle {
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         stream: usize,
-        size: Option<i64>,
-        file_offset: i64,
-        dev_offset: i64,
+        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
+        #[pyo3(from_py_with = int_arg)] file_offset: i64,
+        #[pyo3(from_py_with = int_arg)] dev_offset: i64,
     ) -> PyResult<StreamFuture> {
         let ordered = Completion::StreamOrdered(Stream::from_raw(stream));
         let call = Call::new(Direction::Write, size, file_offset, ordered);

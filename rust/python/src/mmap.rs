@@ -14,7 +14,7 @@ use crate::blocking::without_gil;
 use crate::errors::BindResult;
 use crate::file::task_size_arg;
 use crate::future::Future;
-use crate::intake::{intake, non_negative, Access};
+use crate::intake::{int_arg, intake, non_negative, opt_int_arg, Access};
 
 /// A file region mapped read-only (the private handle behind `kvikpy.Mmap`).
 #[pyclass(module = "kvikpy._lib", frozen)]
@@ -70,8 +70,8 @@ impl MmapHandle {
         py: Python<'_>,
         path: PathBuf,
         flags: &str,
-        initial_map_size: Option<i64>,
-        initial_map_offset: i64,
+        #[pyo3(from_py_with = opt_int_arg)] initial_map_size: Option<i64>,
+        #[pyo3(from_py_with = int_arg)] initial_map_offset: i64,
         mode: i64,
         map_flags: Option<i64>,
     ) -> BindResult<Self> {
@@ -124,8 +124,8 @@ impl MmapHandle {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<i64>,
-        offset: i64,
+        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
+        #[pyo3(from_py_with = int_arg)] offset: i64,
     ) -> BindResult<usize> {
         let future = self.submit(py, buf, size, offset, None, Completion::Blocking)?;
         Ok(Future::from(future).get(py)?)
@@ -136,9 +136,9 @@ impl MmapHandle {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<i64>,
-        offset: i64,
-        task_size: Option<i64>,
+        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
+        #[pyo3(from_py_with = int_arg)] offset: i64,
+        #[pyo3(from_py_with = opt_int_arg)] task_size: Option<i64>,
     ) -> BindResult<Future> {
         let future = self.submit(py, buf, size, offset, task_size, Completion::Future)?;
         Ok(Future::from(future))

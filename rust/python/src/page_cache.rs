@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 
 use crate::blocking::{without_gil, without_gil_value};
 use crate::errors::BindResult;
+use crate::intake::int_arg;
 
 /// A file as the Python layer passes it: a descriptor or a path.
 #[derive(FromPyObject)]
@@ -44,8 +45,8 @@ fn non_negative(what: &str, value: i64) -> Result<u64, Error> {
 pub fn page_cache_info(
     py: Python<'_>,
     file: FileArg,
-    offset: i64,
-    length: i64,
+    #[pyo3(from_py_with = int_arg)] offset: i64,
+    #[pyo3(from_py_with = int_arg)] length: i64,
 ) -> BindResult<(u64, u64)> {
     let offset = non_negative("offset", offset)?;
     let length = non_negative("length", length)?;
@@ -58,8 +59,8 @@ pub fn page_cache_info(
 pub fn drop_file_page_cache(
     py: Python<'_>,
     file: FileArg,
-    offset: i64,
-    length: i64,
+    #[pyo3(from_py_with = int_arg)] offset: i64,
+    #[pyo3(from_py_with = int_arg)] length: i64,
     sync_first: bool,
 ) -> BindResult<()> {
     let offset = non_negative("offset", offset)?;

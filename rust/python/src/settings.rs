@@ -26,16 +26,34 @@ pub fn get_setting(py: Python<'_>, name: &str) -> BindResult<Py<PyAny>> {
     })
 }
 
-/// `http_status_codes` from a list (or tuple) of ints: `TypeError` for anything else,
-/// as kvikio raises.
+/// The repr of a refused value, for messages.
+fn repr(value: &Bound<'_, PyAny>) -> String {
+    value
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// `value` as an int, the way `operator.index` takes it (ints, numpy integers, objects
+/// with `__index__`), or `None` for anything else; `bool` is no integer here.
+fn as_index<'py>(value: &Bound<'py, PyAny>) -> Option<Bound<'py, PyInt>> {
+    if value.is_instance_of::<PyBool>() {
+        return None;
+    }
+    if let Ok(int) = value.cast::<PyInt>() {
+        return Some(int.clone());
+    }
+    let index = value.py().import("operator").ok()?.getattr("index").ok()?;
+    index.call1((value,)).ok()?.cast_into::<PyInt>().ok()
+}
+
+/// `http_status_codes` from a list (or tuple) of ints from 100 to 599: `TypeError` for
+/// anything else, as kvikio raises; `ValueError` for a number that is no HTTP status.
 fn convert_codes(value: &Bound<'_, PyAny>) -> BindResult<SettingValue> {
     let type_error = || {
         PyTypeError::new_err(format!(
             "http_status_codes must be a list of int HTTP status codes, got {}",
-            value
-                .repr()
-                .map(|r| r.to_string())
-                .unwrap_or_else(|_| "?".into())
+            repr(value)
         ))
     };
     if value.is_instance_of::<PyString>() || value.is_instance_of::<PyBool>() {
@@ -47,14 +65,16 @@ fn convert_codes(value: &Bound<'_, PyAny>) -> BindResult<SettingValue> {
         .collect::<PyResult<_>>()?;
     let mut codes = Vec::with_capacity(items.len());
     for item in items {
-        if !item.is_instance_of::<PyInt>() || item.is_instance_of::<PyBool>() {
-            return Err(type_error().into());
-        }
-        let code = item.extract::<u16>().map_err(|_| Error::InvalidSetting {
-            name: "http_status_codes".into(),
-            value: item.to_string(),
-            expected: "HTTP status codes from 0 to 65535",
-        })?;
+        let code = as_index(&item).ok_or_else(type_error)?;
+        let code = code
+            .extract::<u16>()
+            .ok()
+            .filter(|&c| StatusCodes::is_status(c))
+            .ok_or_else(|| Error::InvalidSetting {
+                name: "http_status_codes".into(),
+                value: repr(&item),
+                expected: "HTTP status codes from 100 to 599",
+            })?;
         codes.push(code);
     }
     let codes = StatusCodes::new(&codes).ok_or_else(|| Error::InvalidSetting {
@@ -65,52 +85,78 @@ fn convert_codes(value: &Bound<'_, PyAny>) -> BindResult<SettingValue> {
     Ok(SettingValue::Codes(codes))
 }
 
-fn convert(name: &str, value: &Bound<'_, PyAny>) -> Result<SettingValue, Error> {
+/// An integer setting (a count, a size, seconds): `TypeError` for anything
+/// `operator.index` refuses and for bools, `ValueError` (`NegativeValueError`, also an
+/// `OverflowError` as kvikio's `size_t` conversion raises) for a negative one, and
+/// `ValueError` for one beyond 64 bits; the setting checks its own range.
+fn convert_int(name: &str, value: &Bound<'_, PyAny>) -> BindResult<SettingValue> {
+    let Some(int) = as_index(value) else {
+        return Err(PyTypeError::new_err(format!(
+            "setting '{name}' takes an integer, got {} {}",
+            value
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "?".into()),
+            repr(value)
+        ))
+        .into());
+    };
+    if int.lt(0).unwrap_or(false) {
+        return Err(Error::Negative {
+            what: format!("setting '{name}'"),
+            value: int.to_string(),
+            expected: match name {
+                "gds_threshold" => "a non-negative integer",
+                _ => "a positive integer",
+            },
+        }
+        .into());
+    }
+    int.extract::<u64>().map(SettingValue::Int).map_err(|_| {
+        Error::InvalidSetting {
+            name: name.to_string(),
+            value: int.to_string(),
+            expected: "an integer below 2**64",
+        }
+        .into()
+    })
+}
+
+fn convert(name: &str, value: &Bound<'_, PyAny>) -> BindResult<SettingValue> {
+    // Known names get the kind of value their setting holds; unknown names get KeyError.
+    let kind = Settings::default().get(name)?;
+    match kind {
+        SettingValue::Codes(_) => return convert_codes(value),
+        SettingValue::Int(_) => return convert_int(name, value),
+        SettingValue::Bool(_) | SettingValue::Mode(_) => {}
+    }
     let invalid = |expected| Error::InvalidSetting {
         name: name.to_string(),
-        value: value
-            .repr()
-            .map(|r| r.to_string())
-            .unwrap_or_else(|_| "?".into()),
+        value: repr(value),
         expected,
     };
     if value.is_instance_of::<PyBool>() {
         return match value.extract::<bool>() {
             Ok(b) => Ok(SettingValue::Bool(b)),
-            Err(_) => Err(invalid("a bool")),
+            Err(_) => Err(invalid("a bool").into()),
         };
     }
     if value.is_instance_of::<PyInt>() {
-        if value.lt(0).unwrap_or(false) {
-            // kvikio's sizes and counts are C `size_t`: it raises OverflowError for these.
-            return Err(Error::Negative {
-                what: format!("setting '{name}'"),
-                value: value.to_string(),
-                expected: match name {
-                    "gds_threshold" => "a non-negative integer",
-                    _ => "a positive integer",
-                },
-            });
-        }
         return match value.extract::<u64>() {
             Ok(n) => Ok(SettingValue::Int(n)),
-            Err(_) => Err(invalid("a non-negative integer")),
+            Err(_) => Err(invalid("a non-negative integer").into()),
         };
     }
-    if name == "compat_mode" {
+    if let SettingValue::Mode(_) = kind {
         if let Ok(text) = value.extract::<String>() {
             return CompatMode::parse(&text)
                 .map(SettingValue::Mode)
-                .ok_or_else(|| invalid("'ON', 'OFF' or 'AUTO' (or a CompatMode or bool)"));
+                .ok_or_else(|| invalid("'ON', 'OFF' or 'AUTO' (or a CompatMode or bool)").into());
         }
+        return Err(invalid("a CompatMode, a bool, or 'ON'/'OFF'/'AUTO'").into());
     }
-    // Known names get the kind of value their setting holds; unknown names get KeyError.
-    Err(invalid(match Settings::default().get(name)? {
-        SettingValue::Codes(_) => "a list of HTTP status codes",
-        SettingValue::Mode(_) => "a CompatMode, a bool, or 'ON'/'OFF'/'AUTO'",
-        SettingValue::Bool(_) => "a bool",
-        SettingValue::Int(_) => "an integer",
-    }))
+    Err(invalid("a bool").into())
 }
 
 /// Apply `(name, value)` pairs all at once; on any error nothing changes.
@@ -119,12 +165,7 @@ fn convert(name: &str, value: &Bound<'_, PyAny>) -> Result<SettingValue, Error> 
 pub fn set_settings(pairs: Vec<(String, Bound<'_, PyAny>)>) -> BindResult<()> {
     let converted = pairs
         .iter()
-        .map(|(name, value)| {
-            if name == "http_status_codes" {
-                return Ok((name.as_str(), convert_codes(value)?));
-            }
-            Ok((name.as_str(), convert(name, value)?))
-        })
+        .map(|(name, value)| Ok((name.as_str(), convert(name, value)?)))
         .collect::<BindResult<Vec<_>>>()?;
     settings::set_many(&converted)?;
     Ok(())

@@ -315,6 +315,10 @@ impl Source for CuFileSource {
         self.posix.size()
     }
 
+    fn zero_size_is_empty(&self) -> bool {
+        self.posix.zero_size_is_empty()
+    }
+
     fn read_host(&self, span: HostSpan, offset: u64, settings: &Settings) -> Result<usize> {
         self.posix.read_host(span, offset, settings)
     }

@@ -68,6 +68,14 @@ pub trait Source: Send + Sync + Debug {
     /// The current size in bytes.
     fn size(&self) -> Result<u64>;
 
+    /// Whether a reported size of 0 means the source is empty. `false` for local files,
+    /// where it may be a device (`/dev/zero` never ends) or a pseudo-file (`/proc`) that
+    /// has content: a read into a given buffer is then not cut to 0 bytes but reads what
+    /// the source gives, up to the buffer's end (an empty file gives nothing anyway).
+    fn zero_size_is_empty(&self) -> bool {
+        true
+    }
+
     /// Read into `span` from `offset` until the span is full or the source ends; the
     /// count is short only at the end.
     fn read_host(&self, span: HostSpan, offset: u64, settings: &Settings) -> Result<usize>;

@@ -85,6 +85,9 @@ impl PosixFile {
         if flags.truncate {
             base |= libc::O_TRUNC;
         }
+        if flags.exclusive {
+            base |= libc::O_EXCL;
+        }
         let buffered = open_fd(path, &cpath, base)?;
         if let Ok(st) = fstat(buffered.as_raw_fd(), path) {
             if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
@@ -249,6 +252,10 @@ impl Source for PosixFile {
 
     fn size(&self) -> Result<u64> {
         Ok(fstat(self.buffered_fd(), &self.path)?.st_size as u64)
+    }
+
+    fn zero_size_is_empty(&self) -> bool {
+        false
     }
 
     fn read_host(&self, span: HostSpan, offset: u64, settings: &Settings) -> Result<usize> {
