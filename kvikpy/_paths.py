@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import urllib.parse
 from typing import Protocol, TypeAlias, TypeGuard
 
 #: Every spelling of a path that Python's ``open`` accepts.
@@ -45,6 +46,20 @@ _URL_SCHEMES = ("http://", "https://", "s3://", "webhdfs://")
 def is_url(name: str) -> bool:
     """Whether ``name`` (from :func:`fspath`) is a remote file's URL, not a local path."""
     return name[:10].lower().startswith(_URL_SCHEMES)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its user info redacted, for display: ``user:***@host`` (``***@host``
+    for a user info without password, which may be a token); other URLs unchanged."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<a malformed URL>" if "@" in url else url
+    if "@" not in parts.netloc:
+        return url
+    info, _, host = parts.netloc.rpartition("@")
+    shown = f"{info.partition(':')[0]}:***" if ":" in info else "***"
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{shown}@{host}"))
 
 
 def fspath(path: StrPath) -> str:

@@ -1,6 +1,10 @@
 //! Settings access for `kvikpy.defaults`: values cross as bool, int or str.
 
-use kvikpy_core::settings::{self, CompatMode, SettingValue, Settings, StatusCodes, SETTING_NAMES};
+use std::path::PathBuf;
+
+use kvikpy_core::settings::{
+    self, intern_path, CompatMode, SettingValue, Settings, StatusCodes, SETTING_NAMES,
+};
 use kvikpy_core::Error;
 use kvikpy_macros::boundary;
 use pyo3::exceptions::PyTypeError;
@@ -23,7 +27,28 @@ pub fn get_setting(py: Python<'_>, name: &str) -> BindResult<Py<PyAny>> {
         }
         SettingValue::Mode(m) => PyString::new(py, m.as_str()).into_any().unbind(),
         SettingValue::Codes(codes) => PyList::new(py, codes.as_slice())?.into_any().unbind(),
+        SettingValue::Path(None) => py.None(),
+        SettingValue::Path(Some(path)) => path.as_os_str().into_pyobject(py)?.into_any().unbind(),
     })
+}
+
+/// `http_ca_bundle` from `None`, a `str` or an `os.PathLike` (bytes included).
+fn convert_path(value: &Bound<'_, PyAny>) -> BindResult<SettingValue> {
+    if value.is_none() {
+        return Ok(SettingValue::Path(None));
+    }
+    let path = value.extract::<PathBuf>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "http_ca_bundle must be the path of a PEM file (or directory) of CA \
+             certificates, as a str or os.PathLike, or None; got {}",
+            value
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "?".into())
+        ))
+    })?;
+    Ok(SettingValue::Path(Some(intern_path(&path))))
 }
 
 /// `http_status_codes` from a list (or tuple) of ints: `TypeError` for anything else,
@@ -110,6 +135,7 @@ fn convert(name: &str, value: &Bound<'_, PyAny>) -> Result<SettingValue, Error> 
         SettingValue::Mode(_) => "a CompatMode, a bool, or 'ON'/'OFF'/'AUTO'",
         SettingValue::Bool(_) => "a bool",
         SettingValue::Int(_) => "an integer",
+        SettingValue::Path(_) => "a path or None",
     }))
 }
 
@@ -122,6 +148,9 @@ pub fn set_settings(pairs: Vec<(String, Bound<'_, PyAny>)>) -> BindResult<()> {
         .map(|(name, value)| {
             if name == "http_status_codes" {
                 return Ok((name.as_str(), convert_codes(value)?));
+            }
+            if name == "http_ca_bundle" {
+                return Ok((name.as_str(), convert_path(value)?));
             }
             Ok((name.as_str(), convert(name, value)?))
         })
