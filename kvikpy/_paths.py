@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import re
 import urllib.parse
 from typing import Protocol, TypeAlias, TypeGuard
 
@@ -48,9 +49,15 @@ def is_url(name: str) -> bool:
     return name[:10].lower().startswith(_URL_SCHEMES)
 
 
+_QUERY_SECRETS = re.compile(r"(?i)([?&]x-amz-(?:signature|security-token)=)[^&#\s]+")
+
+
 def redact_url(url: str) -> str:
-    """``url`` with its user info redacted, for display: ``user:***@host`` (``***@host``
-    for a user info without password, which may be a token); other URLs unchanged."""
+    """``url`` with its credentials redacted, for display: user info as ``user:***@host``
+    (``***@host`` for a user info without password, which may be a token), and the
+    values of a presigned URL's ``X-Amz-Signature`` and ``X-Amz-Security-Token`` as
+    ``***``; other URLs unchanged."""
+    url = _QUERY_SECRETS.sub(r"\1***", url)
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:

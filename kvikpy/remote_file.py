@@ -362,11 +362,12 @@ class RemoteFile(ClosedOnExit):
         return self._file.closed
 
     def __str__(self) -> str:
-        return f'<{type(self).__name__} "{self._handle.url}">'
+        return f'<{type(self).__name__} "{_paths.redact_url(self._handle.url)}">'
 
     def __repr__(self) -> str:
         return (
-            f"<kvikpy.RemoteFile {self._handle.url!r} {self.remote_endpoint_type().name} "
+            f"<kvikpy.RemoteFile {_paths.redact_url(self._handle.url)!r} "
+            f"{self.remote_endpoint_type().name} "
             f"{self.nbytes()} bytes{' closed' if self.closed else ''}>"
         )
 
@@ -396,7 +397,8 @@ class RemoteFile(ClosedOnExit):
         if file_offset + size > nbytes:
             raise ValueError(
                 f"cannot read {file_offset}+{size} bytes into a {nbytes} bytes file "
-                f"({self.url}); read at most {max(nbytes - file_offset, 0)} bytes at that offset"
+                f"({_paths.redact_url(self.url)}); read at most "
+                f"{max(nbytes - file_offset, 0)} bytes at that offset"
             )
         return size
 

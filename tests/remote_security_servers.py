@@ -54,14 +54,16 @@ class RecordingHandler(RangeRequestHandler):
     """Serves files with range support, recording each request in ``log``; a request
     whose path starts with ``prefix`` is answered ``status`` (a redirect) to ``to`` (a
     base URL, or ``""`` for this server) followed by the rest of the path, after
-    ``replace`` is applied to it (``(old, new)``)."""
+    ``replace`` is applied to it (``(old, new)``); with ``to=None``, without a
+    ``Location`` (as S3 answers a request to the wrong region). Redirects name the
+    bucket's region in ``x-amz-bucket-region``, as S3's do."""
 
     def __init__(
         self,
         *args: Any,
         log: Log,
         prefix: str | None = None,
-        to: str = "",
+        to: str | None = "",
         status: int = HTTPStatus.TEMPORARY_REDIRECT,
         replace: tuple[str, str] = ("", ""),
         **kwargs: Any,
@@ -84,7 +86,8 @@ class RecordingHandler(RangeRequestHandler):
         if old:
             rest = rest.replace(old, new, 1)
         self.send_response(self.status)
-        self.send_header("Location", f"{self.to}{rest}")
+        if self.to is not None:
+            self.send_header("Location", f"{self.to}{rest}")
         self.send_header("x-amz-bucket-region", "eu-west-3")
         self.send_header("Content-Length", "0")
         self.end_headers()

@@ -106,6 +106,16 @@ def test_signed_request_follows_a_redirect_within_its_origin_signed_again(root):
     assert {r.headers.get("range") for r in followed if r.method == "GET"} != {None}
 
 
+def test_wrong_region_answer_names_the_region(root):
+    """S3's answer to a request in the wrong region: 301, no Location, the region."""
+    kwargs = {"prefix": "/bucket/", "to": None, "status": 301}
+    with (
+        serve(log=Log(), directory=str(root), **kwargs) as s3,
+        pytest.raises(RemoteError, match="AWS_DEFAULT_REGION=eu-west-3"),
+    ):
+        open_signed(s3, "key.bin")
+
+
 def test_public_request_follows_a_redirect_to_another_host(root):
     """Without credentials, a redirect may lead anywhere (as kvikio's libcurl)."""
     other_log, log = Log(), Log()
@@ -179,6 +189,20 @@ def test_passwords_stay_out_of_exceptions(root):
         RemoteFile.open_http(f"http://ann:{PASSWORD}@{host}/f.bin")  # the server is gone
     assert SHOWN not in shown(info.value), shown(info.value)
     assert f"ann:***@{host}" in str(info.value) or host in str(info.value)
+
+
+def test_presigned_signature_and_token_stay_out_of_reprs_and_exceptions(root):
+    query = (
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=sigSECRET&X-Amz-Security-Token=tokSECRET"
+    )
+    with serve(log=Log(), directory=str(root)) as server:
+        with RemoteFile.open_s3_presigned_url(f"{server}/f.bin?{query}") as f:
+            assert read_all(f) == DATA
+            for text in (repr(f), str(f)):
+                assert "SECRET" not in text and "X-Amz-Signature=***" in text, text
+        with pytest.raises(RemoteNotFoundError) as info:
+            RemoteFile.open_s3_presigned_url(f"{server}/missing.bin?{query}")
+        assert "SECRET" not in shown(info.value), shown(info.value)
 
 
 def test_basic_auth_is_not_redirected_to_another_host(root):

@@ -196,9 +196,15 @@ fn send(prepared: &Prepared, settings: &Settings) -> std::result::Result<Respons
         let Some(location) = header(&response, "location").map(str::to_string) else {
             return Ok(response);
         };
-        hop = std::borrow::Cow::Owned(
-            follow(&hop, response.status().as_u16(), &location).map_err(Failure::Final)?,
-        );
+        let next = follow(&hop, response.status().as_u16(), &location);
+        hop = std::borrow::Cow::Owned(next.map_err(|e| match (e, bucket_region(&response)) {
+            (Error::Remote { kind, url, message }, Some(region)) => Failure::Final(Error::Remote {
+                kind,
+                url,
+                message: format!("{message} (S3 says the bucket is in region {region})"),
+            }),
+            (e, _) => Failure::Final(e),
+        })?);
     }
     Err(Failure::Final(Error::remote(
         RemoteFailure::Status,
@@ -348,6 +354,11 @@ fn classify(prepared: &Prepared, error: ureq::Error) -> Failure {
     }
 }
 
+/// The region S3 names in a redirect (`x-amz-bucket-region`), where it does.
+fn bucket_region(response: &Response<Body>) -> Option<String> {
+    header(response, "x-amz-bucket-region").map(str::to_string)
+}
+
 /// Whether `error` is a failed verification of the server's certificate (rustls'
 /// "invalid peer certificate", wrapped in an I/O error or not).
 fn is_certificate_error(error: &ureq::Error) -> bool {
@@ -360,6 +371,7 @@ fn is_certificate_error(error: &ureq::Error) -> bool {
 /// and, where the body is a short text (S3's and WebHDFS's error documents), quotes it.
 fn status_error(prepared: &Prepared, response: Response<Body>) -> Error {
     let status = response.status();
+    let region = bucket_region(&response);
     let mut body = String::new();
     let _ = response
         .into_body()
@@ -372,7 +384,20 @@ fn status_error(prepared: &Prepared, response: Response<Body>) -> Error {
     } else {
         format!(" (the server said: {detail})")
     };
+    // S3 answers a request to the wrong region with 301 and the bucket's region, and no
+    // Location to follow.
+    let moved = match region {
+        Some(region) if status.is_redirection() => format!(
+            "the bucket is in region {region}, another region than the request's: set \
+             AWS_DEFAULT_REGION={region} (or pass aws_region_name='{region}'), or the \
+             bucket's endpoint (AWS_ENDPOINT_URL)"
+        ),
+        _ => "the server redirected without saying where (no Location header); open the \
+              URL the file moved to"
+            .to_string(),
+    };
     let (kind, advice) = match status.as_u16() {
+        300..=399 => (RemoteFailure::Status, moved.as_str()),
         404 | 410 => (
             RemoteFailure::NotFound,
             "check the URL (bucket and object names)",

@@ -174,10 +174,61 @@ fn percent_decode(text: &str) -> Vec<u8> {
     out
 }
 
-/// `text` (a URL, or a message that quotes URLs) with the user info of every URL in it
-/// redacted: the password replaced by `***` (`http://user:***@host/`), and a user info
-/// without password (which may be a token) replaced whole (`http://***@host/`).
+/// `text` (a URL, or a message that quotes URLs) with the credentials of every URL in
+/// it redacted: the password of user info replaced by `***` (`http://user:***@host/`),
+/// a user info without password (which may be a token) replaced whole
+/// (`http://***@host/`), and the values of a presigned URL's `X-Amz-Signature` and
+/// `X-Amz-Security-Token` query parameters replaced by `***`.
 pub fn redact(text: &str) -> Cow<'_, str> {
+    let user_info = redact_user_info(text);
+    match redact_query_secrets(&user_info) {
+        Cow::Owned(out) => Cow::Owned(out),
+        Cow::Borrowed(_) => user_info,
+    }
+}
+
+/// The query parameters whose values are credentials (a presigned URL's signature and
+/// session token), lower-cased with their `=`.
+const SECRET_PARAMETERS: [&str; 2] = ["x-amz-signature=", "x-amz-security-token="];
+
+fn redact_query_secrets(text: &str) -> Cow<'_, str> {
+    // ASCII lower-casing keeps byte offsets, so positions found in `lower` hold in `text`.
+    let lower = text.to_ascii_lowercase();
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    for name in SECRET_PARAMETERS {
+        let mut from = 0;
+        while let Some(i) = lower[from..].find(name) {
+            let start = from + i + name.len();
+            let preceded = start - name.len() == 0
+                || matches!(lower.as_bytes()[start - name.len() - 1], b'?' | b'&');
+            let end = text[start..]
+                .find(|c: char| c.is_whitespace() || "&#'\"`<>(){}".contains(c))
+                .map_or(text.len(), |j| start + j);
+            if preceded && end > start {
+                spans.push((start, end));
+            }
+            from = end.max(start);
+        }
+    }
+    if spans.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    spans.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (start, end) in spans {
+        if start < at {
+            continue;
+        }
+        out.push_str(&text[at..start]);
+        out.push_str("***");
+        at = end;
+    }
+    out.push_str(&text[at..]);
+    Cow::Owned(out)
+}
+
+fn redact_user_info(text: &str) -> Cow<'_, str> {
     if !text.contains('@') {
         return Cow::Borrowed(text);
     }
@@ -596,6 +647,11 @@ mod tests {
         );
         assert_eq!(redact("http://u:p@ss@h/f"), "http://u:***@h/f");
         assert!(matches!(redact("no url here"), Cow::Borrowed(_)));
+        assert_eq!(
+            redact("'https://b.s3.amazonaws.com/k?X-Amz-Algorithm=A&x-amz-signature=abc&X-Amz-Security-Token=tok%2B1&X-Amz-Expires=60'"),
+            "'https://b.s3.amazonaws.com/k?X-Amz-Algorithm=A&x-amz-signature=***&X-Amz-Security-Token=***&X-Amz-Expires=60'"
+        );
+        assert_eq!(redact("no-X-Amz-Signature=here"), "no-X-Amz-Signature=here");
     }
 
     #[test]
