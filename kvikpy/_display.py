@@ -170,6 +170,7 @@ _SETTING_VARIABLES = {
     "http_max_attempts": "KVIKIO_HTTP_MAX_ATTEMPTS",
     "http_status_codes": "KVIKIO_HTTP_STATUS_CODES",
     "http_timeout": "KVIKIO_HTTP_TIMEOUT",
+    "http_ca_bundle": "KVIKPY_HTTP_CA_BUNDLE",
 }
 
 

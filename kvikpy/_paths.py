@@ -15,7 +15,9 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
+import urllib.parse
 from typing import Protocol, TypeAlias, TypeGuard
 
 #: Every spelling of a path that Python's ``open`` accepts.
@@ -48,6 +50,26 @@ _URL_SCHEMES = ("http://", "https://", "s3://", "webhdfs://")
 def is_url(name: str) -> bool:
     """Whether ``name`` (from :func:`fspath`) is a remote file's URL, not a local path."""
     return name[:10].lower().startswith(_URL_SCHEMES)
+
+
+_QUERY_SECRETS = re.compile(r"(?i)([?&]x-amz-(?:signature|security-token)=)[^&#\s]+")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its credentials redacted, for display: user info as ``user:***@host``
+    (``***@host`` for a user info without password, which may be a token), and the
+    values of a presigned URL's ``X-Amz-Signature`` and ``X-Amz-Security-Token`` as
+    ``***``; other URLs unchanged."""
+    url = _QUERY_SECRETS.sub(r"\1***", url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<a malformed URL>" if "@" in url else url
+    if "@" not in parts.netloc:
+        return url
+    info, _, host = parts.netloc.rpartition("@")
+    shown = f"{info.partition(':')[0]}:***" if ":" in info else "***"
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{shown}@{host}"))
 
 
 def fspath(path: StrPath) -> str:

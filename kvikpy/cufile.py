@@ -387,8 +387,11 @@ class CuFile(ClosedOnExit):
 
     @property
     def path(self) -> str:
-        """The path the file was opened with (a remote file's URL, as given)."""
-        return self._url or _paths.fspath(self._handle.path)
+        """The path the file was opened with (a remote file's URL, as given but for its
+        password, shown as ``***``)."""
+        if self._url is not None:
+            return _paths.redact_url(self._url)
+        return _paths.fspath(self._handle.path)
 
     @property
     def mode(self) -> OpenMode:

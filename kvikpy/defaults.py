@@ -21,6 +21,7 @@ setting                  environment variable              default
 ``http_max_attempts``    ``KVIKIO_HTTP_MAX_ATTEMPTS``      3
 ``http_status_codes``    ``KVIKIO_HTTP_STATUS_CODES``      ``[429, 500, 502, 503, 504]``
 ``http_timeout``         ``KVIKIO_HTTP_TIMEOUT``           60 (seconds)
+``http_ca_bundle``       ``KVIKPY_HTTP_CA_BUNDLE``         ``None``
 =======================  ================================  ===========================
 
 The ``http_*`` settings govern remote files (:class:`kvikpy.RemoteFile`, URLs given to
@@ -30,6 +31,16 @@ the server answers one of ``http_status_codes`` or the attempt takes longer than
 ``KVIKIO_HTTP_STATUS_CODES`` is a comma-separated list of 3-digit codes (``429,503``);
 ``defaults.set("http_status_codes", [429, 503])`` takes a list. Either way each code is
 an HTTP status code, from 100 to 599.
+
+``http_ca_bundle`` is kvikpy's own: the path of a PEM file (or a directory of PEM files)
+of the certificate authorities HTTPS servers are verified against, instead of Mozilla's
+public roots (a private CA, such as an internal MinIO's). ``None`` (the default) leaves
+the choice to the conventional variables, in this order: ``AWS_CA_BUNDLE`` (S3 endpoints
+only), ``CURL_CA_BUNDLE``, ``REQUESTS_CA_BUNDLE``, then ``SSL_CERT_FILE`` and
+``SSL_CERT_DIR``. A configured bundle replaces the public roots, as for curl and OpenSSL:
+to trust both, name a file that holds your CA and the system's bundle. Setting a path
+that does not exist raises ``ValueError``; the bundle is read when a remote file is
+opened, and one without a certificate raises :class:`kvikpy.ConfigError`.
 
 Environment variables are read on first use. Sizes are plain integers of bytes
 (``4194304``, not ``4MiB``); booleans accept ``true/false``, ``on/off``, ``yes/no`` and
@@ -107,8 +118,8 @@ def get(name: str) -> Any:
     Returns
     -------
     Any
-        The value: an int, a bool, a :class:`CompatMode` for ``compat_mode``, or a list
-        of ints for ``http_status_codes``.
+        The value: an int, a bool, a :class:`CompatMode` for ``compat_mode``, a list
+        of ints for ``http_status_codes``, a str or ``None`` for ``http_ca_bundle``.
 
     Raises
     ------

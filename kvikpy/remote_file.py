@@ -21,6 +21,29 @@ retried and timed out as the ``http_max_attempts``, ``http_status_codes`` and
 :class:`kvikpy.errors.RemoteError` or one of its subclasses, which are also Python's own
 types (``FileNotFoundError`` for a 404, ``PermissionError`` for a 403,
 ``ConnectionError``, ``TimeoutError``) and, as in kvikio, ``RuntimeError``.
+
+Credentials stay with the host they were made for. User info in an HTTP(S) URL
+(``https://user:password@host/path``, percent-encoded) is sent as HTTP basic
+authentication, as curl does; it is taken out of the URL, so that no ``repr``, message,
+exception (nor its ``filename``) or log shows the password (user info is redacted as
+``user:***@`` wherever a URL given is quoted). Redirects are followed (at most 10), but a
+request that carries a credential (basic authentication, an S3 signature or session
+token) follows a redirect only within its origin (scheme, host and port), signed again
+for the new URL; a redirect to another host is an error naming both hosts, never sent.
+For S3 it means the bucket lives in another region or endpoint: set
+``AWS_DEFAULT_REGION`` or ``AWS_ENDPOINT_URL``, as the AWS SDKs require. Requests that
+carry no credential follow redirects anywhere (as kvikio's libcurl does).
+
+HTTPS certificates are always verified, against Mozilla's public roots unless a CA
+bundle is configured; the first of these names it: the ``http_ca_bundle`` setting
+(``KVIKPY_HTTP_CA_BUNDLE``), ``AWS_CA_BUNDLE`` (S3 endpoints only, as the AWS SDKs),
+``CURL_CA_BUNDLE`` (as kvikio), ``REQUESTS_CA_BUNDLE``, then ``SSL_CERT_FILE`` and
+``SSL_CERT_DIR`` (OpenSSL's; both where both are set). A bundle is a PEM file, or a
+directory of PEM files, of CA certificates; it *replaces* the public roots (as for curl,
+OpenSSL and the AWS SDKs), so to trust both, name a file holding your CA and the
+system's bundle (``/etc/ssl/certs/ca-certificates.crt``). The configuration is taken
+when a file is opened. A bundle that cannot be read or holds no certificate raises
+:class:`kvikpy.ConfigError` naming it and the setting or variable that named it.
 """
 
 from __future__ import annotations
@@ -28,7 +51,7 @@ from __future__ import annotations
 import enum
 import urllib.parse
 
-from kvikpy import _lib
+from kvikpy import _lib, _paths
 from kvikpy._closing import ClosedOnExit
 from kvikpy.cufile import BufferLike, IOFuture
 from kvikpy.errors import NegativeValueError
@@ -129,7 +152,9 @@ class RemoteFile(ClosedOnExit):
         Parameters
         ----------
         url
-            The file's URL.
+            The file's URL; user info (``https://user:password@host/path``,
+            percent-encoded) is sent as HTTP basic authentication to that host only, and
+            never shown.
         nbytes
             The file's size; ``None`` (the default) asks the server (a ``HEAD`` request).
         """
@@ -239,8 +264,8 @@ class RemoteFile(ClosedOnExit):
         if scheme == "s3":
             return cls(_lib.RemoteHandle.open_s3_from_s3_url(url, nbytes, credentials))
         raise ValueError(
-            f"Unsupported protocol: {url!r}; open_s3_url takes s3://<bucket>/<object> or "
-            "an http(s):// URL of the object"
+            f"Unsupported protocol: {_paths.redact_url(url)!r}; open_s3_url takes "
+            "s3://<bucket>/<object> or an http(s):// URL of the object"
         )
 
     @classmethod
@@ -337,17 +362,19 @@ class RemoteFile(ClosedOnExit):
         return self._file.closed
 
     def __str__(self) -> str:
-        return f'<{type(self).__name__} "{self._handle.url}">'
+        return f'<{type(self).__name__} "{_paths.redact_url(self._handle.url)}">'
 
     def __repr__(self) -> str:
         return (
-            f"<kvikpy.RemoteFile {self._handle.url!r} {self.remote_endpoint_type().name} "
+            f"<kvikpy.RemoteFile {_paths.redact_url(self._handle.url)!r} "
+            f"{self.remote_endpoint_type().name} "
             f"{self.nbytes()} bytes{' closed' if self.closed else ''}>"
         )
 
     @property
     def url(self) -> str:
-        """The file's URL, as requests use it."""
+        """The file's URL, as requests use it: without user info (whose credentials
+        travel in a header, never shown)."""
         return self._handle.url
 
     def remote_endpoint_type(self) -> RemoteEndpointType:
@@ -370,7 +397,8 @@ class RemoteFile(ClosedOnExit):
         if file_offset + size > nbytes:
             raise ValueError(
                 f"cannot read {file_offset}+{size} bytes into a {nbytes} bytes file "
-                f"({self.url}); read at most {max(nbytes - file_offset, 0)} bytes at that offset"
+                f"({_paths.redact_url(self.url)}); read at most "
+                f"{max(nbytes - file_offset, 0)} bytes at that offset"
             )
         return size
 

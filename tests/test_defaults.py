@@ -21,6 +21,7 @@ NAMES = [
     "http_max_attempts",
     "http_status_codes",
     "http_timeout",
+    "http_ca_bundle",
 ]
 
 # A valid value for each setting that differs from the usual default.
@@ -36,6 +37,7 @@ OTHER = {
     "http_max_attempts": 5,
     "http_status_codes": [500, 429],
     "http_timeout": 7,
+    "http_ca_bundle": __file__,  # set-time checks only that the path exists
 }
 
 

@@ -176,6 +176,7 @@ def test_defaults_without_any_variable(env_results):
         "http_max_attempts": 3,
         "http_status_codes": [429, 500, 502, 503, 504],
         "http_timeout": 60,
+        "http_ca_bundle": None,
     }
 
 

@@ -220,7 +220,7 @@ pub fn plan_ranges(settings: &Settings, path: &Path, ranges: &[(u64, u64)]) -> R
             return Err(Error::InvalidArgument(format!(
                 "range {i} (offset {offset}, size {size}) ends past the end of '{}', which \
                  has {file_size} bytes; every range must lie inside the file",
-                path.display()
+                crate::source::remote::url::redact(&path.display().to_string())
             )));
         }
         let len = usize::try_from(size)

@@ -62,6 +62,10 @@ pub enum Error {
         /// What the variable accepts, for the message.
         expected: &'static str,
     },
+    /// A configuration that names something unusable (a CA bundle that cannot be read or
+    /// holds no certificate); the message names it and where it was named. Mapped to
+    /// `kvikpy.ConfigError` (a `ValueError`).
+    Config(String),
     /// No usable CUDA driver or device (no libcuda, no GPU, driver too old). Mapped to
     /// `kvikpy.CudaUnavailableError`, whose message suggests `device="cpu"`.
     CudaUnavailable(String),
@@ -142,12 +146,19 @@ pub enum RemoteFailure {
 }
 
 impl Error {
-    /// An [`Error::Remote`] of `kind` about `url`.
+    /// An [`Error::Remote`] of `kind` about `url`. The user info of every URL in `url`
+    /// and `message` is redacted (`user:***@host`), so that no password reaches an
+    /// exception, its `filename` or a log.
     pub fn remote(kind: RemoteFailure, url: &str, message: impl Into<String>) -> Self {
+        use crate::source::remote::url::redact;
+        let message = message.into();
         Self::Remote {
             kind,
-            url: url.to_string(),
-            message: message.into(),
+            url: redact(url).into_owned(),
+            message: match redact(&message) {
+                std::borrow::Cow::Owned(redacted) => redacted,
+                std::borrow::Cow::Borrowed(_) => message,
+            },
         }
     }
 
@@ -232,6 +243,7 @@ impl Clone for Error {
                 name: name.clone(),
             },
             Self::Truncated(m) => Self::Truncated(m.clone()),
+            Self::Config(m) => Self::Config(m.clone()),
             Self::Remote { kind, url, message } => Self::Remote {
                 kind: *kind,
                 url: url.clone(),
@@ -292,9 +304,11 @@ impl fmt::Display for Error {
             Self::Cuda { call, code, name } => {
                 write!(f, "CUDA driver call {call} failed with {name} ({code})")
             }
-            Self::OutOfMemory(m) | Self::Truncated(m) | Self::CuFile(m) | Self::OutOfRange(m) => {
-                f.write_str(m)
-            }
+            Self::OutOfMemory(m)
+            | Self::Truncated(m)
+            | Self::CuFile(m)
+            | Self::OutOfRange(m)
+            | Self::Config(m) => f.write_str(m),
             Self::MmapClosed(path) => write!(
                 f,
                 "Cannot read from a closed MmapHandle ('{}' was closed by close() or by \

@@ -5,7 +5,8 @@
 //! `os.environ` and retrying works. Every operation snapshots the settings once when it
 //! starts, so changing them mid-flight never tears an operation.
 
-use std::sync::RwLock;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, RwLock};
 
 use crate::error::{Error, Result};
 
@@ -54,10 +55,12 @@ pub enum SettingValue {
     Mode(CompatMode),
     /// `http_status_codes`.
     Codes(StatusCodes),
+    /// A path, or none (`http_ca_bundle`); see [`intern_path`].
+    Path(Option<&'static Path>),
 }
 
 /// Every setting name, in documentation order.
-pub const SETTING_NAMES: [&str; 11] = [
+pub const SETTING_NAMES: [&str; 12] = [
     "compat_mode",
     "num_threads",
     "task_size",
@@ -69,6 +72,7 @@ pub const SETTING_NAMES: [&str; 11] = [
     "http_max_attempts",
     "http_status_codes",
     "http_timeout",
+    "http_ca_bundle",
 ];
 
 /// The most threads the default thread count picks; more do not add PCIe or page-cache
@@ -121,6 +125,24 @@ pub struct Settings {
     pub http_status_codes: StatusCodes,
     /// The longest one HTTP request may take, in seconds, at least 1.
     pub http_timeout: u64,
+    /// kvikpy's own: the CA bundle (a PEM file or a directory of them) HTTPS requests
+    /// trust instead of the public roots; `None` leaves the choice to the conventional
+    /// variables (see `source::remote::tls`). Interned ([`intern_path`]), so that
+    /// `Settings` stays `Copy`.
+    pub http_ca_bundle: Option<&'static Path>,
+}
+
+/// `path` as a `&'static Path`: each distinct path is leaked once and reused, so that a
+/// path can live in the `Copy` [`Settings`] (a process sets few distinct CA bundles).
+pub fn intern_path(path: &Path) -> &'static Path {
+    static PATHS: Mutex<Vec<&'static Path>> = Mutex::new(Vec::new());
+    let mut paths = PATHS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&known) = paths.iter().find(|&&p| p == path) {
+        return known;
+    }
+    let leaked: &'static Path = Box::leak(PathBuf::from(path).into_boxed_path());
+    paths.push(leaked);
+    leaked
 }
 
 impl Default for Settings {
@@ -137,6 +159,7 @@ impl Default for Settings {
             http_max_attempts: 3,
             http_status_codes: StatusCodes::KVIKIO_DEFAULT,
             http_timeout: 60,
+            http_ca_bundle: None,
         }
     }
 }
@@ -206,6 +229,9 @@ impl Settings {
                 });
             }
         }
+        if let Some(v) = getenv("KVIKPY_HTTP_CA_BUNDLE").filter(|v| !v.is_empty()) {
+            s.http_ca_bundle = Some(intern_path(Path::new(&v)));
+        }
         if let Some(v) = getenv("KVIKIO_HTTP_STATUS_CODES") {
             // kvikio: an empty variable means the default list.
             if !v.is_empty() {
@@ -239,6 +265,7 @@ impl Settings {
             "http_max_attempts" => SettingValue::Int(self.http_max_attempts as u64),
             "http_status_codes" => SettingValue::Codes(self.http_status_codes),
             "http_timeout" => SettingValue::Int(self.http_timeout),
+            "http_ca_bundle" => SettingValue::Path(self.http_ca_bundle),
             _ => return Err(Error::UnknownSetting(name.to_string())),
         })
     }
@@ -305,6 +332,23 @@ impl Settings {
             ("auto_direct_io_read" | "auto_direct_io_write" | "page_cache_dma", _) => {
                 return Err(invalid("a bool"))
             }
+            ("http_ca_bundle", SettingValue::Path(path)) => {
+                let path = path.filter(|p| !p.as_os_str().is_empty());
+                if let Some(p) = path {
+                    if std::fs::metadata(p).is_err() {
+                        return Err(invalid(
+                            "the path of an existing PEM file or directory of CA \
+                             certificates, or None",
+                        ));
+                    }
+                }
+                self.http_ca_bundle = path;
+            }
+            ("http_ca_bundle", _) => {
+                return Err(invalid(
+                    "the path of a PEM file or directory of CA certificates, or None",
+                ))
+            }
             _ => return Err(Error::UnknownSetting(name.to_string())),
         }
         Ok(())
@@ -317,6 +361,8 @@ fn describe(value: SettingValue) -> String {
         SettingValue::Int(n) => n.to_string(),
         SettingValue::Mode(m) => m.as_str().to_string(),
         SettingValue::Codes(c) => format!("{:?}", c.as_slice()),
+        SettingValue::Path(Some(p)) => format!("'{}'", p.display()),
+        SettingValue::Path(None) => "None".to_string(),
     }
 }
 
@@ -602,6 +648,41 @@ mod tests {
             .unwrap();
         assert!(s.http_status_codes.contains(500) && !s.http_status_codes.contains(503));
         assert!(StatusCodes::new(&[500; 33]).is_none());
+    }
+
+    #[test]
+    fn ca_bundle_setting() {
+        assert_eq!(env(&[]).unwrap().http_ca_bundle, None);
+        assert_eq!(
+            env(&[("KVIKPY_HTTP_CA_BUNDLE", "")])
+                .unwrap()
+                .http_ca_bundle,
+            None
+        );
+        let s = env(&[("KVIKPY_HTTP_CA_BUNDLE", "/etc/ca.pem")]).unwrap();
+        assert_eq!(s.http_ca_bundle, Some(Path::new("/etc/ca.pem")));
+        assert!(std::ptr::eq(
+            intern_path(Path::new("/etc/ca.pem")),
+            intern_path(Path::new("/etc/ca.pem"))
+        ));
+        let mut s = Settings::default();
+        let dir = tempfile::tempdir().unwrap();
+        let here = intern_path(dir.path());
+        s.set("http_ca_bundle", SettingValue::Path(Some(here)))
+            .unwrap();
+        assert_eq!(
+            s.get("http_ca_bundle").unwrap(),
+            SettingValue::Path(Some(here))
+        );
+        let missing = intern_path(&dir.path().join("missing.pem"));
+        let err = s
+            .set("http_ca_bundle", SettingValue::Path(Some(missing)))
+            .unwrap_err();
+        assert!(err.to_string().contains("missing.pem"), "{err}");
+        assert_eq!(s.http_ca_bundle, Some(here));
+        assert!(s.set("http_ca_bundle", SettingValue::Int(1)).is_err());
+        s.set("http_ca_bundle", SettingValue::Path(None)).unwrap();
+        assert_eq!(s.http_ca_bundle, None);
     }
 
     #[test]

@@ -129,7 +129,7 @@ fn engine_error(e: Error) -> PyErr {
         Error::UnsupportedOperation(_) => UnsupportedOperationError::new_err(e.to_string()),
         Error::Negative { .. } => NegativeValueError::new_err(e.to_string()),
         Error::UnknownSetting(_) => PyKeyError::new_err(e.to_string()),
-        Error::MalformedEnv { .. } => ConfigError::new_err(e.to_string()),
+        Error::MalformedEnv { .. } | Error::Config(_) => ConfigError::new_err(e.to_string()),
         Error::Truncated(_) => OSRuntimeError::new_err(e.to_string()),
         Error::Panic(_) => InternalError::new_err(e.to_string()),
         Error::OutOfMemory(_) => PyMemoryError::new_err(e.to_string()),

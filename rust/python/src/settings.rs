@@ -1,6 +1,10 @@
 //! Settings access for `kvikpy.defaults`: values cross as bool, int or str.
 
-use kvikpy_core::settings::{self, CompatMode, SettingValue, Settings, StatusCodes, SETTING_NAMES};
+use std::path::PathBuf;
+
+use kvikpy_core::settings::{
+    self, intern_path, CompatMode, SettingValue, Settings, StatusCodes, SETTING_NAMES,
+};
 use kvikpy_core::Error;
 use kvikpy_macros::boundary;
 use pyo3::exceptions::PyTypeError;
@@ -23,6 +27,8 @@ pub fn get_setting(py: Python<'_>, name: &str) -> BindResult<Py<PyAny>> {
         }
         SettingValue::Mode(m) => PyString::new(py, m.as_str()).into_any().unbind(),
         SettingValue::Codes(codes) => PyList::new(py, codes.as_slice())?.into_any().unbind(),
+        SettingValue::Path(None) => py.None(),
+        SettingValue::Path(Some(path)) => path.as_os_str().into_pyobject(py)?.into_any().unbind(),
     })
 }
 
@@ -45,6 +51,25 @@ fn as_index<'py>(value: &Bound<'py, PyAny>) -> Option<Bound<'py, PyInt>> {
     }
     let index = value.py().import("operator").ok()?.getattr("index").ok()?;
     index.call1((value,)).ok()?.cast_into::<PyInt>().ok()
+}
+
+/// `http_ca_bundle` from `None`, a `str` or an `os.PathLike` (bytes included).
+fn convert_path(value: &Bound<'_, PyAny>) -> BindResult<SettingValue> {
+    if value.is_none() {
+        return Ok(SettingValue::Path(None));
+    }
+    let path = value.extract::<PathBuf>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "http_ca_bundle must be the path of a PEM file (or directory) of CA \
+             certificates, as a str or os.PathLike, or None; got {}",
+            value
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "?".into())
+        ))
+    })?;
+    Ok(SettingValue::Path(Some(intern_path(&path))))
 }
 
 /// `http_status_codes` from a list (or tuple) of ints from 100 to 599: `TypeError` for
@@ -129,6 +154,7 @@ fn convert(name: &str, value: &Bound<'_, PyAny>) -> BindResult<SettingValue> {
     match kind {
         SettingValue::Codes(_) => return convert_codes(value),
         SettingValue::Int(_) => return convert_int(name, value),
+        SettingValue::Path(_) => return convert_path(value),
         SettingValue::Bool(_) | SettingValue::Mode(_) => {}
     }
     let invalid = |expected| Error::InvalidSetting {

@@ -1,29 +1,93 @@
-//! The HTTP client of remote files (ureq, rustls): one process-wide agent whose
-//! connections every request shares, kvikio's retry rule (the `http_status_codes`
-//! answers and timeouts, up to `http_max_attempts` attempts, with exponential backoff),
-//! the `http_timeout` limit, and the mapping of every failure to a clear
-//! [`Error::Remote`].
+//! The HTTP client of remote files (ureq, rustls): agents whose connections every
+//! request shares (one per CA configuration, see [`super::tls`]), redirects followed by
+//! kvikpy so that no credential reaches another host, kvikio's retry rule (the
+//! `http_status_codes` answers and timeouts, up to `http_max_attempts` attempts, with
+//! exponential backoff), the `http_timeout` limit, and the mapping of every failure to a
+//! clear [`Error::Remote`].
 
 use std::io::{ErrorKind, Read};
-use std::sync::OnceLock;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ureq::http::{Response, StatusCode};
 use ureq::{Agent, Body};
 
+use super::s3_sigv4::Credentials;
+use super::url::{origin_text, resolve, same_origin};
 use crate::error::{Error, RemoteFailure, Result};
 use crate::settings::Settings;
 
-/// One HTTP request: method, URL (already encoded) and headers.
+/// One HTTP request: method, URL (already encoded), headers, the credential they carry
+/// and the agent that sends it.
 #[derive(Debug, Clone)]
 pub struct Prepared {
     /// `"GET"` or `"HEAD"`.
     pub method: &'static str,
-    /// The URL as sent.
+    /// The URL as sent (never with user info: see [`Auth::Basic`]).
     pub url: String,
-    /// Extra headers (`Range`, S3's signature headers).
+    /// Extra headers (`Range`, S3's signature headers, `Authorization`).
     pub headers: Vec<(String, String)>,
+    /// The credential the headers carry, which decides where a redirect may lead.
+    pub auth: Auth,
+    /// The agent (connections, trusted CAs) that sends it.
+    pub agent: Agent,
 }
+
+/// The credential a request carries. A request with one is sent only to its URL's
+/// origin (scheme, host, port): a redirect elsewhere is an error, never followed.
+#[derive(Clone)]
+pub enum Auth {
+    /// None: redirects are followed wherever they lead.
+    None,
+    /// HTTP basic authentication from the URL's user info, in an `Authorization` header:
+    /// redirects followed within the origin only.
+    Basic,
+    /// An AWS SigV4 signature (and session token) made with these credentials:
+    /// redirects followed within the origin only, signed again for the new URL.
+    Signed(Arc<Credentials>),
+}
+
+// The credentials stay out of debug output.
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::None => "None",
+            Self::Basic => "Basic",
+            Self::Signed(_) => "Signed",
+        })
+    }
+}
+
+/// The `Authorization` header value of HTTP basic authentication for `user` and
+/// `password` (RFC 7617: base64 of `user:password`).
+pub fn basic_authorization(user: &[u8], password: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut plain = Vec::with_capacity(user.len() + 1 + password.len());
+    plain.extend_from_slice(user);
+    plain.push(b':');
+    plain.extend_from_slice(password);
+    let mut out = String::from("Basic ");
+    for chunk in plain.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The most redirects one request follows (curl's default is 50, browsers' about 20;
+/// a chain longer than this is a loop or a misconfiguration).
+pub const MAX_REDIRECTS: usize = 10;
 
 /// The first wait between attempts; it doubles with each attempt (kvikio's backoff).
 const BASE_BACKOFF: Duration = Duration::from_millis(500);
@@ -34,23 +98,6 @@ const MAX_BACKOFF: Duration = Duration::from_millis(4000);
 pub fn backoff(attempt: usize) -> Duration {
     let doublings = attempt.saturating_sub(1).min(4) as u32;
     (BASE_BACKOFF * 2u32.pow(doublings)).min(MAX_BACKOFF)
-}
-
-/// The agent shared by every remote file: idle connections are kept for reuse (up to
-/// 64 per host, more than the I/O pool has threads), redirects followed, proxies taken
-/// from the usual environment variables, and HTTP error statuses handed back as
-/// responses so that the retry rule sees them.
-fn agent() -> &'static Agent {
-    static AGENT: OnceLock<Agent> = OnceLock::new();
-    AGENT.get_or_init(|| {
-        Agent::config_builder()
-            .http_status_as_error(false)
-            .max_idle_connections(256)
-            .max_idle_connections_per_host(64)
-            .user_agent(concat!("kvikpy/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into()
-    })
 }
 
 /// How an attempt failed: worth another attempt (a status in `http_status_codes`, a
@@ -135,10 +182,111 @@ pub fn with_retries<T>(
     ))
 }
 
-/// Send one request under the `http_timeout` limit.
+/// Send one request, following its redirects (at most [`MAX_REDIRECTS`]) as
+/// [`follow`] allows.
 fn send(prepared: &Prepared, settings: &Settings) -> std::result::Result<Response<Body>, Failure> {
+    let mut hop = std::borrow::Cow::Borrowed(prepared);
+    for _ in 0..=MAX_REDIRECTS {
+        let response = send_once(&hop, settings)?;
+        if !response.status().is_redirection() {
+            return Ok(response);
+        }
+        // A redirect without a location (304 Not Modified, 300 Multiple Choices) is
+        // handed back as an answer.
+        let Some(location) = header(&response, "location").map(str::to_string) else {
+            return Ok(response);
+        };
+        let next = follow(&hop, response.status().as_u16(), &location);
+        hop = std::borrow::Cow::Owned(next.map_err(|e| match (e, bucket_region(&response)) {
+            (Error::Remote { kind, url, message }, Some(region)) => Failure::Final(Error::Remote {
+                kind,
+                url,
+                message: format!("{message} (S3 says the bucket is in region {region})"),
+            }),
+            (e, _) => Failure::Final(e),
+        })?);
+    }
+    Err(Failure::Final(Error::remote(
+        RemoteFailure::Status,
+        &prepared.url,
+        format!(
+            "{} {}: more than {MAX_REDIRECTS} redirects (the last to {}); the server \
+             redirects in a loop, or the URL is out of date: open the final URL directly",
+            prepared.method, prepared.url, hop.url
+        ),
+    )))
+}
+
+/// The request a redirect (`status` with `location`) of `prepared` leads to: the same
+/// method and headers at the new URL where it stays within the origin (signed again for
+/// the new URL where the request is signed), or anywhere for a request that carries no
+/// credential. A request with a credential redirected to another origin is an error
+/// naming both: the credential was made for one host only and is never sent to another.
+pub fn follow(prepared: &Prepared, status: u16, location: &str) -> Result<Prepared> {
+    let target = resolve(&prepared.url, location).map_err(|why| {
+        Error::remote(
+            RemoteFailure::Status,
+            &prepared.url,
+            format!(
+                "{} {}: the server redirected ({status}) to '{location}', which cannot be \
+                 followed: {why}",
+                prepared.method, prepared.url
+            ),
+        )
+    })?;
+    // User info in a location came from the server, not from the user: never sent.
+    let (target, _) = super::url::split_user_info(&target);
+    let target = target.into_owned();
+    let mut next = prepared.clone();
+    if !same_origin(&prepared.url, &target) {
+        let what = match &prepared.auth {
+            Auth::None => {
+                next.url = target;
+                return Ok(next);
+            }
+            Auth::Basic => "the user name and password of its URL",
+            Auth::Signed(_) => "an AWS signature (and session token, if any)",
+        };
+        let advice = match &prepared.auth {
+            Auth::Signed(_) => {
+                "the bucket is served from another endpoint or region than the one \
+                 asked: set the bucket's region (AWS_DEFAULT_REGION or aws_region_name=; \
+                 S3 names it in the x-amz-bucket-region header) or its endpoint \
+                 (AWS_ENDPOINT_URL or aws_endpoint_url=), as the AWS SDKs, which do not \
+                 follow such redirects either, require"
+            }
+            _ => "open the URL it leads to directly, with the credentials that host needs",
+        };
+        return Err(Error::remote(
+            RemoteFailure::Forbidden,
+            &prepared.url,
+            format!(
+                "{} {}: the server at {} redirected ({status}) to another host, {}; the \
+                 request carries {what}, made for {} only, so kvikpy does not follow it \
+                 (that would hand the credential to {}): {advice}",
+                prepared.method,
+                prepared.url,
+                origin_text(&prepared.url),
+                origin_text(&target),
+                origin_text(&prepared.url),
+                origin_text(&target),
+            ),
+        ));
+    }
+    if let Auth::Signed(credentials) = &prepared.auth {
+        next.headers = super::s3::resign(credentials, prepared.method, &target, &prepared.headers)?;
+    }
+    next.url = target;
+    Ok(next)
+}
+
+/// Send one request under the `http_timeout` limit, without following a redirect.
+fn send_once(
+    prepared: &Prepared,
+    settings: &Settings,
+) -> std::result::Result<Response<Body>, Failure> {
     let timeout = Some(Duration::from_secs(settings.http_timeout));
-    let agent = agent();
+    let agent = &prepared.agent;
     let mut builder = match prepared.method {
         "HEAD" => agent.head(&prepared.url),
         _ => agent.get(&prepared.url),
@@ -181,6 +329,16 @@ fn classify(prepared: &Prepared, error: ureq::Error) -> Failure {
             RemoteFailure::InvalidUrl,
             format!("the request cannot be built: {e}"),
         )),
+        e if is_certificate_error(&e) => Failure::Final(failed(
+            RemoteFailure::Connection,
+            format!(
+                "the server's certificate cannot be verified ({e}): if a private CA issued \
+                 it, name a PEM file of that CA with the http_ca_bundle setting \
+                 (kvikpy.defaults.set('http_ca_bundle', path), KVIKPY_HTTP_CA_BUNDLE) or \
+                 with CURL_CA_BUNDLE, SSL_CERT_FILE (AWS_CA_BUNDLE for S3); otherwise check \
+                 the host name and the server's certificate chain"
+            ),
+        )),
         e @ (ureq::Error::Io(_)
         | ureq::Error::ConnectionFailed
         | ureq::Error::Tls(_)
@@ -196,11 +354,24 @@ fn classify(prepared: &Prepared, error: ureq::Error) -> Failure {
     }
 }
 
+/// The region S3 names in a redirect (`x-amz-bucket-region`), where it does.
+fn bucket_region(response: &Response<Body>) -> Option<String> {
+    header(response, "x-amz-bucket-region").map(str::to_string)
+}
+
+/// Whether `error` is a failed verification of the server's certificate (rustls'
+/// "invalid peer certificate", wrapped in an I/O error or not).
+fn is_certificate_error(error: &ureq::Error) -> bool {
+    let text = error.to_string();
+    text.contains("invalid peer certificate") || text.contains("InvalidCertificate")
+}
+
 /// The error for a response with a failing status: its kind follows the status (404:
 /// not found, 401/403: forbidden, others: a status error), its message names the status
 /// and, where the body is a short text (S3's and WebHDFS's error documents), quotes it.
 fn status_error(prepared: &Prepared, response: Response<Body>) -> Error {
     let status = response.status();
+    let region = bucket_region(&response);
     let mut body = String::new();
     let _ = response
         .into_body()
@@ -213,7 +384,20 @@ fn status_error(prepared: &Prepared, response: Response<Body>) -> Error {
     } else {
         format!(" (the server said: {detail})")
     };
+    // S3 answers a request to the wrong region with 301 and the bucket's region, and no
+    // Location to follow.
+    let moved = match region {
+        Some(region) if status.is_redirection() => format!(
+            "the bucket is in region {region}, another region than the request's: set \
+             AWS_DEFAULT_REGION={region} (or pass aws_region_name='{region}'), or the \
+             bucket's endpoint (AWS_ENDPOINT_URL)"
+        ),
+        _ => "the server redirected without saying where (no Location header); open the \
+              URL the file moved to"
+            .to_string(),
+    };
     let (kind, advice) = match status.as_u16() {
+        300..=399 => (RemoteFailure::Status, moved.as_str()),
         404 | 410 => (
             RemoteFailure::NotFound,
             "check the URL (bucket and object names)",
@@ -366,6 +550,95 @@ pub fn read_text(response: Response<Body>, limit: u64) -> std::io::Result<String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn basic_authorization_is_base64() {
+        assert_eq!(
+            basic_authorization(b"Aladdin", b"open sesame"),
+            "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
+        );
+        assert_eq!(basic_authorization(b"a", b""), "Basic YTo=");
+        assert_eq!(basic_authorization(b"ab", b"c"), "Basic YWI6Yw==");
+    }
+
+    fn prepared(url: &str, auth: Auth) -> Prepared {
+        Prepared {
+            method: "GET",
+            url: url.into(),
+            headers: vec![("Range".into(), "bytes=0-9".into())],
+            auth,
+            agent: super::super::tls::agent(&[]).unwrap(),
+        }
+    }
+
+    fn credentials() -> Arc<Credentials> {
+        Arc::new(Credentials {
+            access_key: "AKIDEXAMPLE".into(),
+            secret_key: "secret".into(),
+            session_token: Some("TOKEN".into()),
+            region: "us-east-1".into(),
+            service: "s3",
+        })
+    }
+
+    #[test]
+    fn redirects_keep_credentials_on_their_origin() {
+        // No credential: followed anywhere.
+        let free = prepared("http://127.0.0.1:8/a", Auth::None);
+        let next = follow(&free, 307, "http://localhost:9/b").unwrap();
+        assert_eq!(next.url, "http://localhost:9/b");
+        // A server's location never brings user info to send.
+        let next = follow(&free, 302, "http://u:p@o/b").unwrap();
+        assert_eq!(next.url, "http://o/b");
+        // Basic: within the origin as is; elsewhere an error naming both hosts.
+        let basic = prepared("http://127.0.0.1:8/a", Auth::Basic);
+        assert_eq!(
+            follow(&basic, 301, "/b").unwrap().url,
+            "http://127.0.0.1:8/b"
+        );
+        let err = follow(&basic, 301, "http://127.0.0.1:9/b")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("http://127.0.0.1:8") && err.contains("http://127.0.0.1:9"),
+            "{err}"
+        );
+        // Signed: re-signed within the origin, refused elsewhere.
+        let mut signed = prepared("http://127.0.0.1:8/bucket/a", Auth::Signed(credentials()));
+        signed.headers =
+            super::super::s3::resign(&credentials(), "GET", &signed.url, &signed.headers).unwrap();
+        let next = follow(&signed, 307, "/bucket/b").unwrap();
+        let auth = |p: &Prepared| {
+            p.headers
+                .iter()
+                .find(|(n, _)| n == "authorization")
+                .map(|(_, v)| v.clone())
+                .unwrap()
+        };
+        assert_ne!(auth(&next), auth(&signed));
+        assert_eq!(
+            next.headers
+                .iter()
+                .filter(|(n, _)| n.eq_ignore_ascii_case("authorization"))
+                .count(),
+            1
+        );
+        assert!(next
+            .headers
+            .iter()
+            .any(|(n, v)| n == "Range" && v == "bytes=0-9"));
+        let err = follow(&signed, 307, "http://localhost:8/bucket/a")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("http://127.0.0.1:8")
+                && err.contains("http://localhost:8")
+                && err.contains("AWS_DEFAULT_REGION"),
+            "{err}"
+        );
+        assert!(!err.contains("TOKEN") && !err.contains("secret"), "{err}");
+        assert!(follow(&free, 302, "ftp://o/b").is_err());
+    }
 
     #[test]
     fn backoff_doubles_up_to_four_seconds() {

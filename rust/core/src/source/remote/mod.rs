@@ -12,13 +12,14 @@
 mod http;
 pub mod s3;
 mod s3_sigv4;
+pub mod tls;
 pub mod url;
 mod webhdfs;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use self::http::{with_retries, Prepared};
+use self::http::{with_retries, Auth, Prepared};
 use self::s3::{S3Object, S3Options};
 use self::webhdfs::{length_from_status, WebHdfsFile};
 use super::{Source, Target};
@@ -80,17 +81,54 @@ impl EndpointType {
 #[derive(Debug, Clone)]
 pub enum Endpoint {
     /// A plain HTTP(S) URL.
-    Http(String),
+    Http(Plain),
     /// A public S3 object's HTTP(S) URL.
-    S3Public(String),
+    S3Public(Plain),
     /// An S3 presigned URL.
-    S3Presigned(String),
+    S3Presigned(Plain),
     /// A signed S3 object.
     S3(S3Object),
-    /// A WebHDFS file.
-    WebHdfs(WebHdfsFile),
+    /// A WebHDFS file, and the basic authorization of its URL's user info.
+    WebHdfs(WebHdfsFile, Option<Basic>),
 }
 
+/// An `Authorization: Basic ...` header value, made from a URL's user info; its debug
+/// output hides it.
+#[derive(Clone)]
+pub struct Basic(String);
+
+impl std::fmt::Debug for Basic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Basic(***)")
+    }
+}
+
+/// A URL requested as it is: kvikpy's form of it (encoded, without user info) and the
+/// basic authorization its user info gives, where it had one.
+#[derive(Debug, Clone)]
+pub struct Plain {
+    url: String,
+    basic: Option<Basic>,
+}
+
+/// `url` without its user info, and the basic authorization the user info gives (HTTP
+/// basic authentication, as curl takes `http://user:password@host/`).
+fn without_user_info(url: &str) -> (String, Option<Basic>) {
+    let (stripped, info) = url::split_user_info(url);
+    let basic = info.map(|(user, password)| Basic(http::basic_authorization(&user, &password)));
+    (stripped.into_owned(), basic)
+}
+
+impl Plain {
+    /// `url` (user info taken out), encoded by `encode`.
+    fn new(url: &str, encode: impl FnOnce(&str) -> Result<String>) -> Result<Self> {
+        let (stripped, basic) = without_user_info(url);
+        Ok(Self {
+            url: encode(&stripped)?,
+            basic,
+        })
+    }
+}
 fn invalid(url: &str, message: String) -> Error {
     Error::remote(RemoteFailure::InvalidUrl, url, message)
 }
@@ -105,9 +143,10 @@ fn normalised(url: &str) -> Result<String> {
 }
 
 impl Endpoint {
-    /// A plain HTTP(S) endpoint.
+    /// A plain HTTP(S) endpoint. User info in the URL (`http://user:password@host/`) is
+    /// sent as HTTP basic authentication, to that origin only.
     pub fn http(url: &str) -> Result<Self> {
-        Ok(Self::Http(normalised(url)?))
+        Ok(Self::Http(Plain::new(url, normalised)?))
     }
 
     /// A public S3 object, by its HTTP(S) URL or `s3://bucket/key` (then at the URL
@@ -119,15 +158,15 @@ impl Endpoint {
         {
             let (bucket, key) = url::parse_s3_url(url).map_err(|why| invalid(url, why))?;
             let http = S3Options::default().object_url(&bucket, &key, &env)?;
-            return Ok(Self::S3Public(normalised(&http)?));
+            return Ok(Self::S3Public(Plain::new(&http, normalised)?));
         }
-        Ok(Self::S3Public(normalised(url)?))
+        Ok(Self::S3Public(Plain::new(url, normalised)?))
     }
 
     /// An S3 presigned URL, sent as given (its signature covers its exact text).
     pub fn s3_presigned(url: &str) -> Result<Self> {
         url::Url::parse(url).map_err(|why| invalid(url, why))?;
-        Ok(Self::S3Presigned(url.to_string()))
+        Ok(Self::S3Presigned(Plain::new(url, |u| Ok(u.to_string()))?))
     }
 
     /// A signed S3 object by its HTTP(S) URL.
@@ -149,7 +188,8 @@ impl Endpoint {
 
     /// A WebHDFS file.
     pub fn webhdfs(url: &str) -> Result<Self> {
-        Ok(Self::WebHdfs(WebHdfsFile::new(url, &env)?))
+        let (stripped, basic) = without_user_info(url);
+        Ok(Self::WebHdfs(WebHdfsFile::new(&stripped, &env)?, basic))
     }
 
     /// The endpoint's type.
@@ -159,70 +199,98 @@ impl Endpoint {
             Self::S3Public(_) => EndpointType::S3Public,
             Self::S3Presigned(_) => EndpointType::S3PresignedUrl,
             Self::S3(_) => EndpointType::S3,
-            Self::WebHdfs(_) => EndpointType::WebHdfs,
+            Self::WebHdfs(..) => EndpointType::WebHdfs,
         }
     }
 
-    /// The file's URL (for `str()` and messages).
+    /// The file's URL (for `str()` and messages), without user info.
     pub fn url(&self) -> &str {
         match self {
-            Self::Http(url) | Self::S3Public(url) | Self::S3Presigned(url) => url,
+            Self::Http(plain) | Self::S3Public(plain) | Self::S3Presigned(plain) => &plain.url,
             Self::S3(object) => &object.url,
-            Self::WebHdfs(file) => &file.url,
+            Self::WebHdfs(file, _) => &file.url,
         }
+    }
+
+    /// The agent (connections, trusted CAs) of this endpoint's requests under
+    /// `settings` (see [`tls`]).
+    pub fn agent(&self, settings: &Settings) -> Result<ureq::Agent> {
+        let s3 = matches!(self, Self::S3(_) | Self::S3Public(_) | Self::S3Presigned(_));
+        tls::agent_for(self.url(), s3, settings.http_ca_bundle)
     }
 
     /// Whether ranges travel in a `Range` header (answered with 206), rather than in the
     /// URL (WebHDFS, answered with 200).
     fn uses_range_header(&self) -> bool {
-        !matches!(self, Self::WebHdfs(_))
+        !matches!(self, Self::WebHdfs(..))
     }
 
-    /// The request for `len` (> 0) bytes at `offset`.
-    fn range_request(&self, offset: u64, len: usize) -> Result<Prepared> {
-        let range = format!("bytes={offset}-{}", offset + len as u64 - 1);
-        let get = |url: &str, headers| Prepared {
-            method: "GET",
+    /// A request of `method` for `url` with `headers`, sent by `agent`, carrying the
+    /// endpoint's credential (its basic authorization or signature).
+    fn request(
+        &self,
+        method: &'static str,
+        url: &str,
+        mut headers: Vec<(String, String)>,
+        agent: &ureq::Agent,
+    ) -> Result<Prepared> {
+        let auth = match self {
+            Self::Http(Plain { basic, .. })
+            | Self::S3Public(Plain { basic, .. })
+            | Self::S3Presigned(Plain { basic, .. })
+            | Self::WebHdfs(_, basic) => match basic {
+                Some(Basic(value)) => {
+                    headers.push(("Authorization".into(), value.clone()));
+                    Auth::Basic
+                }
+                None => Auth::None,
+            },
+            Self::S3(object) => {
+                let extra: Vec<(&str, String)> = headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), v.clone()))
+                    .collect();
+                headers = object.signed_headers(method, &extra)?;
+                Auth::Signed(object.credentials())
+            }
+        };
+        Ok(Prepared {
+            method,
             url: url.to_string(),
             headers,
-        };
-        Ok(match self {
-            Self::Http(url) | Self::S3Public(url) | Self::S3Presigned(url) => {
-                get(url, vec![("Range".into(), range)])
-            }
-            Self::S3(object) => get(
-                &object.url,
-                object.signed_headers("GET", &[("Range", range)])?,
-            ),
-            Self::WebHdfs(file) => get(&file.open_url(offset, len), Vec::new()),
+            auth,
+            agent: agent.clone(),
         })
     }
 
-    /// Ask the server for the file's size.
-    pub fn size(&self, settings: &Settings) -> Result<u64> {
+    /// The request for `len` (> 0) bytes at `offset`.
+    fn range_request(&self, offset: u64, len: usize, agent: &ureq::Agent) -> Result<Prepared> {
+        if let Self::WebHdfs(file, _) = self {
+            return self.request("GET", &file.open_url(offset, len), Vec::new(), agent);
+        }
+        let range = format!("bytes={offset}-{}", offset + len as u64 - 1);
+        self.request("GET", self.url(), vec![("Range".into(), range)], agent)
+    }
+
+    /// Ask the server for the file's size, with `agent`.
+    pub fn size(&self, agent: &ureq::Agent, settings: &Settings) -> Result<u64> {
         match self {
-            Self::Http(url) | Self::S3Public(url) => head_size(url, Vec::new(), settings),
-            Self::S3(object) => with_retries(
+            Self::Http(_) | Self::S3Public(_) | Self::S3(_) => with_retries(
                 settings,
-                || {
-                    Ok(Prepared {
-                        method: "HEAD",
-                        url: object.url.clone(),
-                        headers: object.signed_headers("HEAD", &[])?,
-                    })
-                },
+                || self.request("HEAD", self.url(), Vec::new(), agent),
                 |prepared, response| length_of(prepared, http::content_length(&response)),
             ),
             // S3 refuses HEAD on a URL presigned for GET: ask for its first byte, and
             // read the size from Content-Range.
-            Self::S3Presigned(url) => with_retries(
+            Self::S3Presigned(Plain { url, .. }) => with_retries(
                 settings,
                 || {
-                    Ok(Prepared {
-                        method: "GET",
-                        url: url.clone(),
-                        headers: vec![("Range".into(), "bytes=0-0".into())],
-                    })
+                    self.request(
+                        "GET",
+                        url,
+                        vec![("Range".into(), "bytes=0-0".into())],
+                        agent,
+                    )
                 },
                 |prepared, response| {
                     if !http::is_partial(&response) {
@@ -243,15 +311,9 @@ impl Endpoint {
                     })
                 },
             ),
-            Self::WebHdfs(file) => with_retries(
+            Self::WebHdfs(file, _) => with_retries(
                 settings,
-                || {
-                    Ok(Prepared {
-                        method: "GET",
-                        url: file.status_url(),
-                        headers: Vec::new(),
-                    })
-                },
+                || self.request("GET", &file.status_url(), Vec::new(), agent),
                 |prepared, response| {
                     let text = http::read_text(response, 1 << 20).unwrap_or_default();
                     length_from_status(&text).ok_or_else(|| {
@@ -287,39 +349,29 @@ fn length_of(prepared: &Prepared, length: Option<u64>) -> Result<u64> {
     })
 }
 
-fn head_size(url: &str, headers: Vec<(String, String)>, settings: &Settings) -> Result<u64> {
-    with_retries(
-        settings,
-        || {
-            Ok(Prepared {
-                method: "HEAD",
-                url: url.to_string(),
-                headers: headers.clone(),
-            })
-        },
-        |prepared, response| length_of(prepared, http::content_length(&response)),
-    )
-}
-
 /// An open remote file: its endpoint and size (fixed at open, as in kvikio).
 #[derive(Debug)]
 pub struct RemoteSource {
     endpoint: Endpoint,
     nbytes: u64,
     path: PathBuf,
+    agent: ureq::Agent,
 }
 
 impl RemoteSource {
     /// Open `endpoint`, asking the server for the size unless `nbytes` gives it.
+    /// The CA configuration (see [`tls`]) is taken now, and kept for the file's life.
     pub fn open(endpoint: Endpoint, nbytes: Option<u64>, settings: &Settings) -> Result<Self> {
+        let agent = endpoint.agent(settings)?;
         let nbytes = match nbytes {
             Some(n) => n,
-            None => endpoint.size(settings)?,
+            None => endpoint.size(&agent, settings)?,
         };
         Ok(Self {
             path: PathBuf::from(endpoint.url()),
             endpoint,
             nbytes,
+            agent,
         })
     }
 
@@ -345,7 +397,7 @@ impl RemoteSource {
         let whole = offset == 0 && len as u64 == self.nbytes;
         with_retries(
             settings,
-            || self.endpoint.range_request(offset, len),
+            || self.endpoint.range_request(offset, len, &self.agent),
             |prepared, response| {
                 if self.endpoint.uses_range_header() {
                     if http::is_partial(&response) {
@@ -444,7 +496,8 @@ impl Source for RemoteSource {
 
 fn read_only(url: &str) -> Error {
     Error::UnsupportedOperation(format!(
-        "'{url}' is a remote file, which kvikpy reads only; open it with mode 'r'"
+        "'{}' is a remote file, which kvikpy reads only; open it with mode 'r'",
+        url::redact(url)
     ))
 }
 
@@ -590,7 +643,8 @@ pub fn open(target: &Target<'_>) -> Option<Result<Arc<dyn Source>>> {
         let settings = crate::settings::current()?;
         let source = open_url(url, EndpointType::Auto, None, None, &settings)?;
         target.note(format!(
-            "'{url}' is a URL: read over {}",
+            "'{}' is a URL: read over {}",
+            source.url(),
             source.endpoint_type().label()
         ));
         Ok(Arc::new(source) as Arc<dyn Source>)

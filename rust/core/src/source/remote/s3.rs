@@ -2,10 +2,11 @@
 //! names, an HTTP URL), the credentials and region from arguments or kvikio's AWS
 //! environment variables, and the signed headers of each request.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::s3_sigv4::{amz_date, sign, Credentials};
-use super::url::{normalise, parse_s3_url};
+use super::url::{normalise, parse_s3_url, Url};
 use crate::error::{Error, RemoteFailure, Result};
 
 /// What `open_s3*` take besides the object: each `None` falls back on its environment
@@ -120,7 +121,7 @@ impl S3Options {
 pub struct S3Object {
     /// The HTTP URL, percent-encoded.
     pub url: String,
-    credentials: Credentials,
+    credentials: Arc<Credentials>,
 }
 
 impl S3Object {
@@ -137,7 +138,17 @@ impl S3Object {
                 format!("url must start with http:// or https://, got '{url}'"),
             ));
         }
-        let credentials = options.credentials(url, getenv)?;
+        if Url::parse(url).is_ok_and(|u| u.user_info().is_some()) {
+            return Err(invalid(
+                url,
+                format!(
+                    "'{url}' has user info (user:password@): a signed S3 request carries \
+                     the AWS signature, not a password; remove the user info from the URL \
+                     (or from AWS_ENDPOINT_URL)"
+                ),
+            ));
+        }
+        let credentials = Arc::new(options.credentials(url, getenv)?);
         Ok(Self {
             url: normalise(url).map_err(|why| invalid(url, why))?,
             credentials,
@@ -177,6 +188,43 @@ impl S3Object {
         headers.extend(extra.iter().map(|(n, v)| (n.to_string(), v.clone())));
         Ok(headers)
     }
+
+    /// The credentials, for a request to carry (see [`super::http::Auth::Signed`]).
+    pub fn credentials(&self) -> Arc<Credentials> {
+        Arc::clone(&self.credentials)
+    }
+}
+
+/// The headers SigV4 adds (and [`resign`] replaces).
+const SIGNATURE_HEADERS: [&str; 4] = [
+    "authorization",
+    "x-amz-date",
+    "x-amz-content-sha256",
+    "x-amz-security-token",
+];
+
+/// `headers` of a signed request signed again, now, for `url` (a redirect within the
+/// origin): the signature headers replaced, the others (`Range`) kept and signed.
+pub fn resign(
+    credentials: &Credentials,
+    method: &str,
+    url: &str,
+    headers: &[(String, String)],
+) -> Result<Vec<(String, String)>> {
+    let extra: Vec<(&str, String)> = headers
+        .iter()
+        .filter(|(name, _)| {
+            !SIGNATURE_HEADERS
+                .iter()
+                .any(|s| s.eq_ignore_ascii_case(name))
+        })
+        .map(|(name, value)| (name.as_str(), value.clone()))
+        .collect();
+    let date = amz_date(SystemTime::now());
+    let mut signed =
+        sign(credentials, method, url, &extra, &date).map_err(|why| invalid(url, why))?;
+    signed.extend(extra.iter().map(|(n, v)| (n.to_string(), v.clone())));
+    Ok(signed)
 }
 
 #[cfg(test)]

@@ -1,5 +1,9 @@
 //! URLs of remote files: splitting one into its parts, kvikio's rules for which endpoint
-//! type a URL fits, and percent-encoding of paths and queries for requests and signing.
+//! type a URL fits, percent-encoding of paths and queries for requests and signing, user
+//! info (`user:password@`) taken out of URLs and redacted from text, and the origin
+//! rules of redirects.
+
+use std::borrow::Cow;
 
 /// The parts of a URL (`scheme://authority/path?query#fragment`), borrowed from the text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +82,225 @@ impl<'a> Url<'a> {
     pub fn is_http(&self) -> bool {
         matches!(self.scheme.as_str(), "http" | "https")
     }
+
+    /// The user info (`user:password` of `http://user:password@host/`), where the
+    /// authority has one.
+    pub fn user_info(&self) -> Option<&'a str> {
+        self.authority.rsplit_once('@').map(|(info, _)| info)
+    }
+
+    /// The origin, `(scheme, host lower-cased, port)` with the scheme's default port
+    /// where none is named: two URLs of one origin reach the same server.
+    pub fn origin(&self) -> (String, String, Option<u16>) {
+        let default = match self.scheme.as_str() {
+            "http" => Some(80),
+            "https" => Some(443),
+            _ => None,
+        };
+        (
+            self.scheme.clone(),
+            self.host.to_ascii_lowercase(),
+            self.port.or(default),
+        )
+    }
+}
+
+/// Whether `a` and `b` have the same origin (scheme, host and port), the only URLs a
+/// credential made for `a` may be sent to. Unparsable URLs have no origin.
+pub fn same_origin(a: &str, b: &str) -> bool {
+    match (Url::parse(a), Url::parse(b)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin(),
+        _ => false,
+    }
+}
+
+/// `scheme://host[:port]` of `url` (user info left out), for messages about where a
+/// request went.
+pub fn origin_text(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(u) => match u.port {
+            Some(port) => format!("{}://{}:{port}", u.scheme, u.host),
+            None => format!("{}://{}", u.scheme, u.host),
+        },
+        Err(_) => redact(url).into_owned(),
+    }
+}
+
+/// A URL's user name and password, percent-decoded (the password empty where there is
+/// none).
+pub type UserInfo = (Vec<u8>, Vec<u8>);
+
+/// `url` without its user info, and the user info, where the URL has one.
+pub fn split_user_info(url: &str) -> (Cow<'_, str>, Option<UserInfo>) {
+    // Found by the text alone, so that a URL that fails to parse loses it too.
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return (Cow::Borrowed(url), None);
+    };
+    let authority_end = url[start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| start + i);
+    let Some(at) = url[start..authority_end].rfind('@').map(|i| start + i) else {
+        return (Cow::Borrowed(url), None);
+    };
+    let info = &url[start..at];
+    let stripped = format!("{}{}", &url[..start], &url[at + 1..]);
+    let (user, password) = info.split_once(':').unwrap_or((info, ""));
+    (
+        Cow::Owned(stripped),
+        Some((percent_decode(user), percent_decode(password))),
+    )
+}
+
+/// `text` with `%XX` escapes decoded (an invalid escape kept as is).
+fn percent_decode(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' {
+            if let (Some(hi), Some(lo)) = (
+                bytes.get(i + 1).and_then(|&b| hex(b)),
+                bytes.get(i + 2).and_then(|&b| hex(b)),
+            ) {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
+}
+
+/// `text` (a URL, or a message that quotes URLs) with the credentials of every URL in
+/// it redacted: the password of user info replaced by `***` (`http://user:***@host/`),
+/// a user info without password (which may be a token) replaced whole
+/// (`http://***@host/`), and the values of a presigned URL's `X-Amz-Signature` and
+/// `X-Amz-Security-Token` query parameters replaced by `***`.
+pub fn redact(text: &str) -> Cow<'_, str> {
+    let user_info = redact_user_info(text);
+    match redact_query_secrets(&user_info) {
+        Cow::Owned(out) => Cow::Owned(out),
+        Cow::Borrowed(_) => user_info,
+    }
+}
+
+/// The query parameters whose values are credentials (a presigned URL's signature and
+/// session token), lower-cased with their `=`.
+const SECRET_PARAMETERS: [&str; 2] = ["x-amz-signature=", "x-amz-security-token="];
+
+fn redact_query_secrets(text: &str) -> Cow<'_, str> {
+    // ASCII lower-casing keeps byte offsets, so positions found in `lower` hold in `text`.
+    let lower = text.to_ascii_lowercase();
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    for name in SECRET_PARAMETERS {
+        let mut from = 0;
+        while let Some(i) = lower[from..].find(name) {
+            let start = from + i + name.len();
+            let preceded = start - name.len() == 0
+                || matches!(lower.as_bytes()[start - name.len() - 1], b'?' | b'&');
+            let end = text[start..]
+                .find(|c: char| c.is_whitespace() || "&#'\"`<>(){}".contains(c))
+                .map_or(text.len(), |j| start + j);
+            if preceded && end > start {
+                spans.push((start, end));
+            }
+            from = end.max(start);
+        }
+    }
+    if spans.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    spans.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (start, end) in spans {
+        if start < at {
+            continue;
+        }
+        out.push_str(&text[at..start]);
+        out.push_str("***");
+        at = end;
+    }
+    out.push_str(&text[at..]);
+    Cow::Owned(out)
+}
+
+fn redact_user_info(text: &str) -> Cow<'_, str> {
+    if !text.contains('@') {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut changed = false;
+    while let Some(at) = rest.find("://") {
+        let (before, after) = rest.split_at(at + 3);
+        out.push_str(before);
+        // The authority ends where a path, query or fragment starts, or where the text
+        // around the URL resumes (space, quote, bracket).
+        let end = after
+            .find(|c: char| c.is_whitespace() || "/?#'\"`<>(){}".contains(c))
+            .unwrap_or(after.len());
+        let authority = &after[..end];
+        match authority.rsplit_once('@') {
+            Some((info, host)) => {
+                changed = true;
+                match info.split_once(':') {
+                    Some((user, _)) => out.push_str(&format!("{user}:***@{host}")),
+                    None => out.push_str(&format!("***@{host}")),
+                }
+            }
+            None => out.push_str(authority),
+        }
+        rest = &after[end..];
+    }
+    if !changed {
+        return Cow::Borrowed(text);
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
+
+/// The URL a redirect's `Location` (`location`) leads to from `base`: absolute
+/// (`https://h/p`), scheme-relative (`//h/p`), absolute path (`/p`) or relative path
+/// (`p`, beside `base`'s last segment). The fragment is dropped; the error says why a
+/// location cannot be followed.
+pub fn resolve(base: &str, location: &str) -> Result<String, String> {
+    let location = location.trim();
+    let location = location.split('#').next().unwrap_or_default();
+    let parsed = Url::parse(base)?;
+    // A scheme (`x:` before any `/`) makes the location absolute.
+    let has_scheme = location.split_once(':').is_some_and(|(scheme, _)| {
+        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    });
+    let joined = if has_scheme {
+        location.to_string()
+    } else if let Some(rest) = location.strip_prefix("//") {
+        format!("{}://{rest}", parsed.scheme)
+    } else {
+        let host_port = parsed.authority.rsplit('@').next().unwrap_or_default();
+        let prefix = format!("{}://{host_port}", parsed.scheme);
+        if location.starts_with('/') {
+            format!("{prefix}{location}")
+        } else {
+            let dir = parsed.path.rfind('/').map_or("/", |i| &parsed.path[..=i]);
+            let dir = if dir.is_empty() { "/" } else { dir };
+            format!("{prefix}{dir}{location}")
+        }
+    };
+    let target = Url::parse(&joined)?;
+    if !target.is_http() {
+        return Err(format!(
+            "the redirect leads to '{}', which is not an http(s) URL",
+            redact(&joined)
+        ));
+    }
+    Ok(joined)
 }
 
 /// `host[:port]` (IPv6 hosts in brackets) split; `None` for a port that is not a number.
@@ -391,7 +614,100 @@ mod tests {
         );
     }
 
+    #[test]
+    fn user_info_is_split_and_decoded() {
+        let (url, info) = split_user_info("http://ann:p%40ss:w@h:8/f?x=1");
+        assert_eq!(url, "http://h:8/f?x=1");
+        assert_eq!(info, Some((b"ann".to_vec(), b"p@ss:w".to_vec())));
+        let (url, info) = split_user_info("https://tok@h/f");
+        assert_eq!(
+            (url.as_ref(), info),
+            ("https://h/f", Some((b"tok".to_vec(), Vec::new())))
+        );
+        // Taken out even where the rest does not parse (a port out of range).
+        let (url, info) = split_user_info("http://a:*@a:66000");
+        assert_eq!((url.as_ref(), info.is_some()), ("http://a:66000", true));
+        let (url, info) = split_user_info("http://h/a@b");
+        assert_eq!((url.as_ref(), info), ("http://h/a@b", None));
+        assert_eq!(
+            Url::parse("http://u:p@h/").unwrap().user_info(),
+            Some("u:p")
+        );
+        assert_eq!(Url::parse("http://h/x@y").unwrap().user_info(), None);
+    }
+
+    #[test]
+    fn redaction_hides_passwords_in_urls_and_messages() {
+        assert_eq!(redact("http://ann:secret@h:1/f"), "http://ann:***@h:1/f");
+        assert_eq!(redact("https://token@h/f"), "https://***@h/f");
+        assert_eq!(redact("http://h/a@b"), "http://h/a@b");
+        assert_eq!(
+            redact("GET 'http://a:s1@h/x' then http://b:s2@[::1]:8 (and s3://c/k)"),
+            "GET 'http://a:***@h/x' then http://b:***@[::1]:8 (and s3://c/k)"
+        );
+        assert_eq!(redact("http://u:p@ss@h/f"), "http://u:***@h/f");
+        assert!(matches!(redact("no url here"), Cow::Borrowed(_)));
+        assert_eq!(
+            redact("'https://b.s3.amazonaws.com/k?X-Amz-Algorithm=A&x-amz-signature=abc&X-Amz-Security-Token=tok%2B1&X-Amz-Expires=60'"),
+            "'https://b.s3.amazonaws.com/k?X-Amz-Algorithm=A&x-amz-signature=***&X-Amz-Security-Token=***&X-Amz-Expires=60'"
+        );
+        assert_eq!(redact("no-X-Amz-Signature=here"), "no-X-Amz-Signature=here");
+    }
+
+    #[test]
+    fn origins_compare_scheme_host_and_port() {
+        assert!(same_origin("http://h/a", "http://H:80/b?x"));
+        assert!(same_origin("https://h:443/a", "https://h/b"));
+        assert!(same_origin("http://u:p@h:8/a", "http://h:8/b"));
+        assert!(!same_origin("http://h/a", "https://h/a"));
+        assert!(!same_origin("http://127.0.0.1:8/a", "http://localhost:8/a"));
+        assert!(!same_origin("http://h:8/a", "http://h:9/a"));
+        assert!(!same_origin("http://h.evil/a", "http://h/a"));
+        assert!(!same_origin("nonsense", "nonsense"));
+        assert_eq!(origin_text("http://u:p@h:8/a"), "http://h:8");
+    }
+
+    #[test]
+    fn locations_resolve_against_the_request() {
+        let base = "http://h:8/dir/f.bin?x=1";
+        assert_eq!(resolve(base, "https://o/g").unwrap(), "https://o/g");
+        assert_eq!(resolve(base, "//o:9/g").unwrap(), "http://o:9/g");
+        assert_eq!(resolve(base, "/g?y=2#frag").unwrap(), "http://h:8/g?y=2");
+        assert_eq!(resolve(base, "g.bin").unwrap(), "http://h:8/dir/g.bin");
+        assert_eq!(resolve("http://u:p@h/f", "/g").unwrap(), "http://h/g");
+        assert!(resolve(base, "ftp://o/g").is_err());
+        assert!(resolve(base, "file:///etc/passwd").is_err());
+    }
+
     proptest! {
+        #[test]
+        fn redaction_never_shows_a_password(
+            user in "[a-z]{1,8}",
+            password in "[A-Za-z0-9~!$&*+,;=%-]{1,16}",
+            host in "[a-z]{1,8}(:[0-9]{1,5})?",
+            path in "(/[a-z@:]{0,8}){0,3}",
+        ) {
+            let url = format!("https://{user}:{password}@{host}{path}");
+            let secret = format!(":{password}@");
+            let redacted = redact(&url);
+            prop_assert!(!redacted.contains(&secret), "{}", redacted);
+            let message = format!("GET '{url}': failed; retry {url}");
+            let redacted = redact(&message);
+            prop_assert!(!redacted.contains(&secret), "{}", redacted);
+            let (stripped, info) = split_user_info(&url);
+            prop_assert!(!stripped.contains('@') || path.contains('@'));
+            prop_assert_eq!(info.map(|(u, _)| u), Some(user.into_bytes()));
+        }
+
+        #[test]
+        fn url_helpers_never_panic(a in "\\PC{0,40}", b in "\\PC{0,40}") {
+            let _ = redact(&a);
+            let _ = split_user_info(&a);
+            let _ = same_origin(&a, &b);
+            let _ = resolve(&a, &b);
+            let _ = origin_text(&a);
+        }
+
         #[test]
         fn encode_is_idempotent_and_safe(text in ".{0,40}") {
             let once = encode(&text, true);
