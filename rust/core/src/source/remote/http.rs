@@ -5,13 +5,13 @@
 //! [`Error::Remote`].
 
 use std::io::{ErrorKind, Read};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use ureq::http::{Response, StatusCode};
 use ureq::{Agent, Body};
 
 use crate::error::{Error, RemoteFailure, Result};
+use crate::fork::ForkLocal;
 use crate::settings::Settings;
 
 /// One HTTP request: method, URL (already encoded) and headers.
@@ -40,17 +40,28 @@ pub fn backoff(attempt: usize) -> Duration {
 /// 64 per host, more than the I/O pool has threads), redirects followed, proxies taken
 /// from the usual environment variables, and HTTP error statuses handed back as
 /// responses so that the retry rule sees them.
+///
+/// A forked child gets a fresh agent (see [`forget_in_child`]): the parent's idle
+/// connections are sockets the parent still uses, and its pool's lock may be held by a
+/// thread that does not exist in the child.
 fn agent() -> &'static Agent {
-    static AGENT: OnceLock<Agent> = OnceLock::new();
-    AGENT.get_or_init(|| {
-        Agent::config_builder()
-            .http_status_as_error(false)
-            .max_idle_connections(256)
-            .max_idle_connections_per_host(64)
-            .user_agent(concat!("kvikpy/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into()
-    })
+    AGENT.get()
+}
+
+static AGENT: ForkLocal<Agent> = ForkLocal::new(|| {
+    Agent::config_builder()
+        .http_status_as_error(false)
+        .max_idle_connections(256)
+        .max_idle_connections_per_host(64)
+        .user_agent(concat!("kvikpy/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .into()
+});
+
+/// In a forked child: forget the parent's agent and its connections (leaked, never
+/// closed: closing would end the parent's connections too). Async-signal-safe.
+pub(crate) fn forget_in_child() {
+    AGENT.forget();
 }
 
 /// How an attempt failed: worth another attempt (a status in `http_status_codes`, a

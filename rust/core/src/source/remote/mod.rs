@@ -9,7 +9,7 @@
 //! ignores a range request is an error ([`RemoteFailure::NoRange`]) except for a read of
 //! the whole file, where its whole-file answer is exactly what was asked.
 
-mod http;
+pub(crate) mod http;
 pub mod s3;
 mod s3_sigv4;
 pub mod url;
