@@ -11,15 +11,14 @@ atexit hooks included), reporting on stdout.
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
 import pytest
 from conftest import random_file, run_python
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(__import__("os"), "fork"), reason="fork() is POSIX-only"
-)
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX-only")
 
 SIZE = 64 << 20
 

@@ -18,9 +18,12 @@
 //!   What is forgotten is made afresh on first use in the child.
 //!
 //! Futures of operations started before the fork fail at once when waited on in the
-//! child ([`crate::Error::StartedBeforeFork`]); CUDA, once initialised in the parent, is
-//! refused in the child with [`crate::Error::CudaUnavailable`] saying why (see
-//! `cuda::refuse_after_fork`), which also keeps the child off the parent's pinned pools.
+//! child ([`crate::Error::StartedBeforeFork`]); CUDA, once initialised in the parent (by
+//! kvikpy or by opening cuFile's driver), is refused in the child with
+//! [`crate::Error::CudaUnavailable`] saying why (see `cuda::refuse_after_fork`), which
+//! also keeps the child off the parent's pinned pools and cuFile (host reads then take
+//! POSIX I/O, as with `compat_mode` AUTO on a machine without cuFile). A child of a
+//! process that never initialised CUDA may use the GPU.
 //! The leak is a few small allocations per kind of state, once per fork, plus whatever
 //! the parent's operations held (their memory belongs to the parent's image anyway).
 

@@ -451,7 +451,8 @@ pub fn ready() -> Result<&'static Api> {
     }
     let mut opened = s.opened.lock().unwrap_or_else(|e| e.into_inner());
     if !*opened {
-        // SAFETY: cuFileDriverOpen takes no arguments.
+        crate::cuda::note_initialised(); // the driver initialises CUDA
+                                         // SAFETY: cuFileDriverOpen takes no arguments.
         check("cuFileDriverOpen", unsafe { (api.driver_open)() })?;
         *opened = true;
     }
@@ -561,7 +562,8 @@ pub fn shutdown(timeout: Duration) -> bool {
 /// kvikio's `driver_open()`: one more `cuFileDriverOpen`, to be matched by [`driver_close`].
 pub fn driver_open() -> Result<()> {
     let api = library()?;
-    // SAFETY: cuFileDriverOpen takes no arguments.
+    crate::cuda::note_initialised(); // the driver initialises CUDA
+                                     // SAFETY: cuFileDriverOpen takes no arguments.
     check("cuFileDriverOpen", unsafe { (api.driver_open)() })
 }
 

@@ -27,7 +27,7 @@ fn init() -> std::result::Result<usize, String> {
         return Err("the NVIDIA driver library libcuda.so.1 was not found".into());
     }
     // Recorded before cuInit, so that a child forked while it runs refuses CUDA too.
-    INIT_GENERATION.store(crate::fork::generation(), Ordering::Relaxed);
+    note_initialised();
     // cudarc panics when a symbol is missing (a driver older than the API we were built
     // for); contain that here so it becomes "unavailable" rather than a crash.
     let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -64,6 +64,18 @@ fn driver() -> std::result::Result<usize, &'static str> {
         .as_ref()
         .map(|n| *n)
         .map_err(String::as_str)
+}
+
+/// Record that a library initialising CUDA by itself (cuFile's driver) is being started
+/// in this process, so that a child forked from now on refuses CUDA (and cuFile) as it
+/// would after kvikpy's own `cuInit`.
+pub fn note_initialised() {
+    let _ = INIT_GENERATION.compare_exchange(
+        NEVER,
+        crate::fork::generation(),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
 }
 
 /// Whether this process is a forked child of one that initialised CUDA, which it
