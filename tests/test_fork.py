@@ -268,3 +268,73 @@ def test_multiprocessing_fork_pool_reads_while_the_parent_reads(tmp_path: Path) 
     )
     result = run_python(code, str(path), timeout=90)
     assert result.returncode == 0 and "POOL OK" in result.stdout, result.stdout + result.stderr
+
+
+def test_remote_reads_in_a_child_forked_during_remote_reads(tmp_path: Path) -> None:
+    # The child must not share the parent's pooled HTTP connections (sockets the parent
+    # is using) nor wait on the agent's lock: it gets a fresh agent.
+    from remote_servers import serve
+
+    from kvikpy._http_server import RangeRequestHandler
+
+    path, _ = random_file(tmp_path, 8 << 20, seed=5)
+    code = textwrap.dedent(
+        """
+        import os, sys, threading, time, warnings
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import numpy as np
+        import kvikpy
+
+        url, path = sys.argv[1], sys.argv[2]
+        expected = np.fromfile(path, dtype=np.uint8)
+        kvikpy.defaults.set({"task_size": 256 << 10, "num_threads": 4})
+        stop = threading.Event()
+        errors = []
+
+        def keep_busy():
+            try:
+                while not stop.is_set():
+                    got = kvikpy.read(url, device="cpu")
+                    assert np.array_equal(np.from_dlpack(got), expected)
+            except BaseException as e:
+                errors.append(e)
+
+        busy = threading.Thread(target=keep_busy, daemon=True)
+        busy.start()
+        time.sleep(0.3)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                for _ in range(3):
+                    got = kvikpy.read(url, device="cpu")
+                    assert np.array_equal(np.from_dlpack(got), expected)
+                print("CHILD OK", flush=True)
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+                sys.stdout.flush()
+                os._exit(1)
+            sys.exit(0)
+        deadline = time.monotonic() + 45
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                print("CHILD HUNG", flush=True)
+                sys.exit(3)
+            time.sleep(0.01)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        time.sleep(0.3)  # the parent's reads go on after the child is gone
+        stop.set()
+        busy.join(30)
+        assert not busy.is_alive() and not errors, errors
+        print("PARENT OK", flush=True)
+        """
+    )
+    with serve(RangeRequestHandler, directory=str(tmp_path)) as base:
+        result = run_python(code, f"{base}/{path.name}", str(path), timeout=90)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "CHILD OK" in result.stdout and "PARENT OK" in result.stdout, out
