@@ -52,12 +52,18 @@ pub fn error_name(rc: sys::CUresult) -> String {
     format!("{rc:?}")
 }
 
-/// The driver's state: the device count, or why there is no usable driver. In a forked
-/// child of a process that initialised CUDA, always the refusal (checked with two relaxed
-/// atomic loads, before anything that could wait on a lock of the parent's driver).
-fn driver() -> std::result::Result<usize, &'static str> {
+/// Whether CUDA was initialised in a process this one was forked from (two relaxed
+/// atomic loads; never initialises anything).
+fn forked_after_init() -> bool {
     let born = INIT_GENERATION.load(Ordering::Relaxed);
-    if born != NEVER && born != crate::fork::generation() {
+    born != NEVER && born != crate::fork::generation()
+}
+
+/// The driver's state: the device count, or why there is no usable driver. In a forked
+/// child of a process that initialised CUDA, always the refusal, checked before anything
+/// that could wait on a lock of the parent's driver.
+fn driver() -> std::result::Result<usize, &'static str> {
+    if forked_after_init() {
         return Err(FORKED);
     }
     INIT.get_or_init(init)
@@ -78,14 +84,14 @@ pub fn note_initialised() {
     );
 }
 
-/// Whether this process is a forked child of one that initialised CUDA, which it
-/// therefore cannot use; [`Error::CudaUnavailable`] saying so, for callers such as the
-/// cuFile driver that must not start where CUDA is refused.
+/// [`Error::CudaUnavailable`] saying why, in a forked child of a process that initialised
+/// CUDA (which the child cannot use); for callers such as the cuFile driver that must
+/// not start there. Initialises nothing.
 pub fn refuse_after_fork() -> Result<()> {
-    match driver() {
-        Err(FORKED) => Err(Error::CudaUnavailable(FORKED.into())),
-        _ => Ok(()),
+    if forked_after_init() {
+        return Err(Error::CudaUnavailable(FORKED.into()));
     }
+    Ok(())
 }
 
 /// Whether a CUDA driver loaded and reported at least one device.
