@@ -271,13 +271,15 @@ def test_multiprocessing_fork_pool_reads_while_the_parent_reads(tmp_path: Path) 
 
 
 def test_remote_reads_in_a_child_forked_during_remote_reads(tmp_path: Path) -> None:
-    # The child must not share the parent's pooled HTTP connections (sockets the parent
-    # is using) nor wait on the agent's lock: it gets a fresh agent.
+    # The child reads another file than the parent over HTTP while the parent's reads go
+    # on: it gets a fresh pool and agent (the parent's pooled connections are sockets the
+    # parent goes on using, and the agent's lock may be held by a parent thread).
     from remote_servers import serve
 
     from kvikpy._http_server import RangeRequestHandler
 
-    path, _ = random_file(tmp_path, 8 << 20, seed=5)
+    parent_path, _ = random_file(tmp_path, 1 << 20, seed=5)
+    child_path, _ = random_file(tmp_path, 1 << 20, seed=6)
     code = textwrap.dedent(
         """
         import os, sys, threading, time, warnings
@@ -285,29 +287,33 @@ def test_remote_reads_in_a_child_forked_during_remote_reads(tmp_path: Path) -> N
         import numpy as np
         import kvikpy
 
-        url, path = sys.argv[1], sys.argv[2]
-        expected = np.fromfile(path, dtype=np.uint8)
-        kvikpy.defaults.set({"task_size": 256 << 10, "num_threads": 4})
+        base, parent_name, child_name, folder = sys.argv[1:5]
+        mine = np.fromfile(os.path.join(folder, parent_name), dtype=np.uint8)
+        theirs = np.fromfile(os.path.join(folder, child_name), dtype=np.uint8)
+        kvikpy.defaults.set({"task_size": 64 << 10, "num_threads": 8})
         stop = threading.Event()
         errors = []
 
         def keep_busy():
             try:
                 while not stop.is_set():
-                    got = kvikpy.read(url, device="cpu")
-                    assert np.array_equal(np.from_dlpack(got), expected)
+                    got = kvikpy.read(f"{base}/{parent_name}", device="cpu")
+                    assert np.array_equal(np.from_dlpack(got), mine)
             except BaseException as e:
                 errors.append(e)
 
-        busy = threading.Thread(target=keep_busy, daemon=True)
-        busy.start()
-        time.sleep(0.3)
+        # Idle connections in the agent's pool, then the parent reads on while forking.
+        kvikpy.read(f"{base}/{parent_name}", device="cpu")
+        busy = [threading.Thread(target=keep_busy, daemon=True) for _ in range(2)]
+        for t in busy:
+            t.start()
+        time.sleep(0.2)
         pid = os.fork()
         if pid == 0:
             try:
-                for _ in range(3):
-                    got = kvikpy.read(url, device="cpu")
-                    assert np.array_equal(np.from_dlpack(got), expected)
+                for _ in range(5):
+                    got = kvikpy.read(f"{base}/{child_name}", device="cpu")
+                    assert np.array_equal(np.from_dlpack(got), theirs)
                 print("CHILD OK", flush=True)
             except BaseException:
                 import traceback
@@ -325,16 +331,18 @@ def test_remote_reads_in_a_child_forked_during_remote_reads(tmp_path: Path) -> N
                 print("CHILD HUNG", flush=True)
                 sys.exit(3)
             time.sleep(0.01)
-        assert os.waitstatus_to_exitcode(status) == 0, status
         time.sleep(0.3)  # the parent's reads go on after the child is gone
         stop.set()
-        busy.join(30)
-        assert not busy.is_alive() and not errors, errors
+        for t in busy:
+            t.join(30)
+        assert not any(t.is_alive() for t in busy) and not errors, errors
+        assert os.waitstatus_to_exitcode(status) == 0, status
         print("PARENT OK", flush=True)
         """
     )
     with serve(RangeRequestHandler, directory=str(tmp_path)) as base:
-        result = run_python(code, f"{base}/{path.name}", str(path), timeout=90)
+        args = (base, parent_path.name, child_path.name, str(tmp_path))
+        result = run_python(code, *args, timeout=90)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
     assert "CHILD OK" in result.stdout and "PARENT OK" in result.stdout, out
