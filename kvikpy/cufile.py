@@ -74,6 +74,11 @@ class IOFuture:
 
     The buffer and file stay valid for as long as the operation runs, even if the future
     or the file object is dropped first.
+
+    In a child made by ``os.fork()`` (or multiprocessing's "fork" start method) while the
+    operation ran, it can never finish (the threads running it stay in the parent): there
+    :meth:`done` is True and :meth:`get` raises ``RuntimeError`` at once, unless it had
+    finished before the fork.
     """
 
     __slots__ = ("_handle",)
@@ -91,7 +96,8 @@ class IOFuture:
     def get(self) -> int:
         """Wait for the operation and return the number of bytes read or written.
 
-        Raises the operation's error (for example ``OSError``) if it failed.
+        Raises the operation's error (for example ``OSError``) if it failed, and
+        ``RuntimeError`` in a forked child for an operation started before the fork.
         """
         return self._handle.get()
 

@@ -189,10 +189,19 @@ impl Drop for BounceBuffer {
     }
 }
 
+static HOST_POOL: crate::fork::ForkLocal<Arc<BouncePool>> =
+    crate::fork::ForkLocal::new(|| BouncePool::new(PageAlignedAllocator));
+
 /// The process-wide pool of host bounce buffers used by O_DIRECT host I/O.
 pub fn host_pool() -> &'static Arc<BouncePool> {
-    static POOL: std::sync::OnceLock<Arc<BouncePool>> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| BouncePool::new(PageAlignedAllocator))
+    HOST_POOL.get()
+}
+
+/// In a forked child: forget the parent's host pool (its lock may be held by a thread
+/// that does not exist here, and buffers the parent's tasks hold never come back); the
+/// child's first O_DIRECT read makes a fresh one. Async-signal-safe.
+pub(crate) fn forget_in_child() {
+    HOST_POOL.forget();
 }
 
 #[cfg(test)]

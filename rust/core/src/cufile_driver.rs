@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use cudarc::cufile::sys as cf;
 
 use crate::error::{Error, Result};
+use crate::fork::ForkLocal;
 
 /// The environment variable naming a libcufile to load instead of the system's.
 pub const LIBRARY_VAR: &str = "KVIKPY_CUFILE_LIBRARY";
@@ -400,8 +401,11 @@ pub fn check(call: &str, status: Status) -> Result<()> {
     Err(Error::CuFile(text))
 }
 
-/// The loaded library, or [`Error::CuFile`] saying why there is none.
+/// The loaded library, or [`Error::CuFile`] saying why there is none. In a forked child
+/// of a process that initialised CUDA, [`Error::CudaUnavailable`] saying so: cuFile runs
+/// on the parent's CUDA context, which the child cannot use.
 pub fn library() -> Result<&'static Api> {
+    crate::cuda::refuse_after_fork()?;
     api().map_err(|why| Error::CuFile(format!("cuFile is not available: {why}")))
 }
 
@@ -414,15 +418,25 @@ struct State {
     streams: Mutex<HashSet<usize>>,
 }
 
+/// Forgotten in a forked child (see [`forget_in_child`]).
+static STATE: ForkLocal<State> = ForkLocal::new(|| State {
+    opened: Mutex::new(false),
+    closing: AtomicBool::new(false),
+    in_flight: AtomicUsize::new(0),
+    handles: Mutex::new(HashSet::new()),
+    streams: Mutex::new(HashSet::new()),
+});
+
 fn state() -> &'static State {
-    static STATE: OnceLock<State> = OnceLock::new();
-    STATE.get_or_init(|| State {
-        opened: Mutex::new(false),
-        closing: AtomicBool::new(false),
-        in_flight: AtomicUsize::new(0),
-        handles: Mutex::new(HashSet::new()),
-        streams: Mutex::new(HashSet::new()),
-    })
+    STATE.get()
+}
+
+/// In a forked child: forget the parent's driver state (its calls in flight, handles and
+/// locks are the parent's), so that the child's exit does not wait for the parent's calls
+/// or close the parent's handles. Async-signal-safe.
+pub(crate) fn forget_in_child() {
+    STATE.forget();
+    PROPS.forget();
 }
 
 /// The library with its driver open (opened on the first call, by kvikpy, and closed by
@@ -437,7 +451,8 @@ pub fn ready() -> Result<&'static Api> {
     }
     let mut opened = s.opened.lock().unwrap_or_else(|e| e.into_inner());
     if !*opened {
-        // SAFETY: cuFileDriverOpen takes no arguments.
+        crate::cuda::note_initialised(); // the driver initialises CUDA
+                                         // SAFETY: cuFileDriverOpen takes no arguments.
         check("cuFileDriverOpen", unsafe { (api.driver_open)() })?;
         *opened = true;
     }
@@ -547,7 +562,8 @@ pub fn shutdown(timeout: Duration) -> bool {
 /// kvikio's `driver_open()`: one more `cuFileDriverOpen`, to be matched by [`driver_close`].
 pub fn driver_open() -> Result<()> {
     let api = library()?;
-    // SAFETY: cuFileDriverOpen takes no arguments.
+    crate::cuda::note_initialised(); // the driver initialises CUDA
+                                     // SAFETY: cuFileDriverOpen takes no arguments.
     check("cuFileDriverOpen", unsafe { (api.driver_open)() })
 }
 
@@ -602,13 +618,15 @@ impl Properties {
     }
 }
 
+static PROPS: ForkLocal<Mutex<Option<Properties>>> = ForkLocal::new(|| Mutex::new(None));
+
 fn cached() -> &'static Mutex<Option<Properties>> {
-    static PROPS: Mutex<Option<Properties>> = Mutex::new(None);
-    &PROPS
+    PROPS.get()
 }
 
 /// The driver's properties (opening the driver first).
 pub fn properties() -> Result<Properties> {
+    library()?;
     let mut guard = cached().lock().unwrap_or_else(|e| e.into_inner());
     if let Some(p) = *guard {
         return Ok(p);

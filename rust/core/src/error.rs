@@ -112,6 +112,10 @@ pub enum Error {
         /// The full message.
         message: String,
     },
+    /// Waiting, in a forked child, on a read or write the parent started before
+    /// `fork()`: the threads running it do not exist in the child, so it can never finish
+    /// there. Mapped to `RuntimeError`.
+    StartedBeforeFork,
     /// A bug: engine code panicked. The panic is caught at the task or call boundary
     /// and reported as `kvikpy.InternalError` instead of crossing into Python.
     Panic(String),
@@ -254,6 +258,7 @@ impl Clone for Error {
             Self::OutOfMemory(m) => Self::OutOfMemory(m.clone()),
             Self::OutOfRange(m) => Self::OutOfRange(m.clone()),
             Self::MmapClosed(p) => Self::MmapClosed(p.clone()),
+            Self::StartedBeforeFork => Self::StartedBeforeFork,
         }
     }
 }
@@ -316,6 +321,7 @@ impl fmt::Display for Error {
                 path.display()
             ),
             Self::Remote { message, .. } => f.write_str(message),
+            Self::StartedBeforeFork => f.write_str(crate::fork::STARTED_BEFORE_FORK),
             Self::Panic(m) => write!(f, "internal error in kvikpy (a bug, please report it): {m}"),
         }
     }

@@ -1,33 +1,72 @@
 //! Futures for operations split over the pool: a countdown of tasks, the summed byte
 //! count, the first error, waiting, and done-callbacks.
+//!
+//! Fork: a future records the fork generation it was made in. In a forked child, the
+//! parent's tasks are not running, so waiting on a future from before the fork fails at
+//! once with [`Error::StartedBeforeFork`] (unless it had already finished), and the count
+//! of operations in flight starts again from zero, so the child's exit does not wait for
+//! them.
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, TryLockError};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::fork::{self, ForkLocal};
 
 type Callback = Box<dyn FnOnce() + Send>;
 
 /// Operations whose last task has not yet finished running callbacks and releasing the
 /// operation's memory. Lets a host process wait for them before it tears down (for
 /// Python: before the interpreter finalises, when a thread touching it would abort).
-static IN_FLIGHT: Mutex<usize> = Mutex::new(0);
-static ALL_IDLE: Condvar = Condvar::new();
+/// Counted without a lock; [`IDLE`] is only taken when the count reaches zero and by
+/// [`wait_idle`].
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
-fn in_flight() -> std::sync::MutexGuard<'static, usize> {
-    IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner())
-}
+/// Where [`wait_idle`] sleeps until [`IN_FLIGHT`] reaches zero.
+static IDLE: ForkLocal<(Mutex<()>, Condvar)> = ForkLocal::new(|| (Mutex::new(()), Condvar::new()));
 
 /// Wait until no operation is in flight, at most `timeout`; whether none is.
 pub fn wait_idle(timeout: Duration) -> bool {
-    let guard = in_flight();
-    let (guard, _) = ALL_IDLE
-        .wait_timeout_while(guard, timeout, |n| *n > 0)
-        .unwrap_or_else(|e| e.into_inner());
-    *guard == 0
+    let (lock, all_idle) = IDLE.get();
+    let deadline = Instant::now() + timeout;
+    let mut guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+    while IN_FLIGHT.load(Ordering::Acquire) > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        guard = all_idle
+            .wait_timeout(guard, left)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+    true
+}
+
+/// Count one operation out of flight, waking [`wait_idle`] when it was the last.
+fn leave_flight() {
+    let before = IN_FLIGHT
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            Some(n.saturating_sub(1))
+        })
+        .unwrap_or(0);
+    if before == 1 {
+        let (lock, all_idle) = IDLE.get();
+        // Taking the lock after the count changed means a waiter has either not checked
+        // the count yet or is already asleep: it cannot miss this wake-up.
+        drop(lock.lock().unwrap_or_else(|e| e.into_inner()));
+        all_idle.notify_all();
+    }
+}
+
+/// In a forked child: no operation is in flight (the parent's are not running here), and
+/// the waiters' lock may be held by a thread that does not exist. Async-signal-safe.
+pub(crate) fn forget_in_child() {
+    IN_FLIGHT.store(0, Ordering::Release);
+    IDLE.forget();
 }
 
 #[derive(Default)]
@@ -42,6 +81,8 @@ struct State {
     bytes: AtomicU64,
     completion: Mutex<Completion>,
     finished: Condvar,
+    /// The fork generation the operation started in (see [`crate::fork`]).
+    generation: u64,
     /// Whatever keeps the operation's memory alive (a Python buffer export); dropped with
     /// the last reference to the future, never before the last task has finished.
     _keepalive: Mutex<Option<Box<dyn Any + Send>>>,
@@ -78,7 +119,7 @@ impl IoFuture {
     /// A future expecting `tasks` reports, without its reporters yet.
     fn expecting(tasks: usize, keepalive: Option<Box<dyn Any + Send>>) -> Self {
         if tasks > 0 {
-            *in_flight() += 1;
+            IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
         }
         let state = Arc::new(State {
             remaining: AtomicUsize::new(tasks),
@@ -88,6 +129,7 @@ impl IoFuture {
                 ..Completion::default()
             }),
             finished: Condvar::new(),
+            generation: fork::generation(),
             _keepalive: Mutex::new(keepalive),
         });
         Self { state }
@@ -114,14 +156,42 @@ impl IoFuture {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether every task has reported.
+    /// In a process forked after the operation started: its outcome, since it can never
+    /// change here (its tasks are not running): its result if it had finished before the
+    /// fork, else [`Error::StartedBeforeFork`]. `None` in the process it started in. The
+    /// check is one relaxed atomic load.
+    fn forked_outcome(&self) -> Option<Result<usize>> {
+        if self.state.generation == fork::generation() {
+            return None;
+        }
+        // Never block here: a thread of the parent may have died holding this lock.
+        let finished = match self.state.completion.try_lock() {
+            Ok(c) => c.done.then(|| self.result_locked(&c)),
+            Err(TryLockError::Poisoned(c)) => {
+                let c = c.into_inner();
+                c.done.then(|| self.result_locked(&c))
+            }
+            Err(TryLockError::WouldBlock) => None,
+        };
+        Some(finished.unwrap_or(Err(Error::StartedBeforeFork)))
+    }
+
+    /// Whether every task has reported (in a forked child, an operation started before
+    /// the fork counts as done: waiting on it answers at once, with an error).
     pub fn is_done(&self) -> bool {
+        if self.forked_outcome().is_some() {
+            return true;
+        }
         self.lock().done
     }
 
     /// Block until done; the summed byte count, or the first error any task reported.
-    /// May be called any number of times, from any thread.
+    /// May be called any number of times, from any thread. In a forked child, an
+    /// operation started before the fork fails at once with [`Error::StartedBeforeFork`].
     pub fn wait(&self) -> Result<usize> {
+        if let Some(outcome) = self.forked_outcome() {
+            return outcome;
+        }
         let mut guard = self.lock();
         while !guard.done {
             guard = self
@@ -135,6 +205,9 @@ impl IoFuture {
 
     /// Like [`IoFuture::wait`] but gives up after `timeout`, returning `None`.
     pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<usize>> {
+        if let Some(outcome) = self.forked_outcome() {
+            return Some(outcome);
+        }
         let guard = self.lock();
         let (guard, _) = self
             .state
@@ -159,6 +232,10 @@ impl IoFuture {
     /// Run `callback` once the future is done: at once in this thread if it already is,
     /// otherwise in the thread that completes it. A panicking callback is contained.
     pub fn add_done_callback(&self, callback: impl FnOnce() + Send + 'static) {
+        if self.forked_outcome().is_some() {
+            let _ = catch_unwind(AssertUnwindSafe(callback));
+            return;
+        }
         let mut guard = self.lock();
         if guard.done {
             drop(guard);
@@ -198,11 +275,7 @@ fn finish_and_release(state: Arc<State>, result: Result<usize>) {
     let last = finish(&state, result);
     drop(state);
     if last {
-        let mut n = in_flight();
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            ALL_IDLE.notify_all();
-        }
+        leave_flight();
     }
 }
 

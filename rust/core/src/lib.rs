@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod allocation;
+pub mod atfork;
 pub mod batch;
 pub mod bounce;
 pub mod ceiling;
@@ -15,6 +16,7 @@ pub mod cufile_driver;
 pub mod device_io;
 pub mod error;
 pub mod file;
+pub mod fork;
 pub mod future;
 pub mod memory;
 pub mod page_cache;

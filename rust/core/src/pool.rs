@@ -4,16 +4,23 @@
 //! block on each other, so its work-stealing needs no care. When `num_threads` changes,
 //! the next operation builds a new pool; operations already queued on the old one finish
 //! there, and its threads exit once it is idle and unreferenced.
+//!
+//! A forked child has none of the parent's pool threads: the fork hook forgets the
+//! inherited pool (leaking it, since dropping it could wait on threads that do not exist;
+//! see [`crate::fork`]), and the child's first pooled operation builds a fresh one.
 
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::fork::ForkLocal;
 
-static POOL: Mutex<Option<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
+type Slot = Mutex<Option<(usize, Arc<rayon::ThreadPool>)>>;
+
+static POOL: ForkLocal<Slot> = ForkLocal::new(|| Mutex::new(None));
 
 /// The pool for `num_threads` threads, building (or rebuilding) it on demand.
 pub fn pool(num_threads: usize) -> Result<Arc<rayon::ThreadPool>> {
-    let mut guard = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut guard = POOL.get().lock().unwrap_or_else(|e| e.into_inner());
     if let Some((n, pool)) = guard.as_ref() {
         if *n == num_threads {
             return Ok(Arc::clone(pool));
@@ -35,8 +42,14 @@ pub fn pool(num_threads: usize) -> Result<Arc<rayon::ThreadPool>> {
 
 /// Number of threads of the pool currently in use (0 before the first pooled operation).
 pub fn current_size() -> usize {
-    POOL.lock()
+    POOL.get()
+        .lock()
         .unwrap_or_else(|e| e.into_inner())
         .as_ref()
         .map_or(0, |(n, _)| *n)
+}
+
+/// In a forked child: forget the parent's pool (its threads are not here). Async-signal-safe.
+pub(crate) fn forget_in_child() {
+    POOL.forget();
 }

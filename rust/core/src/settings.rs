@@ -6,9 +6,11 @@
 //! starts, so changing them mid-flight never tears an operation.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use crate::error::{Error, Result};
+use crate::fork::ForkLocal;
 
 /// Whether kvikpy may use cuFile (GPUDirect Storage) or must use POSIX I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,11 +134,14 @@ pub struct Settings {
     pub http_ca_bundle: Option<&'static Path>,
 }
 
+/// The interned paths (a forked child starts a new list: the parent's lock may be held
+/// by a thread the child does not have; the paths themselves stay valid).
+static PATHS: ForkLocal<Mutex<Vec<&'static Path>>> = ForkLocal::new(|| Mutex::new(Vec::new()));
+
 /// `path` as a `&'static Path`: each distinct path is leaked once and reused, so that a
 /// path can live in the `Copy` [`Settings`] (a process sets few distinct CA bundles).
 pub fn intern_path(path: &Path) -> &'static Path {
-    static PATHS: Mutex<Vec<&'static Path>> = Mutex::new(Vec::new());
-    let mut paths = PATHS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut paths = PATHS.get().lock().unwrap_or_else(|e| e.into_inner());
     if let Some(&known) = paths.iter().find(|&&p| p == path) {
         return known;
     }
@@ -476,14 +481,57 @@ fn env_bool(var: &'static str, text: &str) -> Result<bool> {
     }
 }
 
-static GLOBAL: RwLock<Option<Settings>> = RwLock::new(None);
+type Global = RwLock<Option<Settings>>;
+
+/// The settings, replaced in a forked child by a copy taken just before the fork (the
+/// inherited lock may be held by a thread that does not exist in the child).
+static GLOBAL: ForkLocal<Global> = ForkLocal::new(|| RwLock::new(None));
+
+/// The settings as they are before a fork, for the child: made by [`prepare_fork`],
+/// taken by [`enter_child`], freed by [`parent_after_fork`].
+static FOR_CHILD: AtomicPtr<Global> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Before a fork (in the forking thread): copy the settings for the child.
+pub(crate) fn prepare_fork() {
+    let copy = *GLOBAL.get().read().unwrap_or_else(|e| e.into_inner());
+    let fresh = Box::into_raw(Box::new(RwLock::new(copy)));
+    let old = FOR_CHILD.swap(fresh, Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: made by `Box::into_raw` here and taken out of the slot, so owned here.
+        drop(unsafe { Box::from_raw(old) });
+    }
+}
+
+/// After a fork, in the parent: free the copy the child took.
+pub(crate) fn parent_after_fork() {
+    let copy = FOR_CHILD.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if !copy.is_null() {
+        // SAFETY: made by `Box::into_raw` in `prepare_fork` and taken out of the slot.
+        drop(unsafe { Box::from_raw(copy) });
+    }
+}
+
+/// In a forked child: use the copy taken before the fork (the inherited lock is leaked).
+/// Only atomic operations, so async-signal-safe. Without a copy (another thread's fork
+/// raced this one's), the settings are loaded again from the environment.
+pub(crate) fn enter_child() {
+    PATHS.forget();
+    let copy = FOR_CHILD.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if copy.is_null() {
+        GLOBAL.forget();
+    } else {
+        // SAFETY: made by `Box::into_raw` in `prepare_fork`; ownership moves to GLOBAL.
+        GLOBAL.replace_leaking(unsafe { Box::from_raw(copy) });
+    }
+}
 
 /// The current process-wide settings (loaded from the environment on first use).
 pub fn current() -> Result<Settings> {
-    if let Some(s) = *GLOBAL.read().unwrap_or_else(|e| e.into_inner()) {
+    let global = GLOBAL.get();
+    if let Some(s) = *global.read().unwrap_or_else(|e| e.into_inner()) {
         return Ok(s);
     }
-    let mut guard = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
+    let mut guard = global.write().unwrap_or_else(|e| e.into_inner());
     if let Some(s) = *guard {
         return Ok(s);
     }
@@ -495,7 +543,7 @@ pub fn current() -> Result<Settings> {
 /// Apply every `(name, value)` pair, all or nothing.
 pub fn set_many(pairs: &[(&str, SettingValue)]) -> Result<()> {
     let base = current()?;
-    let mut guard = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
+    let mut guard = GLOBAL.get().write().unwrap_or_else(|e| e.into_inner());
     let mut next = guard.unwrap_or(base);
     for (name, value) in pairs {
         next.set(name, *value)?;

@@ -8,7 +8,7 @@
 
 use kvikpy_core::error::RemoteFailure;
 use kvikpy_core::Error;
-use pyo3::exceptions::{PyIndexError, PyKeyError, PyMemoryError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyKeyError, PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::PyErr;
 
 pyo3::import_exception!(kvikpy.errors, UnsupportedOperationError);
@@ -132,6 +132,7 @@ fn engine_error(e: Error) -> PyErr {
         Error::MalformedEnv { .. } | Error::Config(_) => ConfigError::new_err(e.to_string()),
         Error::Truncated(_) => OSRuntimeError::new_err(e.to_string()),
         Error::Panic(_) => InternalError::new_err(e.to_string()),
+        Error::StartedBeforeFork => PyRuntimeError::new_err(e.to_string()),
         Error::OutOfMemory(_) => PyMemoryError::new_err(e.to_string()),
         Error::CudaUnavailable(_) => CudaUnavailableError::new_err(e.to_string()),
         Error::Cuda { .. } => CudaError::new_err(e.to_string()),

@@ -24,6 +24,8 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // A child forked while I/O runs gets a fresh pool and locks (see kvikpy_core::atfork).
+    kvikpy_core::atfork::install().map_err(errors::BindError::Engine)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("__git_commit__", env!("KVIKPY_GIT_COMMIT"))?;
     m.add_class::<file::FileHandle>()?;

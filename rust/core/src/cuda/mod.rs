@@ -15,7 +15,7 @@ mod stream;
 pub use device::{device, Device};
 pub use driver::{
     available, bind, check, current_device, device_count, ensure_driver, free_under,
-    unavailable_reason, ContextGuard,
+    note_initialised, refuse_after_fork, unavailable_reason, ContextGuard,
 };
 pub use memory::{
     copy_device_to_host, copy_host_to_device, free_idle_pinned, memory_kind, pinned_pool,

@@ -20,13 +20,14 @@
 //! was named.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::SystemTime;
 
 use ureq::tls::{parse_pem, Certificate, PemItem, RootCerts, TlsConfig};
 use ureq::Agent;
 
 use crate::error::{Error, Result};
+use crate::fork::ForkLocal;
 
 /// A CA bundle's path and what named it (`"SSL_CERT_FILE"`, `"the http_ca_bundle
 /// setting"`).
@@ -197,18 +198,30 @@ fn build(tls: Option<TlsConfig>) -> Agent {
     config.build().into()
 }
 
+/// The agent that trusts the public roots, and those of configured CA bundles. A forked
+/// child makes its own (see [`forget_in_child`]): the parent's idle connections are
+/// sockets the parent still uses, and a pool's lock may be held by a thread that does not
+/// exist in the child.
+static PUBLIC: ForkLocal<Agent> = ForkLocal::new(|| build(None));
+static CONFIGURED: ForkLocal<Mutex<Vec<(Key, Agent)>>> = ForkLocal::new(|| Mutex::new(Vec::new()));
+
+/// In a forked child: forget the parent's agents and their connections (leaked, never
+/// closed: closing would end the parent's connections too). Async-signal-safe.
+pub(crate) fn forget_in_child() {
+    PUBLIC.forget();
+    CONFIGURED.forget();
+}
+
 /// The most agents kept for CA configurations (each holds its idle connections).
 const MAX_AGENTS: usize = 8;
 
 /// The agent whose HTTPS requests trust `sources` (the public roots where empty).
 pub fn agent(sources: &[CaSource]) -> Result<Agent> {
-    static PUBLIC: OnceLock<Agent> = OnceLock::new();
-    static CONFIGURED: Mutex<Vec<(Key, Agent)>> = Mutex::new(Vec::new());
     if sources.is_empty() {
-        return Ok(PUBLIC.get_or_init(|| build(None)).clone());
+        return Ok(PUBLIC.get().clone());
     }
     let key = key(sources);
-    let mut agents = CONFIGURED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut agents = CONFIGURED.get().lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, agent)) = agents.iter().find(|(k, _)| *k == key) {
         return Ok(agent.clone());
     }
