@@ -167,7 +167,8 @@ REPORT ?= docs/gpu-test-report.md
 GPU_INSTALL = python3 -m pip install -q --no-index --no-deps --no-compile --upgrade \
 	--target /tmp/kvikpy-site
 gpu-test:
-	$(GPU_INSTALL) .gpu/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .nbwhl/*.whl) \
+	$(GPU_INSTALL) .gpu/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .whl/pytest_timeout-*.whl) \
+		$(wildcard .nbwhl/*.whl) \
 		$(wildcard .zwhl/*.whl) $(wildcard .dwhl/*.whl)
 	PYTHONPATH=/tmp/kvikpy-site PYTHONSAFEPATH=1 JUPYTER_PLATFORM_DIRS=1 python3 tests/gpu_report.py --out $(REPORT) -- \
 		-p no:cacheprovider -q $(PYTEST_ARGS)
