@@ -21,7 +21,7 @@ PAGES = sorted([ROOT / "README.md", *DOCS.glob("*.md")])
 DEV_LOG = {
     r"\bissues? #?\d+": "an issue number",
     r"\bPR #?\d+|\bpull request #?\d+": "a pull request number",
-    r"\bsessions?\b": "a work session",
+    r"\bsessions?\b(?! token)": "a work session",
     # (kvikio's commits are fine: they say which kvikio a result is of.)
     r"(?<!kvikio )\b(?:commit|build|wheel|revision)s? `?[0-9a-f]{7,40}\b": "a commit id",
     r"(?<![\w/.-])[0-9a-f]{7,12}\.\.[0-9a-f]{7,12}\b": "a commit range",
