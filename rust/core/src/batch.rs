@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
+use crate::cancel;
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use crate::future::run_caught;
@@ -53,16 +54,22 @@ pub struct Element {
 /// failure names its path.
 fn file_sizes(settings: &Settings, paths: &[PathBuf]) -> Result<Vec<Result<u64>>> {
     let pool = crate::pool::pool(settings.num_threads)?;
-    Ok(pool.install(|| {
+    let carried = cancel::carry();
+    let sizes = pool.install(|| {
         paths
             .par_iter()
             .map(|path| match crate::source::remote::as_url(path) {
-                // A URL: its size, asked of the server.
-                Some(url) => crate::source::remote::size_of(url, settings),
+                // A URL: its size, asked of the server (cancellably, as the caller is).
+                Some(url) => carried.run(|| crate::source::remote::size_of(url, settings)),
+                None if carried.cancelled() => Err(cancel::error(&path.to_string_lossy())),
                 None => regular_file_size(path),
             })
             .collect()
-    }))
+    });
+    if carried.cancelled() {
+        return Err(cancel::error(&format!("a batch of {} files", paths.len())));
+    }
+    Ok(sizes)
 }
 
 fn regular_file_size(path: &PathBuf) -> Result<u64> {
@@ -462,10 +469,16 @@ fn read_elements(
         errors: &errors,
         progress,
     };
+    // Pieces watch the caller's cancellation (a pooled call that was interrupted): those
+    // not yet read are skipped, remote ones stop waiting for their server.
+    let carried = cancel::carry();
     pool.install(|| {
         segments.par_iter().for_each(|range| {
             let part = &work[range.clone()];
-            if let Err(e) = run_caught(|| job.segment(part)) {
+            if carried.cancelled() {
+                return; // skipped: the whole batch fails below
+            }
+            if let Err(e) = carried.run(|| run_caught(|| job.segment(part))) {
                 // The segment as a whole failed (its DMA, a panic): blame each of its
                 // elements that has no error of its own.
                 for p in part {
@@ -475,6 +488,10 @@ fn read_elements(
             }
         })
     });
+    if carried.cancelled() {
+        // Interrupted: no element's outcome is worth reporting (nor the time to build it).
+        return Err(cancel::error(&job.what()));
+    }
     Ok(errors
         .into_iter()
         .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
@@ -498,6 +515,14 @@ impl Job<'_> {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         slot.get_or_insert(e);
+    }
+
+    /// What the batch reads, for the error of a cancelled one.
+    fn what(&self) -> String {
+        self.shared.map_or_else(
+            || format!("a batch of {} files", self.elements.len()),
+            |f| f.path().to_string_lossy().into_owned(),
+        )
     }
 
     /// Open the piece's file (or share the batch's).
@@ -548,6 +573,9 @@ impl Job<'_> {
         match self.dest {
             Span::Host(host) => {
                 for p in part {
+                    if cancel::cancelled() {
+                        break; // the whole batch fails (see `read_elements`)
+                    }
                     if let Err(e) = self.read_piece(p, host.sub(p.dst, p.len)) {
                         self.record(p, e);
                     }
@@ -568,6 +596,9 @@ impl Job<'_> {
         let staged = ring.stage(0, 0, end - start);
         let mut direct = vec![false; part.len()];
         for (k, p) in part.iter().enumerate() {
+            if cancel::cancelled() {
+                return Err(cancel::error(&self.what()));
+            }
             let outcome = self.open_piece(p).and_then(|file| {
                 let reads = [(p.offset, device.sub(p.dst, p.len))];
                 match file.device_batch(&reads, self.settings) {

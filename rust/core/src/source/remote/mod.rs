@@ -10,6 +10,7 @@
 //! the whole file, where its whole-file answer is exactly what was asked.
 
 mod http;
+mod interrupt;
 pub mod s3;
 mod s3_sigv4;
 pub mod url;
@@ -439,6 +440,10 @@ impl Source for RemoteSource {
     /// kvikio's rate, which asks for each task in one request.
     fn min_device_chunk(&self) -> usize {
         usize::MAX
+    }
+
+    fn may_stall(&self) -> bool {
+        true
     }
 }
 
