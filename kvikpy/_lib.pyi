@@ -24,6 +24,7 @@ __all__ = [
     "batch_schema",
     "bounce_buffer_free",
     "buffer_nbytes",
+    "cancel_remote_io",
     "check_device_kwargs",
     "cuda_available",
     "cuda_unavailable_reason",
