@@ -137,6 +137,23 @@ def test_a_stalled_file_fails_in_one_requests_time_whatever_its_tasks() -> None:
         assert server.stalled <= 6, f"{server.stalled} requests for one failed read"
 
 
+def test_a_stalled_file_fails_a_batch_in_one_requests_time() -> None:
+    # A batch cuts the file into 2 pieces per thread: each waiting out its own budget
+    # (2.5 s, as above) took two rounds, 5 s; the first to fail now stops the others.
+    size = 2 << 20
+    with (
+        defaults.set({"http_timeout": 1, "http_max_attempts": 2, "num_threads": 2}),
+        stalling_server(size) as server,
+    ):
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match="http_timeout"):
+            kvikpy.read_many([server.url], device="cpu")
+        elapsed = time.monotonic() - start
+        print(f"\nstalled batch read failed after {elapsed:.2f} s")
+        assert 2.0 < elapsed < 4.0
+        assert_abandoned_work_stops(server)
+
+
 def test_exit_with_a_read_of_a_stalled_server_pending_is_prompt() -> None:
     code = """
 import sys, time

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
-use crate::cancel;
+use crate::cancel::{self, CancelToken};
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use crate::future::run_caught;
@@ -297,6 +297,7 @@ impl Plan {
             &self.elements,
             dest,
             progress,
+            !self.skip,
         )?;
         let mut failures = self.failures;
         for (i, e) in self.indices.into_iter().zip(errors) {
@@ -306,7 +307,13 @@ impl Plan {
         }
         failures.sort_by_key(|(i, _)| *i);
         if !self.skip {
-            if let Some((_, e)) = failures.into_iter().next() {
+            // The first failure in input order, past the elements that were stopped
+            // because of it (a batch that fails stops its other reads).
+            let first = failures
+                .iter()
+                .position(|(_, e)| !cancel::is_cancellation(e))
+                .unwrap_or(0);
+            if let Some((_, e)) = failures.into_iter().nth(first) {
                 return Err(e);
             }
             failures = Vec::new();
@@ -411,6 +418,7 @@ fn read_elements(
     elements: &[Element],
     dest: Span,
     progress: Option<&AtomicU64>,
+    fail_fast: bool,
 ) -> Result<Vec<Option<Error>>> {
     let shared = shared.map(FileHandle::get).transpose()?;
     if let Some(file) = &shared {
@@ -461,6 +469,17 @@ fn read_elements(
     }
     let pool = crate::pool::pool(settings.num_threads)?;
     let segments = segments(&lengths, cap);
+    // Pieces watch the caller's cancellation (a pooled call that was interrupted) and,
+    // with `fail_fast`, the batch's first error: those not yet read are skipped, remote
+    // ones stop waiting for their server (a stalled file fails the batch in one
+    // request's time, not once per piece).
+    let outer = cancel::carry();
+    let stop = CancelToken::new();
+    let carried = if fail_fast {
+        outer.and(&stop)
+    } else {
+        outer.clone()
+    };
     let job = Job {
         settings,
         shared: shared.as_ref(),
@@ -468,10 +487,8 @@ fn read_elements(
         dest,
         errors: &errors,
         progress,
+        stop: fail_fast.then_some(&stop),
     };
-    // Pieces watch the caller's cancellation (a pooled call that was interrupted): those
-    // not yet read are skipped, remote ones stop waiting for their server.
-    let carried = cancel::carry();
     pool.install(|| {
         segments.par_iter().for_each(|range| {
             let part = &work[range.clone()];
@@ -482,13 +499,12 @@ fn read_elements(
                 // The segment as a whole failed (its DMA, a panic): blame each of its
                 // elements that has no error of its own.
                 for p in part {
-                    let mut slot = errors[p.element].lock().unwrap_or_else(|x| x.into_inner());
-                    slot.get_or_insert_with(|| e.clone());
+                    job.record(p, e.clone());
                 }
             }
         })
     });
-    if carried.cancelled() {
+    if outer.cancelled() {
         // Interrupted: no element's outcome is worth reporting (nor the time to build it).
         return Err(cancel::error(&job.what()));
     }
@@ -507,6 +523,8 @@ struct Job<'a> {
     errors: &'a [Mutex<Option<Error>>],
     /// Bytes of pieces finished so far, for a caller's progress bar.
     progress: Option<&'a AtomicU64>,
+    /// Cancelled by the first failure, for a batch that fails as a whole.
+    stop: Option<&'a CancelToken>,
 }
 
 impl Job<'_> {
@@ -514,7 +532,12 @@ impl Job<'_> {
         let mut slot = self.errors[piece.element]
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        let real = !cancel::is_cancellation(&e);
         slot.get_or_insert(e);
+        drop(slot);
+        if let (Some(stop), true) = (self.stop, real) {
+            stop.cancel();
+        }
     }
 
     /// What the batch reads, for the error of a cancelled one.

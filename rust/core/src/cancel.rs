@@ -47,6 +47,8 @@ impl CancelToken {
 #[derive(Clone)]
 struct Watch {
     token: Option<CancelToken>,
+    /// A second token, of work inside the operation (a batch stopping at its first error).
+    extra: Option<CancelToken>,
     generation: u64,
 }
 
@@ -54,6 +56,7 @@ impl Watch {
     fn now(token: Option<CancelToken>) -> Self {
         Self {
             token,
+            extra: None,
             generation: GENERATION.load(Ordering::Acquire),
         }
     }
@@ -61,6 +64,7 @@ impl Watch {
     fn cancelled(&self) -> bool {
         self.generation != GENERATION.load(Ordering::Acquire)
             || self.token.as_ref().is_some_and(CancelToken::is_cancelled)
+            || self.extra.as_ref().is_some_and(CancelToken::is_cancelled)
     }
 }
 
@@ -117,6 +121,14 @@ pub fn carry() -> Carried {
 }
 
 impl Carried {
+    /// The carried watch that `token` cancels too (or, where none was carried, `token`
+    /// alone).
+    pub fn and(&self, token: &CancelToken) -> Carried {
+        let mut watch = self.0.clone().unwrap_or_else(|| Watch::now(None));
+        watch.extra = Some(token.clone());
+        Carried(Some(watch))
+    }
+
     /// Whether the carried watch's work was cancelled (without making it current).
     pub fn cancelled(&self) -> bool {
         self.0.as_ref().is_some_and(Watch::cancelled)
@@ -129,6 +141,17 @@ impl Carried {
             None => work(),
         }
     }
+}
+
+/// Whether `error` is that of cancelled work (see [`error`]).
+pub fn is_cancellation(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Remote {
+            kind: RemoteFailure::Cancelled,
+            ..
+        }
+    )
 }
 
 /// The error of work on `what` (a path or URL) that stopped because it was cancelled.
@@ -180,6 +203,11 @@ mod tests {
                 assert!(cancelled());
             });
             assert!(!cancelled(), "the outer token is not cancelled");
+            let extra = CancelToken::new();
+            let both = carry().and(&extra);
+            assert!(!both.cancelled());
+            extra.cancel();
+            assert!(both.cancelled() && !carry().cancelled());
             let carried = carry();
             std::thread::scope(|s| {
                 s.spawn(|| {

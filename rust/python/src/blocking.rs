@@ -45,16 +45,55 @@ where
     T: Send + 'static,
 {
     let pool = kvikpy_core::pool::pool(kvikpy_core::settings::current()?.num_threads)?;
+    wait_interruptibly(py, token, work, |job| {
+        pool.spawn(job);
+        Ok(())
+    })
+}
+
+/// [`interruptible`] on a thread of its own rather than the pool, for a call that must
+/// not queue behind the pool's work (opening a remote file while reads of a stalled
+/// server hold every pool thread).
+pub fn interruptible_alone<T, F>(py: Python<'_>, token: &CancelToken, work: F) -> BindResult<T>
+where
+    F: FnOnce() -> kvikpy_core::Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    wait_interruptibly(py, token, work, |job| {
+        std::thread::Builder::new()
+            .name("kvikpy-open".into())
+            .spawn(job)
+            .map(drop)
+            .map_err(|e| {
+                kvikpy_core::Error::InvalidArgument(format!("could not start a thread ({e})"))
+            })
+    })
+}
+
+/// Start `work` with `start` (a pool or a new thread) and wait for it, interruptibly.
+fn wait_interruptibly<T, F, S>(
+    py: Python<'_>,
+    token: &CancelToken,
+    work: F,
+    start: S,
+) -> BindResult<T>
+where
+    F: FnOnce() -> kvikpy_core::Result<T> + Send + 'static,
+    T: Send + 'static,
+    S: FnOnce(Box<dyn FnOnce() + Send + 'static>) -> kvikpy_core::Result<()>,
+{
     let slot = Arc::new(Mutex::new(None));
     // Counted in flight like any read, so that interpreter exit waits for it.
     let (future, reporter) = IoFuture::single(None);
     {
         let (slot, token) = (Arc::clone(&slot), token.clone());
-        pool.spawn(move || {
+        let job = Box::new(move || {
             let outcome = run_caught(|| cancel::scope(&token, work));
             *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
             reporter.report(Ok(0));
         });
+        // A job that could not start is dropped: its reporter then completes the future.
+        start(job)?;
     }
     loop {
         let waiting = &future;

@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 
 use kvikpy_core::cancel::CancelToken;
 
-use crate::blocking::interruptible;
+use crate::blocking::interruptible_alone;
 use crate::errors::BindResult;
 use crate::file::FileHandle;
 
@@ -40,7 +40,7 @@ impl RemoteHandle {
         nbytes: Option<u64>,
         make: impl FnOnce() -> kvikpy_core::Result<Endpoint> + Send + 'static,
     ) -> BindResult<Self> {
-        let source = interruptible(py, &CancelToken::new(), move || {
+        let source = interruptible_alone(py, &CancelToken::new(), move || {
             let settings = kvikpy_core::settings::current()?;
             RemoteSource::open(make()?, nbytes, &settings)
         })?;
@@ -183,7 +183,7 @@ impl RemoteHandle {
                     .collect::<Result<Vec<_>, _>>()
             })
             .transpose()?;
-        let source = interruptible(py, &CancelToken::new(), move || {
+        let source = interruptible_alone(py, &CancelToken::new(), move || {
             let settings = kvikpy_core::settings::current()?;
             remote::open_url(&url, kind, allow.as_deref(), nbytes, &settings)
         })?;
