@@ -188,12 +188,21 @@ pub fn sleep(duration: Duration) -> bool {
     }
 }
 
+/// Serialises the engine's tests that watch for cancellation with the one that calls
+/// [`cancel_all`], which would cancel them too (tests run in parallel threads).
+#[cfg(test)]
+pub(crate) fn generation_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn scopes_nest_and_restore() {
+        let _serial = generation_lock();
         assert!(!cancelled(), "nothing is watched outside a scope");
         let outer = CancelToken::new();
         let inner = CancelToken::new();
@@ -225,6 +234,7 @@ mod tests {
 
     #[test]
     fn cancel_all_reaches_work_in_flight_only() {
+        let _serial = generation_lock();
         watched(|| {
             assert!(!cancelled());
             let token = CancelToken::new();
@@ -239,6 +249,7 @@ mod tests {
 
     #[test]
     fn sleep_ends_early_when_cancelled() {
+        let _serial = generation_lock();
         let token = CancelToken::new();
         let t = token.clone();
         let waker = std::thread::spawn(move || {

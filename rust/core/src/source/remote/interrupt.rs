@@ -158,6 +158,7 @@ mod tests {
 
     #[test]
     fn a_cancelled_read_of_a_stalled_server_stops_at_once() {
+        let _serial = crate::cancel::generation_lock();
         let settings = Settings {
             http_timeout: 60,
             ..Settings::default()
@@ -180,6 +181,7 @@ mod tests {
 
     #[test]
     fn a_stalled_read_still_times_out() {
+        let _serial = crate::cancel::generation_lock();
         let settings = Settings {
             http_timeout: 1,
             http_max_attempts: 1,
