@@ -148,3 +148,7 @@ atexit.register(_lib.cufile_shutdown, 30.0)
 # I/O threads still finishing an operation at exit may call back into Python (callbacks,
 # buffer releases); let them finish before the interpreter is torn down.
 atexit.register(_lib.wait_for_io, 30.0)
+# Before that wait (registered last, it runs first): cancel remote requests in flight, so
+# that a pending read of a server that stalls ends within tens of milliseconds instead of
+# holding up exit for its http_timeout.
+atexit.register(_lib.cancel_remote_io)

@@ -132,6 +132,18 @@ def follow_call(call: Callable[[Any], T], desc: str) -> T:
     worker = threading.Thread(target=work, name="kvikpy-progress", daemon=True)
     began = time.time()  # the bars' clock
     worker.start()
+    try:
+        _follow(worker, progress, began, desc)
+    except BaseException:  # Ctrl-C while drawing: stop the call too, not only the bar
+        progress.cancel()
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]  # type: ignore[no-any-return]
+
+
+def _follow(worker: threading.Thread, progress: Any, began: float, desc: str) -> None:
+    """Draw ``progress`` until ``worker`` ends (see :func:`follow_call`)."""
     wait = 0.0005
     while progress.total is None and worker.is_alive():
         worker.join(wait)  # the sizes come in milliseconds: look often, then less so
@@ -149,6 +161,3 @@ def follow_call(call: Callable[[Any], T], desc: str) -> T:
                 shown = now
                 if not worker.is_alive():
                     break
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]  # type: ignore[no-any-return]

@@ -96,8 +96,12 @@ class IOFuture:
     def get(self) -> int:
         """Wait for the operation and return the number of bytes read or written.
 
-        Raises the operation's error (for example ``OSError``) if it failed, and
-        ``RuntimeError`` in a forked child for an operation started before the fork.
+        Raises the operation's error (for example ``OSError``) if it failed. Ctrl-C
+        interrupts the wait (KeyboardInterrupt) and cancels a remote read: its requests
+        stop within tens of milliseconds (its buffer stays in use until they have), and
+        a later ``get()`` raises ``kvikpy.errors.RemoteConnectionError`` ("cancelled").
+        Local reads and writes cannot be cancelled; they run to their end. In a forked
+        child, an operation started before the fork raises ``RuntimeError``.
         """
         return self._handle.get()
 

@@ -28,6 +28,12 @@ The ``http_*`` settings govern remote files (:class:`kvikpy.RemoteFile`, URLs gi
 :func:`kvikpy.read`): each HTTP request is tried up to ``http_max_attempts`` times when
 the server answers one of ``http_status_codes`` or the attempt takes longer than
 ``http_timeout`` seconds, waiting 0.5 s, 1 s, 2 s then 4 s between attempts.
+``http_timeout`` bounds each attempt of one request, as kvikio's (libcurl's
+``CURLOPT_TIMEOUT``) does. A read made of many requests fails as soon as one of them has
+failed for good, the others stopping at once, so a server that stalls costs a read about
+one request's attempts and waits (``http_max_attempts`` x ``http_timeout`` plus the
+waits between attempts), whatever its size or number of tasks. Ctrl-C interrupts any
+wait for a remote file at once.
 ``KVIKIO_HTTP_STATUS_CODES`` is a comma-separated list of 3-digit codes (``429,503``);
 ``defaults.set("http_status_codes", [429, 503])`` takes a list. Either way each code is
 an HTTP status code, from 100 to 599.

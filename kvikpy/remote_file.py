@@ -17,7 +17,9 @@ pinned bounce buffers, a range per chunk, never a whole-file copy in host memory
 :func:`kvikpy.read`, :func:`kvikpy.read_many` and :func:`kvikpy.read_ranges` take URLs
 (``http://``, ``https://``, ``s3://``, ``webhdfs://``) as well as paths. Requests are
 retried and timed out as the ``http_max_attempts``, ``http_status_codes`` and
-``http_timeout`` settings say (:mod:`kvikpy.defaults`). Failures raise
+``http_timeout`` settings say (:mod:`kvikpy.defaults`); a read whose request fails for
+good stops its other requests, and Ctrl-C interrupts every wait for a remote file at once
+(its requests stop within tens of milliseconds). Failures raise
 :class:`kvikpy.errors.RemoteError` or one of its subclasses, which are also Python's own
 types (``FileNotFoundError`` for a 404, ``PermissionError`` for a 403,
 ``ConnectionError``, ``TimeoutError``) and, as in kvikio, ``RuntimeError``.

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
+use crate::cancel::{self, CancelToken};
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use crate::future::run_caught;
@@ -53,16 +54,22 @@ pub struct Element {
 /// failure names its path.
 fn file_sizes(settings: &Settings, paths: &[PathBuf]) -> Result<Vec<Result<u64>>> {
     let pool = crate::pool::pool(settings.num_threads)?;
-    Ok(pool.install(|| {
+    let carried = cancel::carry();
+    let sizes = pool.install(|| {
         paths
             .par_iter()
             .map(|path| match crate::source::remote::as_url(path) {
-                // A URL: its size, asked of the server.
-                Some(url) => crate::source::remote::size_of(url, settings),
+                // A URL: its size, asked of the server (cancellably, as the caller is).
+                Some(url) => carried.run(|| crate::source::remote::size_of(url, settings)),
+                None if carried.cancelled() => Err(cancel::error(&path.to_string_lossy())),
                 None => regular_file_size(path),
             })
             .collect()
-    }))
+    });
+    if carried.cancelled() {
+        return Err(cancel::error(&format!("a batch of {} files", paths.len())));
+    }
+    Ok(sizes)
 }
 
 fn regular_file_size(path: &PathBuf) -> Result<u64> {
@@ -290,6 +297,7 @@ impl Plan {
             &self.elements,
             dest,
             progress,
+            !self.skip,
         )?;
         let mut failures = self.failures;
         for (i, e) in self.indices.into_iter().zip(errors) {
@@ -299,7 +307,13 @@ impl Plan {
         }
         failures.sort_by_key(|(i, _)| *i);
         if !self.skip {
-            if let Some((_, e)) = failures.into_iter().next() {
+            // The first failure in input order, past the elements that were stopped
+            // because of it (a batch that fails stops its other reads).
+            let first = failures
+                .iter()
+                .position(|(_, e)| !cancel::is_cancellation(e))
+                .unwrap_or(0);
+            if let Some((_, e)) = failures.into_iter().nth(first) {
                 return Err(e);
             }
             failures = Vec::new();
@@ -404,6 +418,7 @@ fn read_elements(
     elements: &[Element],
     dest: Span,
     progress: Option<&AtomicU64>,
+    fail_fast: bool,
 ) -> Result<Vec<Option<Error>>> {
     let shared = shared.map(FileHandle::get).transpose()?;
     if let Some(file) = &shared {
@@ -454,6 +469,17 @@ fn read_elements(
     }
     let pool = crate::pool::pool(settings.num_threads)?;
     let segments = segments(&lengths, cap);
+    // Pieces watch the caller's cancellation (a pooled call that was interrupted) and,
+    // with `fail_fast`, the batch's first error: those not yet read are skipped, remote
+    // ones stop waiting for their server (a stalled file fails the batch in one
+    // request's time, not once per piece).
+    let outer = cancel::carry();
+    let stop = CancelToken::new();
+    let carried = if fail_fast {
+        outer.and(&stop)
+    } else {
+        outer.clone()
+    };
     let job = Job {
         settings,
         shared: shared.as_ref(),
@@ -461,20 +487,27 @@ fn read_elements(
         dest,
         errors: &errors,
         progress,
+        stop: fail_fast.then_some(&stop),
     };
     pool.install(|| {
         segments.par_iter().for_each(|range| {
             let part = &work[range.clone()];
-            if let Err(e) = run_caught(|| job.segment(part)) {
+            if carried.cancelled() {
+                return; // skipped: the whole batch fails below
+            }
+            if let Err(e) = carried.run(|| run_caught(|| job.segment(part))) {
                 // The segment as a whole failed (its DMA, a panic): blame each of its
                 // elements that has no error of its own.
                 for p in part {
-                    let mut slot = errors[p.element].lock().unwrap_or_else(|x| x.into_inner());
-                    slot.get_or_insert_with(|| e.clone());
+                    job.record(p, e.clone());
                 }
             }
         })
     });
+    if outer.cancelled() {
+        // Interrupted: no element's outcome is worth reporting (nor the time to build it).
+        return Err(cancel::error(&job.what()));
+    }
     Ok(errors
         .into_iter()
         .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
@@ -490,6 +523,8 @@ struct Job<'a> {
     errors: &'a [Mutex<Option<Error>>],
     /// Bytes of pieces finished so far, for a caller's progress bar.
     progress: Option<&'a AtomicU64>,
+    /// Cancelled by the first failure, for a batch that fails as a whole.
+    stop: Option<&'a CancelToken>,
 }
 
 impl Job<'_> {
@@ -497,7 +532,20 @@ impl Job<'_> {
         let mut slot = self.errors[piece.element]
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        let real = !cancel::is_cancellation(&e);
         slot.get_or_insert(e);
+        drop(slot);
+        if let (Some(stop), true) = (self.stop, real) {
+            stop.cancel();
+        }
+    }
+
+    /// What the batch reads, for the error of a cancelled one.
+    fn what(&self) -> String {
+        self.shared.map_or_else(
+            || format!("a batch of {} files", self.elements.len()),
+            |f| f.path().to_string_lossy().into_owned(),
+        )
     }
 
     /// Open the piece's file (or share the batch's).
@@ -548,6 +596,9 @@ impl Job<'_> {
         match self.dest {
             Span::Host(host) => {
                 for p in part {
+                    if cancel::cancelled() {
+                        break; // the whole batch fails (see `read_elements`)
+                    }
                     if let Err(e) = self.read_piece(p, host.sub(p.dst, p.len)) {
                         self.record(p, e);
                     }
@@ -568,6 +619,9 @@ impl Job<'_> {
         let staged = ring.stage(0, 0, end - start);
         let mut direct = vec![false; part.len()];
         for (k, p) in part.iter().enumerate() {
+            if cancel::cancelled() {
+                return Err(cancel::error(&self.what()));
+            }
             let outcome = self.open_piece(p).and_then(|file| {
                 let reads = [(p.offset, device.sub(p.dst, p.len))];
                 match file.device_batch(&reads, self.settings) {

@@ -147,6 +147,10 @@ pub enum RemoteFailure {
     /// The URL, endpoint type or credentials cannot make a request (a malformed URL, an
     /// unsupported scheme, an endpoint type outside the allow list, missing AWS keys).
     InvalidUrl,
+    /// The request was abandoned before it finished: the call waiting for it was
+    /// interrupted (Ctrl-C), another request of the same read failed, or the interpreter
+    /// is exiting.
+    Cancelled,
 }
 
 impl Error {

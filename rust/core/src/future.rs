@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, TryLockError};
 use std::time::{Duration, Instant};
 
+use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
 use crate::fork::{self, ForkLocal};
 
@@ -86,6 +87,8 @@ struct State {
     /// Whatever keeps the operation's memory alive (a Python buffer export); dropped with
     /// the last reference to the future, never before the last task has finished.
     _keepalive: Mutex<Option<Box<dyn Any + Send>>>,
+    /// The token its tasks watch, for operations that can be cancelled (remote reads).
+    cancel: Option<CancelToken>,
 }
 
 /// The result of an operation that may still be running. Cloning shares the operation.
@@ -104,20 +107,34 @@ impl IoFuture {
     /// A future expecting `tasks` reports, keeping `keepalive` alive until it and every
     /// reporter are gone. With zero tasks it is complete at once with 0 bytes.
     pub fn new(tasks: usize, keepalive: Option<Box<dyn Any + Send>>) -> (Self, Vec<TaskReporter>) {
-        let future = Self::expecting(tasks, keepalive);
+        Self::cancellable(tasks, keepalive, None)
+    }
+
+    /// [`IoFuture::new`] for an operation whose tasks watch `cancel`, which
+    /// [`IoFuture::cancel`] cancels.
+    pub fn cancellable(
+        tasks: usize,
+        keepalive: Option<Box<dyn Any + Send>>,
+        cancel: Option<CancelToken>,
+    ) -> (Self, Vec<TaskReporter>) {
+        let future = Self::expecting(tasks, keepalive, cancel);
         let reporters = (0..tasks).map(|_| future.reporter()).collect();
         (future, reporters)
     }
 
     /// A future expecting one report, and the reporter for it; otherwise as [`IoFuture::new`].
     pub fn single(keepalive: Option<Box<dyn Any + Send>>) -> (Self, TaskReporter) {
-        let future = Self::expecting(1, keepalive);
+        let future = Self::expecting(1, keepalive, None);
         let reporter = future.reporter();
         (future, reporter)
     }
 
     /// A future expecting `tasks` reports, without its reporters yet.
-    fn expecting(tasks: usize, keepalive: Option<Box<dyn Any + Send>>) -> Self {
+    fn expecting(
+        tasks: usize,
+        keepalive: Option<Box<dyn Any + Send>>,
+        cancel: Option<CancelToken>,
+    ) -> Self {
         if tasks > 0 {
             IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
         }
@@ -131,6 +148,7 @@ impl IoFuture {
             finished: Condvar::new(),
             generation: fork::generation(),
             _keepalive: Mutex::new(keepalive),
+            cancel,
         });
         Self { state }
     }
@@ -154,6 +172,16 @@ impl IoFuture {
             .completion
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ask the operation's tasks to stop where they can (remote requests: within
+    /// [`crate::cancel::POLL`]); tasks not yet started fail at once. The future still
+    /// completes only when every task has reported, so its memory stays alive until then.
+    /// A no-op for operations that cannot be cancelled (local files: their tasks finish).
+    pub fn cancel(&self) {
+        if let Some(token) = &self.state.cancel {
+            token.cancel();
+        }
     }
 
     /// In a process forked after the operation started: its outcome, since it can never

@@ -10,6 +10,7 @@ pub mod allocation;
 pub mod atfork;
 pub mod batch;
 pub mod bounce;
+pub mod cancel;
 pub mod ceiling;
 pub mod cuda;
 pub mod cufile_driver;

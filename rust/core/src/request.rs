@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::cancel::{self, CancelToken};
 use crate::cuda::Stream;
 use crate::device_io::{submit_stream_ordered, Ordered};
 use crate::error::{Error, Result};
@@ -161,6 +162,10 @@ pub fn submit(
 ) -> Result<IoFuture> {
     let source = handle.get()?;
     source.check_access(request.direction)?;
+    // A source that can stall (a remote file) never runs a task in the calling thread:
+    // its tasks go to the pool, watching a cancel token, and the caller waits on the
+    // future, which it can interrupt (see `pooled`).
+    let stalls = source.may_stall();
     let task_size = resolve_task_size(request.task_size, settings)?;
     let job = Job {
         source,
@@ -179,6 +184,9 @@ pub fn submit(
                 buf_offset: 0,
                 len: job.span.len(),
             };
+            if stalls {
+                return pooled(settings, job, vec![whole], keepalive);
+            }
             return Ok(IoFuture::ready(job.run(whole), keepalive));
         }
         Completion::StreamOrdered(stream) => {
@@ -205,7 +213,7 @@ pub fn submit(
             let spread = spread_task_size(job.span.len(), task_size, settings.num_threads);
             let spread = bounded_task_size(job.span.len(), spread);
             let mut tasks = split_tasks(offset, job.span.len(), spread);
-            if let (Some(task), None) = (tasks.next(), tasks.clone().next()) {
+            if let (Some(task), None, false) = (tasks.next(), tasks.clone().next(), stalls) {
                 check_end(offset, job.span.len())?;
                 return Ok(IoFuture::ready(job.run(task), keepalive));
             }
@@ -222,6 +230,9 @@ pub fn submit(
         spread_task_size(size, task_size, settings.num_threads),
     );
     let tasks: Vec<Task> = split_tasks(offset, size, spread).collect();
+    if stalls {
+        return pooled(settings, job, tasks, keepalive);
+    }
     if size <= settings.gds_threshold {
         let result = tasks
             .iter()
@@ -242,6 +253,37 @@ pub fn submit(
     }
     if let Some((task, reporter)) = first {
         reporter.report(job.run(task));
+    }
+    Ok(future)
+}
+
+/// Run `tasks` of a source that can stall on the pool, all watching one cancel token that
+/// the future cancels ([`IoFuture::cancel`]: the caller was interrupted) and that the
+/// first task to fail cancels too, so that the rest of the read stops instead of each
+/// task waiting out its own timeouts: a stalled file fails in about one request's time
+/// (its attempts and backoffs), whatever its number of tasks.
+fn pooled(
+    settings: &Settings,
+    job: Job,
+    tasks: Vec<Task>,
+    keepalive: Keepalive,
+) -> Result<IoFuture> {
+    let pool = crate::pool::pool(settings.num_threads)?;
+    let token = CancelToken::new();
+    let (future, reporters) = IoFuture::cancellable(tasks.len(), keepalive, Some(token.clone()));
+    let job = Arc::new(job);
+    for (task, reporter) in tasks.into_iter().zip(reporters) {
+        let (job, token) = (Arc::clone(&job), token.clone());
+        pool.spawn(move || {
+            let result = cancel::scope(&token, || job.run(task));
+            let failed = result.is_err();
+            // Report before cancelling, so that the future keeps this error rather than
+            // a sibling's "cancelled".
+            reporter.report(result);
+            if failed {
+                token.cancel();
+            }
+        });
     }
     Ok(future)
 }

@@ -11,7 +11,9 @@ use kvikpy_core::batch::{plan_file_ranges, plan_files, plan_ranges, Plan, Start}
 use kvikpy_core::{Error, Settings};
 use pyo3::prelude::*;
 
-use crate::blocking::without_gil;
+use kvikpy_core::cancel::CancelToken;
+
+use crate::blocking::interruptible;
 use crate::buffer::Buffer;
 use crate::errors::BindError;
 
@@ -30,6 +32,8 @@ pub struct Progress {
     bytes: Arc<AtomicU64>,
     /// `UNKNOWN` until the batch has laid out its elements.
     total: AtomicU64,
+    /// Cancels the batch from another thread (the caller drawing the bar was interrupted).
+    cancel: CancelToken,
 }
 
 const UNKNOWN: u64 = u64::MAX;
@@ -42,7 +46,14 @@ impl Progress {
         Self {
             bytes: Arc::new(AtomicU64::new(0)),
             total: AtomicU64::new(UNKNOWN),
+            cancel: CancelToken::new(),
         }
+    }
+
+    /// Stop the batch following this counter: pieces not yet read are skipped and remote
+    /// requests stop waiting; the call then raises (its caller was interrupted).
+    fn cancel(&self) {
+        self.cancel.cancel();
     }
 
     /// The bytes the batch will read, once known (its files' sizes are looked up first).
@@ -72,7 +83,8 @@ pub fn read_files_batch(
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
     let settings = kvikpy_core::settings::current().map_err(to_py)?;
-    let plan = without_gil(py, || plan_files(&settings, paths, skip))?;
+    let token = token_of(progress);
+    let plan = interruptible(py, &token, move || plan_files(&settings, paths, skip))?;
     read(py, &settings, plan, ordinal, progress)
 }
 
@@ -89,7 +101,8 @@ pub fn read_ranges_batch(
     progress: Option<&Progress>,
 ) -> PyResult<BatchResult> {
     let settings = kvikpy_core::settings::current().map_err(to_py)?;
-    let plan = without_gil(py, || plan_ranges(&settings, &path, &ranges))?;
+    let token = token_of(progress);
+    let plan = interruptible(py, &token, move || plan_ranges(&settings, &path, &ranges))?;
     read(py, &settings, plan, ordinal, progress)
 }
 
@@ -124,10 +137,18 @@ pub fn read_file_ranges_batch(
             (path, start, size)
         })
         .collect();
-    let plan = without_gil(py, || plan_file_ranges(&settings, ranges, skip, align))?;
+    let plan = interruptible(py, &CancelToken::new(), move || {
+        plan_file_ranges(&settings, ranges, skip, align)
+    })?;
     let (buffer, offsets, lengths, failures) = read_plan(py, &settings, plan, ordinal, None)?;
     let lengths = lengths.iter().map(|&n| n as i64).collect();
     Ok((buffer, offsets, lengths, failures))
+}
+
+/// The token a batch watches: its progress counter's, which the caller can cancel from
+/// another thread, or a new one.
+fn token_of(progress: Option<&Progress>) -> CancelToken {
+    progress.map_or_else(CancelToken::new, |p| p.cancel.clone())
 }
 
 /// Allocate the plan's destination and read it; convert the outcome.
@@ -158,10 +179,15 @@ fn read_plan(
     }
     let placement = ordinal.map_or(Placement::Host, Placement::Device);
     let buffer = Buffer::allocate_at(py, total, placement, false)?;
-    let (span, _owner) = buffer.span();
+    let (span, owner) = buffer.span();
     let counter = progress.map(|p| Arc::clone(&p.bytes));
-    // On an error `buffer` is dropped: nothing half-allocated stays.
-    let outcome = without_gil(py, move || plan.read(settings, span, counter.as_deref()))?;
+    let settings = *settings;
+    // On an error `buffer` is dropped: nothing half-allocated stays. Interrupted (Ctrl-C),
+    // the call raises at once and the read, cancelled, keeps the memory until it stops.
+    let outcome = interruptible(py, &token_of(progress), move || {
+        let _memory = owner;
+        plan.read(&settings, span, counter.as_deref())
+    })?;
     let offsets = outcome.offsets.iter().map(|&o| o as i64).collect();
     let failures = outcome
         .failures

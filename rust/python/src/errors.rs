@@ -170,6 +170,7 @@ fn remote_error(kind: RemoteFailure, url: String, message: String) -> PyErr {
         F::Refused => RemoteConnectionError::new_err(args(libc::ECONNREFUSED)),
         F::Connection => RemoteConnectionError::new_err(args(libc::ECONNRESET)),
         F::Timeout => RemoteTimeoutError::new_err(args(libc::ETIMEDOUT)),
+        F::Cancelled => RemoteConnectionError::new_err(args(libc::ECONNABORTED)),
         F::Status | F::Body => RemoteError::new_err(args(libc::EIO)),
         F::NoRange => RemoteRangeError::new_err(args(libc::EIO)),
         F::InvalidUrl => RemoteUrlError::new_err(message),

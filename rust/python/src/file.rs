@@ -9,7 +9,7 @@ use kvikpy_macros::boundary;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::blocking::without_gil;
+use crate::blocking::{interruptible_alone, without_gil};
 use crate::buffer::{mark_ready, Buffer};
 use crate::errors::{BindError, BindResult};
 use crate::future::{Future, StreamFuture};
@@ -161,6 +161,15 @@ impl FileHandle {
 impl FileHandle {
     #[new]
     fn new(py: Python<'_>, path: std::path::PathBuf, flags: &str) -> BindResult<Self> {
+        if kvikpy_core::source::remote::as_url(&path).is_some() {
+            // Opening a URL asks the server for the size: interruptible (Ctrl-C).
+            let flags = flags.to_owned();
+            let token = kvikpy_core::cancel::CancelToken::new();
+            let inner = interruptible_alone(py, &token, move || {
+                kvikpy_core::FileHandle::open(path, &flags)
+            })?;
+            return Ok(Self { inner });
+        }
         let path = &path;
         loop {
             match without_gil(py, move || kvikpy_core::FileHandle::open(path, flags)) {

@@ -10,13 +10,20 @@ use pyo3::prelude::*;
 use crate::blocking::{without_gil, without_gil_value};
 use crate::errors::{BindError, BindResult};
 
-/// How long `get()` waits between checks for Ctrl-C (KeyboardInterrupt in Jupyter).
-const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(50);
+/// How long a wait lasts between checks for Ctrl-C (KeyboardInterrupt in Jupyter).
+pub const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(25);
 
 /// A running or finished read or write (the private handle behind `kvikpy.IOFuture`).
 #[pyclass(module = "kvikpy._lib", frozen)]
 pub struct Future {
     inner: IoFuture,
+}
+
+impl Future {
+    /// `py.check_signals()`, cancelling the operation if a handler raised.
+    fn check_signals(&self, py: Python<'_>) -> PyResult<()> {
+        py.check_signals().inspect_err(|_| self.inner.cancel())
+    }
 }
 
 impl From<IoFuture> for Future {
@@ -28,7 +35,9 @@ impl From<IoFuture> for Future {
 #[boundary]
 #[pymethods]
 impl Future {
-    /// Wait for the result with the GIL released, checking for signals now and then.
+    /// Wait for the result with the GIL released, checking for signals now and then. A
+    /// signal handler's exception (KeyboardInterrupt) cancels the operation where it can
+    /// be (remote reads stop; their memory stays alive until they have) and is raised.
     /// (`PyResult` rather than `BindResult`: `file.rs` returns it as is.)
     pub fn get(&self, py: Python<'_>) -> PyResult<usize> {
         loop {
@@ -37,19 +46,38 @@ impl Future {
             if let Some(result) = outcome {
                 return Ok(result.map_err(BindError::Engine)?);
             }
-            py.check_signals()?;
+            self.check_signals(py)?;
         }
+    }
+
+    /// Ask the operation to stop where it can: remote reads stop within tens of
+    /// milliseconds and fail (`RemoteConnectionError`, errno `ECONNABORTED`); local reads
+    /// and writes run to their end. The future still completes only when every task has.
+    fn cancel(&self) {
+        self.inner.cancel();
     }
 
     fn done(&self) -> bool {
         self.inner.is_done()
     }
 
-    /// Wait up to `timeout` seconds (GIL released); whether the operation is done.
+    /// Wait up to `timeout` seconds (GIL released, checking for signals as `get` does);
+    /// whether the operation is done.
     fn wait(&self, py: Python<'_>, timeout: f64) -> BindResult<bool> {
-        let timeout = seconds(timeout);
-        let inner = &self.inner;
-        Ok(without_gil_value(py, move || inner.wait_timeout(timeout))?.is_some())
+        let end = std::time::Instant::now() + seconds(timeout);
+        loop {
+            let slice = end
+                .saturating_duration_since(std::time::Instant::now())
+                .min(SIGNAL_CHECK_INTERVAL);
+            let inner = &self.inner;
+            if without_gil_value(py, move || inner.wait_timeout(slice))?.is_some() {
+                return Ok(true);
+            }
+            if slice < SIGNAL_CHECK_INTERVAL {
+                return Ok(false);
+            }
+            self.check_signals(py)?;
+        }
     }
 
     /// Bytes moved by the tasks finished so far (for progress bars).
@@ -114,6 +142,15 @@ impl StreamFuture {
     fn stream(&self) -> usize {
         self.stream
     }
+}
+
+/// Cancel every remote request in flight (they stop within tens of milliseconds); later
+/// ones are not affected. kvikpy registers this with `atexit`, before `wait_for_io`, so
+/// that a pending read of a server that stalls does not hold up the interpreter's exit.
+#[boundary]
+#[pyfunction]
+pub fn cancel_remote_io() {
+    kvikpy_core::cancel::cancel_all();
 }
 
 /// Wait (without the GIL) until no read or write is in flight, at most `timeout` seconds;

@@ -52,6 +52,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arrow::device_stream_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::host_stream_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(future::wait_for_io, m)?)?;
+    m.add_function(wrap_pyfunction!(future::cancel_remote_io, m)?)?;
     m.add_function(wrap_pyfunction!(settings::get_setting, m)?)?;
     m.add_function(wrap_pyfunction!(settings::set_settings, m)?)?;
     m.add_function(wrap_pyfunction!(settings::setting_names, m)?)?;

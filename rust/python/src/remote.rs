@@ -10,7 +10,9 @@ use kvikpy_core::Error;
 use kvikpy_macros::boundary;
 use pyo3::prelude::*;
 
-use crate::blocking::without_gil;
+use kvikpy_core::cancel::CancelToken;
+
+use crate::blocking::interruptible_alone;
 use crate::errors::BindResult;
 use crate::file::FileHandle;
 
@@ -32,13 +34,13 @@ fn endpoint_type(value: u8) -> Result<EndpointType, Error> {
 
 impl RemoteHandle {
     /// Open `endpoint` (made without the GIL: making an S3 endpoint reads nothing
-    /// remote, but opening asks the server for the size).
+    /// remote, but opening asks the server for the size, which Ctrl-C interrupts).
     fn open_with(
         py: Python<'_>,
         nbytes: Option<u64>,
-        make: impl FnOnce() -> kvikpy_core::Result<Endpoint> + Send,
+        make: impl FnOnce() -> kvikpy_core::Result<Endpoint> + Send + 'static,
     ) -> BindResult<Self> {
-        let source = without_gil(py, move || {
+        let source = interruptible_alone(py, &CancelToken::new(), move || {
             let settings = kvikpy_core::settings::current()?;
             RemoteSource::open(make()?, nbytes, &settings)
         })?;
@@ -181,7 +183,7 @@ impl RemoteHandle {
                     .collect::<Result<Vec<_>, _>>()
             })
             .transpose()?;
-        let source = without_gil(py, move || {
+        let source = interruptible_alone(py, &CancelToken::new(), move || {
             let settings = kvikpy_core::settings::current()?;
             remote::open_url(&url, kind, allow.as_deref(), nbytes, &settings)
         })?;

@@ -110,6 +110,13 @@ pub trait Source: Send + Sync + Debug {
         0
     }
 
+    /// Whether a read can stall for long (a remote server that stops answering): such a
+    /// source's requests always run on the pool, cancellably ([`crate::cancel`]), never
+    /// in the calling thread, so that the caller's wait can be interrupted.
+    fn may_stall(&self) -> bool {
+        false
+    }
+
     /// Move the start of a device transfer without the bounce ring, where the source can
     /// (GPUDirect Storage, or DMA straight from cached pages); `lane` is the calling
     /// thread's stream on the span's device, its context current.

@@ -14,6 +14,7 @@ use ureq::{Agent, Body};
 
 use super::s3_sigv4::Credentials;
 use super::url::{origin_text, resolve, same_origin};
+use crate::cancel;
 use crate::error::{Error, RemoteFailure, Result};
 use crate::settings::Settings;
 
@@ -109,8 +110,18 @@ enum Failure {
 
 /// Run `attempt` until it succeeds, fails for good, or has been tried
 /// `http_max_attempts` times; `attempt` gets the response of `request()` (rebuilt for
-/// each attempt, so that a signature carries its own time).
+/// each attempt, so that a signature carries its own time). Cancelled work
+/// ([`crate::cancel`]) stops before an attempt, during a backoff sleep or while waiting
+/// for the server, with [`RemoteFailure::Cancelled`].
 pub fn with_retries<T>(
+    settings: &Settings,
+    request: impl FnMut() -> Result<Prepared>,
+    attempt: impl FnMut(&Prepared, Response<Body>) -> Result<T>,
+) -> Result<T> {
+    cancel::watched(|| retried(settings, request, attempt))
+}
+
+fn retried<T>(
     settings: &Settings,
     mut request: impl FnMut() -> Result<Prepared>,
     mut attempt: impl FnMut(&Prepared, Response<Body>) -> Result<T>,
@@ -119,6 +130,9 @@ pub fn with_retries<T>(
     let mut last = None;
     for n in 1..=max_attempts {
         let prepared = request()?;
+        if cancel::cancelled() {
+            return Err(cancelled(&prepared));
+        }
         let outcome = send(&prepared, settings).and_then(|response| {
             let status = response.status().as_u16();
             if settings.http_status_codes.contains(status) {
@@ -141,10 +155,10 @@ pub fn with_retries<T>(
             Ok(value) => return Ok(value),
             Err(Failure::Final(e)) => return Err(e),
             Err(Failure::Retry { status, .. }) => {
-                last = Some((prepared, status));
-                if n < max_attempts {
-                    std::thread::sleep(backoff(n));
+                if n < max_attempts && !cancel::sleep(backoff(n)) {
+                    return Err(cancelled(&prepared));
                 }
+                last = Some((prepared, status));
             }
         }
     }
@@ -302,8 +316,24 @@ fn send_once(
         .map_err(|e| classify(prepared, e))
 }
 
+/// The error of a request abandoned because its work was cancelled.
+fn cancelled(prepared: &Prepared) -> Error {
+    Error::remote(
+        RemoteFailure::Cancelled,
+        &prepared.url,
+        format!(
+            "{} {}: the request was cancelled (the call was interrupted, another request \
+             of the same read failed, or the interpreter is exiting)",
+            prepared.method, prepared.url
+        ),
+    )
+}
+
 /// The failure of a request that got no response.
 fn classify(prepared: &Prepared, error: ureq::Error) -> Failure {
+    if cancel::cancelled() {
+        return Failure::Final(cancelled(prepared));
+    }
     let url = &prepared.url;
     let failed =
         |kind, why: String| Error::remote(kind, url, format!("{} {url}: {why}", prepared.method));
@@ -467,6 +497,9 @@ pub fn read_body(prepared: &Prepared, response: Response<Body>, dst: &mut [u8]) 
     let mut reader = response.into_body().into_reader();
     let mut got = 0;
     while got < expected {
+        if cancel::cancelled() {
+            return Err(cancelled(prepared));
+        }
         match reader.read(&mut dst[got..]) {
             Ok(0) => break,
             Ok(n) => got += n,
@@ -508,6 +541,9 @@ fn short_body(prepared: &Prepared, got: usize, expected: usize) -> Error {
 }
 
 fn body_error(prepared: &Prepared, e: std::io::Error, got: usize, expected: usize) -> Error {
+    if cancel::cancelled() {
+        return cancelled(prepared);
+    }
     let timed_out = e.kind() == ErrorKind::TimedOut
         || e.get_ref()
             .and_then(|inner| inner.downcast_ref::<ureq::Error>())

@@ -10,6 +10,7 @@
 //! the whole file, where its whole-file answer is exactly what was asked.
 
 mod http;
+mod interrupt;
 pub mod s3;
 mod s3_sigv4;
 pub mod tls;
@@ -491,6 +492,10 @@ impl Source for RemoteSource {
     /// kvikio's rate, which asks for each task in one request.
     fn min_device_chunk(&self) -> usize {
         usize::MAX
+    }
+
+    fn may_stall(&self) -> bool {
+        true
     }
 }
 

@@ -195,7 +195,8 @@ fn build(tls: Option<TlsConfig>) -> Agent {
     if let Some(tls) = tls {
         config = config.tls_config(tls);
     }
-    config.build().into()
+    // Connections that notice cancellation while they wait (see `interrupt`).
+    super::interrupt::agent(config.build())
 }
 
 /// The agent that trusts the public roots, and those of configured CA bundles. A forked
