@@ -164,6 +164,8 @@ INVALID = [
     ("task_size", -1),
     ("task_size", -(2**70)),
     ("task_size", 2**64),
+    ("task_size", 2**63),
+    ("gds_threshold", 2**63),
     ("gds_threshold", -1),
     ("bounce_buffer_size", 0),
     ("bounce_buffer_size", -4096),

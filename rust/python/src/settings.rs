@@ -138,14 +138,17 @@ fn convert_int(name: &str, value: &Bound<'_, PyAny>) -> BindResult<SettingValue>
         }
         .into());
     }
-    int.extract::<u64>().map(SettingValue::Int).map_err(|_| {
-        Error::InvalidSetting {
-            name: name.to_string(),
-            value: int.to_string(),
-            expected: "an integer below 2**64",
-        }
-        .into()
-    })
+    // At most 2**63 - 1, the bound of every offset, size and count in kvikpy.
+    int.extract::<i64>()
+        .map(|n| SettingValue::Int(n.unsigned_abs()))
+        .map_err(|_| {
+            Error::InvalidSetting {
+                name: name.to_string(),
+                value: int.to_string(),
+                expected: "an integer of at most 2**63 - 1",
+            }
+            .into()
+        })
 }
 
 fn convert(name: &str, value: &Bound<'_, PyAny>) -> BindResult<SettingValue> {
