@@ -31,25 +31,25 @@ def integer(name: str, value: object) -> int:
         ) from None
 
 
-def non_negative(name: str, value: object, *, maximum: int = MAX_OFFSET) -> int:
-    """``value`` as an ``int`` from 0 to ``maximum``: ``TypeError`` for a non-integer,
-    ``ValueError`` for a negative one, ``OverflowError`` for one above ``maximum``."""
-    n = integer(name, value)
-    if n < 0:
-        raise ValueError(f"{name} must be non-negative, got {n}")
+def _within(name: str, n: int, minimum: int, what: str, maximum: int) -> int:
+    """``n`` if it lies in ``[minimum, maximum]``: ``ValueError`` below (it must be
+    ``what``), ``OverflowError`` above."""
+    if n < minimum:
+        raise ValueError(f"{name} must be {what}, got {n}")
     if n > maximum:
         raise OverflowError(f"{name} {n} is out of range: at most {maximum} is allowed")
     return n
+
+
+def non_negative(name: str, value: object, *, maximum: int = MAX_OFFSET) -> int:
+    """``value`` as an ``int`` from 0 to ``maximum``: ``TypeError`` for a non-integer,
+    ``ValueError`` for a negative one, ``OverflowError`` for one above ``maximum``."""
+    return _within(name, integer(name, value), 0, "non-negative", maximum)
 
 
 def positive(name: str, value: object, *, maximum: int = MAX_OFFSET) -> int:
     """``value`` as an ``int`` from 1 to ``maximum`` (see :func:`non_negative`)."""
-    n = integer(name, value)
-    if n < 1:
-        raise ValueError(f"{name} must be positive, got {n}")
-    if n > maximum:
-        raise OverflowError(f"{name} {n} is out of range: at most {maximum} is allowed")
-    return n
+    return _within(name, integer(name, value), 1, "positive", maximum)
 
 
 def end(name: str, offset: int, size: int) -> int:

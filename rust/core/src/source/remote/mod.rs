@@ -17,6 +17,17 @@ pub mod tls;
 pub mod url;
 mod webhdfs;
 
+/// For tests: a variable lookup (`getenv`) answering from `pairs` instead of the process's
+/// environment.
+#[cfg(test)]
+pub(crate) fn test_env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: std::collections::HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| map.get(k).cloned()
+}
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

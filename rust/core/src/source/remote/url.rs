@@ -688,12 +688,17 @@ mod tests {
             path in "(/[a-z@:]{0,8}){0,3}",
         ) {
             let url = format!("https://{user}:{password}@{host}{path}");
-            let secret = format!(":{password}@");
-            let redacted = redact(&url);
-            prop_assert!(!redacted.contains(&secret), "{}", redacted);
+            // A path holding "://" reads as another URL in a message (redacted too, which
+            // is on the safe side); leave that to the cases above.
+            prop_assume!(!path.contains("//"));
+            // The password goes, whatever the path holds (which may look like one).
+            let expected = format!("https://{user}:***@{host}{path}");
+            prop_assert_eq!(redact(&url), expected.clone());
             let message = format!("GET '{url}': failed; retry {url}");
-            let redacted = redact(&message);
-            prop_assert!(!redacted.contains(&secret), "{}", redacted);
+            prop_assert_eq!(
+                redact(&message),
+                format!("GET '{expected}': failed; retry {expected}")
+            );
             let (stripped, info) = split_user_info(&url);
             prop_assert!(!stripped.contains('@') || path.contains('@'));
             prop_assert_eq!(info.map(|(u, _)| u), Some(user.into_bytes()));
