@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, overload
 
 from kvikpy import _devices, _lib
@@ -194,6 +193,10 @@ def read_spread(
     if len(plan) == 1:
         ((label, members),) = plan.items()
         return SpreadBatch({label: read_part(members, label)}, plan, len(sizes))
+    # Imported here: concurrent.futures (and the logging it pulls in) is a fifth of
+    # `import kvikpy`, and only reads spread over several GPUs need it.
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=len(plan), thread_name_prefix="kvikpy-spread") as pool:
         futures = {label: pool.submit(read_part, members, label) for label, members in plan.items()}
         parts: dict[str, Batch] = {}

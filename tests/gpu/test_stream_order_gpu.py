@@ -1,9 +1,9 @@
 """kvikpy waits for the work torch has queued on a tensor before it reads or writes it:
-torch's ``__cuda_array_interface__`` names no stream, so kvikpy takes torch tensors
-through DLPack, which orders their pending kernels before the legacy default stream that
-kvikpy then waits for. Each case queues a long spin kernel and then the kernel that
-makes the tensor's bytes, and calls kvikpy at once: without the wait, kvikpy would see
-(or be overwritten by) the bytes from before."""
+torch's ``__cuda_array_interface__`` names no stream, so kvikpy asks torch which stream
+is current on the tensor's device (plain tensors and parameters) or takes the tensor
+through DLPack (subclasses), and waits for that stream's work. Each case queues a long
+spin kernel and then the kernel that makes the tensor's bytes, and calls kvikpy at once:
+without the wait, kvikpy would see (or be overwritten by) the bytes from before."""
 
 from __future__ import annotations
 
@@ -96,3 +96,37 @@ def test_raw_read_async_orders_the_producers_stream_before_its_own_without_block
     consumer.synchronize()
     assert int(total) == expected
     assert returned_after < 0.05, "raw_read_async must not block on either stream"
+
+
+class TensorSubclass(torch.Tensor):
+    """A subclass: kvikpy takes it through DLPack, not the plain-tensor path."""
+
+
+@pytest.mark.parametrize("kind", ["4 KiB into a tensor", "parameter", "subclass"])
+def test_small_reads_wait_too_whatever_the_tensor_type(tmp_path: Path, on_stream, kind: str):
+    data = os.urandom(4096)
+    (tmp_path / "in.bin").write_bytes(data)
+    t = torch.empty(4096, dtype=torch.uint8, device="cuda")
+    if kind == "parameter":
+        t = torch.nn.Parameter(t, requires_grad=False)
+    elif kind == "subclass":
+        t = t.as_subclass(TensorSubclass)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(SPIN)
+    t.fill_(0)
+    with kvikpy.CuFile(tmp_path / "in.bin") as f:
+        assert f.read(t) == 4096
+    torch.cuda.synchronize()
+    assert t.detach().cpu().numpy().tobytes() == data
+
+
+def test_tensors_the_fast_path_leaves_alone_keep_their_errors(tmp_path: Path):
+    (tmp_path / "in.bin").write_bytes(os.urandom(8192))
+    strided = torch.zeros(8192, dtype=torch.uint8, device="cuda")[::2]
+    grad = torch.zeros(1024, dtype=torch.float32, device="cuda", requires_grad=True)
+    with kvikpy.CuFile(tmp_path / "in.bin") as f:
+        with pytest.raises((ValueError, RuntimeError, TypeError, BufferError)):
+            f.read(strided)
+        with pytest.raises((ValueError, RuntimeError, TypeError, BufferError)):
+            f.read(grad)
+    assert not strided.any() and not grad.detach().any()

@@ -66,7 +66,7 @@ struct Idle {
 // SAFETY: an idle buffer is plain memory owned by the pool; no thread holds a reference.
 unsafe impl Send for Idle {}
 
-/// A pool of equally sized aligned buffers.
+/// A pool of aligned buffers, each at most one full bounce buffer in size.
 pub struct BouncePool {
     allocator: Box<dyn BounceAllocator>,
     idle: Mutex<Vec<Idle>>,
@@ -90,15 +90,33 @@ impl BouncePool {
     }
 
     /// A buffer of exactly `size` bytes serving a `bounce_buffer_size` of `serves` bytes:
-    /// an idle one if there is one, else a new one. Idle buffers of another size (left
-    /// from before a `bounce_buffer_size` change) are freed.
+    /// an idle one if there is one, else a new one ([`BouncePool::acquire_at_least`] with
+    /// `size` as both bounds).
     pub fn acquire(self: &Arc<Self>, size: usize, serves: usize) -> Result<BounceBuffer> {
+        self.acquire_at_least(size, size, serves)
+    }
+
+    /// A buffer of at least `need` and at most `limit` bytes (the size a full buffer has
+    /// under the current `bounce_buffer_size`) serving a `bounce_buffer_size` of `serves`
+    /// bytes: an idle one that is large enough if there is one, else a new one of `need`
+    /// bytes. So a process whose transfers are small pins small buffers (pinning is slow:
+    /// a 16 MiB buffer cost 8 ms on the H100 machine, most of a first 1 MiB read).
+    ///
+    /// Idle buffers larger than `limit` (left from a larger `bounce_buffer_size`) are
+    /// freed; when a new buffer is made, one idle buffer too small to serve is freed in
+    /// its place, so the pool still holds at most as many buffers as tasks ran at once.
+    pub fn acquire_at_least(
+        self: &Arc<Self>,
+        need: usize,
+        limit: usize,
+        serves: usize,
+    ) -> Result<BounceBuffer> {
+        let need = need.min(limit);
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            // Buffers of another size are left from before a `bounce_buffer_size` change.
             // `retain` works in place: no allocation on the hot path.
             idle.retain(|b| {
-                if b.size == size {
+                if b.size <= limit {
                     return true;
                 }
                 // SAFETY: idle buffers came from this allocator with their size, and this
@@ -106,11 +124,20 @@ impl BouncePool {
                 unsafe { self.allocator.deallocate(b.ptr, b.size) };
                 false
             });
-            idle.pop()
+            match idle.iter().rposition(|b| b.size >= need) {
+                Some(i) => Some(idle.swap_remove(i)),
+                None => {
+                    if let Some(small) = idle.pop() {
+                        // SAFETY: as above; `small` has left the list.
+                        unsafe { self.allocator.deallocate(small.ptr, small.size) };
+                    }
+                    None
+                }
+            }
         };
-        let ptr = match reused {
-            Some(b) => b.ptr,
-            None => self.allocator.allocate(size)?,
+        let (ptr, size) = match reused {
+            Some(b) => (b.ptr, b.size),
+            None => (self.allocator.allocate(need)?, need),
         };
         Ok(BounceBuffer {
             pool: Arc::clone(self),
@@ -232,6 +259,35 @@ mod tests {
         drop(d);
         assert_eq!(pool.free_idle(), 4096);
         assert_eq!(pool.idle_count(), 0);
+    }
+
+    #[test]
+    fn short_transfers_get_small_buffers_and_the_pool_stays_one_per_task() {
+        let pool = BouncePool::new(PageAlignedAllocator);
+        let full = 16 * 4096;
+        let small = pool.acquire_at_least(4096, full, full).unwrap();
+        assert_eq!(small.len(), 4096, "sized for the need, not the setting");
+        drop(small);
+        // A large need replaces the idle small buffer rather than adding to it.
+        let large = pool.acquire_at_least(full, full, full).unwrap();
+        assert_eq!(large.len(), full);
+        assert_eq!(pool.idle_count(), 0);
+        drop(large);
+        // A small need reuses the idle large buffer.
+        let reused = pool.acquire_at_least(4096, full, full).unwrap();
+        assert_eq!(reused.len(), full);
+        assert_eq!(pool.idle_count(), 0);
+        drop(reused);
+        // Needs above the limit are capped at it; idle buffers above a lower limit go.
+        assert_eq!(
+            pool.acquire_at_least(full * 2, full, full).unwrap().len(),
+            full
+        );
+        let capped = pool.acquire_at_least(4096, 8192, 8192).unwrap();
+        assert_eq!(capped.len(), 4096);
+        assert_eq!(pool.idle_count(), 0);
+        drop(capped);
+        assert_eq!(pool.free_idle(), 8192, "counted as the setting it served");
     }
 
     #[test]

@@ -93,7 +93,7 @@ pub fn via_ring(
     }
     let chunk = chunk_size(span.len, settings, source.min_device_chunk());
     let slots = if span.len > chunk { MAX_SLOTS } else { 1 };
-    let mut ring = Ring::pinned(lane, slots, settings)?;
+    let mut ring = Ring::pinned_for(lane, slots, settings, chunk.min(span.len))?;
     let pipeline = Pipeline {
         source,
         span,

@@ -39,10 +39,34 @@ pub fn pinned_buffers(
     count: usize,
     settings: &Settings,
 ) -> Result<Vec<BounceBuffer>> {
+    pinned_buffers_for(ordinal, count, settings, staging_capacity(settings))
+}
+
+/// Smallest pinned buffer made for a short transfer ([`pinned_buffers_for`]).
+const MIN_PINNED_STAGING: usize = 64 << 10;
+
+/// `count` pinned bounce buffers of device `ordinal`'s pool, each staging at least
+/// `chunk` file bytes: a new buffer is sized for `chunk` (rounded up to a power of two,
+/// so that sizes repeat and buffers are reused), not for a full `bounce_buffer_size`,
+/// since pinning memory is slow and a small transfer should not pay for a large buffer.
+pub fn pinned_buffers_for(
+    ordinal: usize,
+    count: usize,
+    settings: &Settings,
+    chunk: usize,
+) -> Result<Vec<BounceBuffer>> {
     let pool = cuda::pinned_pool(ordinal)?;
-    let size = pinned_buffer_size(settings);
+    let full = pinned_buffer_size(settings);
+    let staged = chunk
+        .checked_next_power_of_two()
+        .unwrap_or(usize::MAX)
+        .max(MIN_PINNED_STAGING)
+        .min(staging_capacity(settings));
+    let need = staged.saturating_add(DIRECT_IO_ALIGNMENT);
     let serves = settings.bounce_buffer_size;
-    (0..count).map(|_| pool.acquire(size, serves)).collect()
+    (0..count)
+        .map(|_| pool.acquire_at_least(need, full, serves))
+        .collect()
 }
 
 /// Where `len` file bytes from `file_offset` go in `buffer`: at the same offset modulo
@@ -68,8 +92,19 @@ pub struct Ring<'l, P = BounceBuffer> {
 impl<'l> Ring<'l, BounceBuffer> {
     /// A ring of `count` (1 or 2) pinned bounce buffers on `lane`'s device.
     pub fn pinned(lane: Lane<'l>, count: usize, settings: &Settings) -> Result<Self> {
+        Self::pinned_for(lane, count, settings, staging_capacity(settings))
+    }
+
+    /// [`Ring::pinned`] with buffers that stage at least `chunk` bytes each (see
+    /// [`pinned_buffers_for`]).
+    pub fn pinned_for(
+        lane: Lane<'l>,
+        count: usize,
+        settings: &Settings,
+        chunk: usize,
+    ) -> Result<Self> {
         let count = count.clamp(1, MAX_SLOTS);
-        let buffers = pinned_buffers(lane.context.ordinal(), count, settings)?;
+        let buffers = pinned_buffers_for(lane.context.ordinal(), count, settings, chunk)?;
         Ok(Self::with(lane, buffers))
     }
 

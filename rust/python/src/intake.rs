@@ -5,7 +5,8 @@
 //! (v2 and v3, whose `stream` is waited for; an interface without a `stream` key on an
 //! object that also speaks DLPack, torch's, is taken through DLPack so that its pending
 //! work is waited for); objects whose `__dlpack_device__` is a CUDA device (torch, CuPy,
-//! JAX); anything exporting the buffer protocol (host memory).
+//! JAX); anything exporting the buffer protocol (host memory). Plain torch CUDA tensors
+//! skip both interfaces (see [`crate::torch`]): the same ordering, a fraction of the cost.
 //! Pointers are routed by the driver's view of them, so pinned host memory takes the host
 //! path and managed memory the device path.
 
@@ -24,6 +25,7 @@ use pyo3::types::{PyBool, PyDict, PyTuple};
 use crate::blocking::without_gil;
 use crate::buffer::Buffer;
 use crate::dlpack::{self, DEVICE_CPU, DEVICE_CUDA, DEVICE_CUDA_HOST, DEVICE_CUDA_MANAGED};
+use crate::torch;
 
 /// Whether the operation writes into the buffer or only reads it.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -170,6 +172,9 @@ pub fn intake_with(obj: &Bound<'_, PyAny>, access: Access, pending: Pending) -> 
         if let Ok(export) = HostExport::get(obj) {
             return from_export(obj, export, access);
         }
+    }
+    if let Some(tensor) = torch::view(obj) {
+        return from_torch(obj, tensor, pending);
     }
     if access == Access::Fill && is_jax(obj) {
         return Err(read_only_error(obj));
@@ -449,6 +454,54 @@ fn descr_has_objects(descr: &Bound<'_, PyAny>) -> bool {
     })
 }
 
+/// Work queued on `stream` (a raw `CUstream`) may still be producing or reading the
+/// memory of `span`: wait for it, or, in a stream-ordered call, make the call's stream
+/// wait for it on the GPU. Nothing to do for host memory.
+fn order_pending(py: Python<'_>, span: Span, stream: usize, pending: Pending) -> PyResult<()> {
+    let Span::Device(d) = span else {
+        return Ok(());
+    };
+    let ordinal = d.ordinal;
+    match pending {
+        Pending::Wait => without_gil(py, move || {
+            cuda::record_and_wait(ordinal, cuda::Stream::from_raw(stream))
+        })?,
+        Pending::InStreamOrder(call) if call != stream => without_gil(py, move || {
+            let producer = cuda::Stream::from_raw(stream);
+            cuda::record_and_order(ordinal, producer, cuda::Stream::from_raw(call))
+        })?,
+        Pending::InStreamOrder(_) => {} // the same stream orders it already
+    }
+    Ok(())
+}
+
+/// A plain torch CUDA tensor ([`torch::view`]): device memory as torch reports it (torch
+/// allocates CUDA tensors in device or managed memory, never host memory, so the
+/// driver's pointer query is skipped), ordered after the work queued on its device's
+/// current stream, as its `__dlpack__` would order it.
+fn from_torch(
+    obj: &Bound<'_, PyAny>,
+    tensor: torch::TorchView,
+    pending: Pending,
+) -> PyResult<Intake> {
+    let py = obj.py();
+    plausible_extent(tensor.ptr, tensor.nbytes)?;
+    let span = if tensor.nbytes == 0 {
+        Span::Host(HostSpan::from_slice(&mut []))
+    } else {
+        Span::Device(DeviceSpan {
+            ptr: tensor.ptr,
+            len: tensor.nbytes,
+            ordinal: tensor.device,
+        })
+    };
+    order_pending(py, span, tensor.stream, pending)?;
+    Ok(Intake {
+        span,
+        keepalive: Box::new(obj.clone().unbind()),
+    })
+}
+
 fn from_cuda_array_interface(
     obj: &Bound<'_, PyAny>,
     cai: &Bound<'_, PyAny>,
@@ -581,20 +634,9 @@ fn from_cuda_array_interface(
         return Err(read_only_error(obj));
     }
     let span = route(py, ptr, nbytes, None)?;
-    // Version 3: work queued on `stream` may still be producing the data: wait for it,
-    // or, in a stream-ordered call, make the call's stream wait for it on the GPU.
-    if let (Span::Device(d), Some(stream)) = (span, stream) {
-        let ordinal = d.ordinal;
-        match pending {
-            Pending::Wait => without_gil(py, move || {
-                cuda::record_and_wait(ordinal, cuda::Stream::from_raw(stream))
-            })?,
-            Pending::InStreamOrder(call) if call != stream => without_gil(py, move || {
-                let producer = cuda::Stream::from_raw(stream);
-                cuda::record_and_order(ordinal, producer, cuda::Stream::from_raw(call))
-            })?,
-            Pending::InStreamOrder(_) => {} // the same stream orders it already
-        }
+    // Version 3: work queued on `stream` may still be producing the data.
+    if let Some(stream) = stream {
+        order_pending(py, span, stream, pending)?;
     }
     Ok(Intake {
         span,

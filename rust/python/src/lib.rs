@@ -19,6 +19,7 @@ mod mmap;
 mod page_cache;
 mod remote;
 mod settings;
+mod torch;
 
 use pyo3::prelude::*;
 
