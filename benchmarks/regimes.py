@@ -34,9 +34,14 @@ Rows (``--only`` takes names or the groups ``percall``, ``large``):
   fadvise`` evicts the file alone with ``posix_fadvise`` instead);
 * ``disk``: the disk's own ceiling in the same run: the cold file read with ``pread`` on
   an ``O_DIRECT`` descriptor by 16 threads, 4 MiB requests, into page-aligned memory;
-* ``write-sweep`` (only when named): kvikpy's write at task sizes of 4, 8, 16 and 32 MiB
-  (``KVIKIO_TASK_SIZE``), each with its default write chunking and with 4 MiB chunks
-  (``KVIKPY_WRITE_CHUNK_SIZE``), and kvikio at ``--kvikio-task-mib`` for reference.
+* ``write-sweep`` (only when named, to choose kvikpy's write defaults from one run):
+  kvikpy's write at task sizes of 4, 8, 16 and 32 MiB (``KVIKIO_TASK_SIZE``) with its
+  default chunking (with many threads, a whole task per ``pwrite``), with 4 MiB chunks
+  (``KVIKPY_WRITE_CHUNK_SIZE``, its chunking before), with the range preallocated first
+  (``KVIKPY_WRITE_PREALLOCATE=1``) and through the page cache
+  (``KVIKIO_AUTO_DIRECT_IO_WRITE=0``); kvikio at 4 MiB and ``--kvikio-task-mib`` tasks;
+  and the disk's own write ceiling (16 threads, 16 MiB ``pwrite`` calls on an
+  ``O_DIRECT`` descriptor, with and without ``fallocate`` first), all incl. ``os.sync()``.
 
 ``--device cpu`` (kvikpy only, host memory, no CUDA) is a smoke mode for machines without
 a GPU. On the GPU machine, ``make gpu-bench-regimes`` installs the carried wheels and
@@ -254,12 +259,56 @@ def _ceiling(spec: dict[str, Any]) -> float:
     return n / dt / 1e9
 
 
+def _raw_write(spec: dict[str, Any]) -> float:
+    """The disk's own write ceiling: ``spec["bytes"]`` of random data written to a new
+    file with ``pwrite`` on an ``O_DIRECT`` descriptor by 16 threads, ``spec["request"]``
+    bytes each (after ``fallocate`` of the whole file with ``spec["preallocate"]``), then
+    ``os.sync()``, all inside the clock; GB/s. The file's checksum is verified."""
+    n, request, out = spec["bytes"], spec["request"], spec["path"]
+    block = mmap.mmap(-1, request)  # page-aligned, as O_DIRECT needs
+    block.write(np.random.default_rng(9).integers(0, 256, request, dtype=np.uint8).tobytes())
+    offsets = itertools.count(0, request)
+    os.sync()
+    t = time.perf_counter()
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+    try:
+        if spec["preallocate"]:
+            os.posix_fallocate(fd, 0, n)
+
+        def worker(_: int) -> None:
+            while (at := next(offsets)) < n:
+                size = min(request, n - at)
+                if size % PAGE:
+                    raise RuntimeError("the raw write needs a size of whole 4 KiB pages")
+                with memoryview(block) as whole, whole[:size] as view:
+                    if os.pwrite(fd, view, at) != size:
+                        raise RuntimeError(f"short O_DIRECT pwrite at {at}")
+
+        with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
+            list(pool.map(worker, range(THREADS)))
+    finally:
+        os.close(fd)
+    os.sync()
+    dt = time.perf_counter() - t
+    whole, rest = divmod(n, request)
+    one = np.frombuffer(block, dtype=np.uint8)
+    want = whole * int(one.sum(dtype=np.int64)) + int(one[:rest].sum(dtype=np.int64))
+    written = np.memmap(out, dtype=np.uint8, mode="r")
+    _check("raw write", int(written.sum(dtype=np.int64)), want)
+    del written, one
+    os.unlink(out)
+    return n / dt / 1e9
+
+
 def child_main() -> None:
     """Entry point of a child process: its spec as JSON on the command line."""
     spec = json.loads(sys.argv[1])
     row, lib_name = spec["row"], spec["lib"]
     if row == "disk":
         print(json.dumps({"value": _ceiling(spec), "info": {}}))
+        return
+    if lib_name == "none":
+        print(json.dumps({"value": _raw_write(spec), "info": {}}))
         return
     mem = _Mem(spec["mem"])
     if row == "first-read":
@@ -458,24 +507,51 @@ def configs(row: str, device: str, args: argparse.Namespace) -> dict[str, dict[s
             for lib in libs
         }
     if row == "write-sweep":
-        out: dict[str, dict[str, Any]] = {}
-        for mib in SWEEP_TASKS_MIB:
-            for chunk in (None, SWEEP_CHUNK):
-                label = f"kvikpy {mib} MiB tasks" + (f", {chunk >> 20} MiB chunks" if chunk else "")
-                out[label] = {
-                    "lib": "kvikpy",
-                    "settings": {"num_threads": THREADS},
-                    "env": {
-                        "KVIKIO_TASK_SIZE": str(mib << 20),
-                        "KVIKPY_WRITE_CHUNK_SIZE": str(chunk) if chunk else None,
-                    },
-                }
-        if "kvikio" in libs:
-            out[f"kvikio {args.kvikio_task_mib} MiB tasks"] = configs("write", device, args)[
-                "kvikio"
-            ]
-        return out
+        return sweep_configs(libs, args)
     return {lib: {"lib": lib, "settings": {}, "env": {}} for lib in libs}
+
+
+def sweep_configs(libs: list[str], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The write sweep: kvikpy's write at each task size with its default chunking (a
+    whole task per pwrite with many threads), with 4 MiB chunks (its chunking before),
+    with its range preallocated (``KVIKPY_WRITE_PREALLOCATE``), and through the page cache
+    (``KVIKIO_AUTO_DIRECT_IO_WRITE=0``: the kernel's writeback under ``os.sync()``);
+    kvikio at its default and at ``--kvikio-task-mib`` tasks; and the disk's O_DIRECT
+    ceiling with and without ``fallocate``."""
+    out: dict[str, dict[str, Any]] = {}
+
+    def kvikpy(label: str, mib: int, **knobs: str) -> None:
+        env: dict[str, str | None] = {
+            "KVIKIO_TASK_SIZE": str(mib << 20),
+            "KVIKIO_AUTO_DIRECT_IO_WRITE": "1",
+            "KVIKPY_WRITE_CHUNK_SIZE": None,
+            "KVIKPY_WRITE_PREALLOCATE": None,
+        }
+        out[f"kvikpy {mib} MiB tasks{label}"] = {
+            "lib": "kvikpy",
+            "settings": {"num_threads": THREADS},
+            "env": env | knobs,
+        }
+
+    for mib in SWEEP_TASKS_MIB:
+        kvikpy("", mib)
+    for mib in SWEEP_TASKS_MIB[1:]:
+        kvikpy(f", {SWEEP_CHUNK >> 20} MiB chunks", mib, KVIKPY_WRITE_CHUNK_SIZE=str(SWEEP_CHUNK))
+    for mib in (4, 16):
+        kvikpy(", preallocated", mib, KVIKPY_WRITE_PREALLOCATE="1")
+    for mib in (4, 16):
+        kvikpy(", buffered", mib, KVIKIO_AUTO_DIRECT_IO_WRITE="0")
+    if "kvikio" in libs:
+        for mib in sorted({4, args.kvikio_task_mib}):
+            out[f"kvikio {mib} MiB tasks"] = {
+                "lib": "kvikio",
+                "settings": {"num_threads": THREADS, "task_size": mib << 20},
+                "env": {},
+            }
+    for pre in (False, True):
+        label = "O_DIRECT pwrite, 16 threads, 16 MiB requests" + (", fallocate" if pre else "")
+        out[label] = {"lib": "none", "settings": {}, "env": {}, "raw": pre}
+    return out
 
 
 def make_data(folder: str, args: argparse.Namespace, todo: list[str]) -> dict[str, Any]:
@@ -530,6 +606,8 @@ def child_spec(row: str, config: dict[str, Any], data: dict[str, Any], args: Any
         spec |= data["first-read"]
     elif row in ("write", "write-sweep"):
         spec |= data["write"]
+        if "raw" in config:
+            spec |= {"request": 16 << 20, "preallocate": config["raw"]}
     else:
         spec |= data["large"] | {"evict": args.evict_method}
     return spec
