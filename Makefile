@@ -32,7 +32,7 @@ export MATURIN_NO_MISSING_BUILD_BACKEND_WARNING := 1
 MATURIN_DEVELOP = PIP_QUIET=1 VIRTUAL_ENV=$(CURDIR)/$(1) $(1)/bin/maturin develop --release --quiet
 
 .PHONY: demo test docs lint fmt develop rust-test stubtest typecheck py-test wheel wheels \
-        gpu-wheel gpu-test gpu-bench gpu-bench-wheels gpu-notebooks nb-wheels clean check-rust \
+        gpu-wheel gpu-test gpu-bench gpu-bench-wheels gpu-bench-regimes gpu-notebooks nb-wheels clean check-rust \
         notebooks bench-engine kvikio-tests-fetch kvikio-tests gpu-kvikio-tests cufile-standin \
         zarr-wheels dask-wheels remote-wheels
 
@@ -293,6 +293,19 @@ gpu-bench:
 		python3 -m benchmarks progress --out $(BENCH_OUT)/progress.json; \
 		python3 -m benchmarks startup | tee $(BENCH_OUT)/startup.txt; \
 	fi
+
+# kvikpy against kvikio in every regime, side by side (benchmarks/regimes.py): per-call
+# reads into torch, CuPy and numpy, a loop over 2,000 files, a 2 GiB write incl. os.sync,
+# the first read of a process, a 4 GiB file cold, warm and half warm at 16 threads, and the
+# disk's O_DIRECT ceiling, in about 6 minutes on an H100 (kvikio's wheels carried in .whl/,
+# kvikpy's in .gpu/); regimes.json and regimes.md into $(BENCH_OUT). Options in
+# BENCH_ARGS, e.g. BENCH_ARGS="--only write-sweep --write-rounds 3" (kvikpy's write at
+# several task and chunk sizes, to choose its write defaults from one run).
+gpu-bench-regimes:
+	$(GPU_INSTALL) .gpu/*.whl .whl/*.whl
+	mkdir -p $(BENCH_OUT)
+	PYTHONPATH=/tmp/kvikpy-site:. PYTHONSAFEPATH=1 python3 -m benchmarks regimes \
+		--out $(BENCH_OUT)/regimes.json --markdown $(BENCH_OUT)/regimes.md $(BENCH_ARGS)
 
 # Two builds side by side on the GPU machine (the before/after of an engine change): the
 # wheel from before carried in .bench/before/, the one from after in .gpu/ (`make

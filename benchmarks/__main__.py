@@ -11,8 +11,10 @@ into CuPy: kvikpy.zarr.GDSStore against kvikio's and zarr's), distributed (a sha
 checkpoint onto every GPU of a host: kvikpy's process_group load against InstantTensor
 and fastsafetensors), multi_gpu (every GPU of a host at once: copy and pread ceilings
 against kvikpy's read_many over all GPUs), dask_sum (a dask sum over a raw file read by
-kvikpy.dask, one worker per GPU, one GPU against all), percall (where the microseconds
-of a small blocking read go, step by step, against kvikio).
+kvikpy.dask, one worker per GPU, one GPU against all), regimes (kvikpy against kvikio
+in every regime side by side: per-call reads, a file loop, writes, the first read, a
+large file cold, warm and half warm, and the disk's own ceiling), percall (where the
+microseconds of a small blocking read go, step by step, against kvikio).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -41,6 +43,7 @@ SCRIPTS = {
     "distributed": "benchmarks.distributed",
     "multi_gpu": "benchmarks.multi_gpu",
     "dask_sum": "benchmarks.dask_sum",
+    "regimes": "benchmarks.regimes",
     "percall": "benchmarks.percall",
 }
 

@@ -69,16 +69,29 @@ def warm_page_cache(path: str) -> None:
             pass
 
 
-def run_child(code: str, *args: object, what: str, timeout: int = 900) -> Any:
+def run_child(
+    code: str,
+    *args: object,
+    what: str,
+    timeout: int = 900,
+    env: dict[str, str | None] | None = None,
+) -> Any:
     """Run ``python -c code args`` in a fresh process (its own pools, no shared state) with
-    ``KVIKIO_COMPAT_MODE=ON`` (the GPU machine has no GPUDirect Storage); return the JSON
-    value of its last line of output. A failing child raises ``RuntimeError`` naming
-    ``what`` with the end of its stderr."""
+    ``KVIKIO_COMPAT_MODE=ON`` (the GPU machine has no GPUDirect Storage) and ``env`` (a
+    ``None`` value removes the variable); return the JSON value of its last line of
+    output. A failing child raises ``RuntimeError`` naming ``what`` with the end of its
+    stderr."""
+    child_env = dict(os.environ, KVIKIO_COMPAT_MODE="ON")
+    for name, value in (env or {}).items():
+        if value is None:
+            child_env.pop(name, None)
+        else:
+            child_env[name] = value
     out = subprocess.run(
         [sys.executable, "-c", code, *map(str, args)],
         capture_output=True,
         text=True,
-        env=dict(os.environ, KVIKIO_COMPAT_MODE="ON"),
+        env=child_env,
         check=False,
         timeout=timeout,
     )

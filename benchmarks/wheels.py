@@ -10,8 +10,13 @@ workloads mirror the other benchmarks of this folder, kvikpy's side only:
   settings and on one I/O thread, GB/s (``large``);
 * ``small-4k``, ``small-64k``, ``small-1m``: 2,000 files, one by one: open, ``CuFile.read``
   into the file's slice of one buffer, close; files/s (``small``);
-* ``tiny``: 2,000 ``CuFile.read`` calls of 4 KiB at consecutive offsets of one open file
-  (the per-call cost: context binding, intake, the inline path), reads/s;
+* ``tiny-torch``, ``tiny-cupy``, ``tiny-host`` (the group ``tiny``): 2,000 ``CuFile.read``
+  calls of 4 KiB at consecutive offsets of one open file, each into its slice of one torch
+  tensor, CuPy array or numpy array (the per-call cost: context binding, intake, the
+  inline path), reads/s (``percall-*`` of ``regimes``);
+* ``write``: ``CuFile.write`` of ``--write-mib`` (1 GiB) from GPU memory (host memory
+  with ``--device cpu``) to a new file at default settings, then ``os.sync()``, both
+  inside the clock; the written file's checksum is verified; GB/s;
 * ``batch-4k``, ``batch-64k``, ``batch-ranges``: ``read_many`` of the 4 KiB and 64 KiB
   files, ``read_ranges`` of 2,000 random 1 MiB ranges of the large file; files or ranges/s
   (``batch``);
@@ -70,14 +75,17 @@ UNITS: dict[str, str] = {
     "large": "GB/s",
     "large-1t": "GB/s",
     **{f"small-{k}": "files/s" for k in SMALL_SIZES},
-    "tiny": "reads/s",
+    "tiny-torch": "reads/s",
+    "tiny-cupy": "reads/s",
+    "tiny-host": "reads/s",
+    "write": "GB/s",
     **{f"batch-{k}": "files/s" for k in BATCH_SIZES},
     "batch-ranges": "ranges/s",
     **{f"ranges-{k}{s}": "ranges/s" for k in RANGE_SIZES for s in ("", "+1")},
     "checkpoint": "GB/s",
     "stream": "GB/s",
 }
-GPU_ONLY = {"stream"}
+GPU_ONLY = {"stream", "tiny-torch", "tiny-cupy"}
 # Keys of a summary row besides the builds' labels.
 RESERVED = {"unit", "what", "ratios", "spread", "beyond_spread"}
 
@@ -112,6 +120,27 @@ class _Host:
 
     def state_total(self, state: dict[str, Any]) -> int:
         return sum(int(t.reshape(-1).view(np.uint8).sum(dtype=np.int64)) for t in state.values())
+
+
+class _Cupy:
+    """GPU memory through CuPy (the ``tiny-cupy`` workload); sums on the GPU."""
+
+    def __init__(self) -> None:
+        import cupy
+
+        self.cupy = cupy
+
+    def empty(self, n: int) -> Any:
+        return self.cupy.empty(n, dtype=self.cupy.uint8)
+
+    def zero(self, buf: Any) -> None:
+        buf.fill(0)
+
+    def sync(self) -> None:
+        self.cupy.cuda.runtime.deviceSynchronize()
+
+    def total(self, data: Any) -> int:
+        return int(data.sum(dtype=self.cupy.int64))
 
 
 class _Cuda:
@@ -155,7 +184,7 @@ def _expect(work: str, got: int, want: int) -> None:
 
 
 def _timed(
-    mem: _Host | _Cuda,
+    mem: _Host | _Cuda | _Cupy,
     runs: int,
     run: Callable[[], Any],
     check: Callable[[Any], None],
@@ -180,6 +209,17 @@ def _timed(
         times.append(time.perf_counter() - t)
     check(result)
     return statistics.median(times)
+
+
+def _fill(buf: Any, path: str) -> None:
+    """Fill ``buf`` with the first bytes of ``path`` (random data, never all zeros)."""
+    data = np.fromfile(path, dtype=np.uint8, count=len(buf))
+    if isinstance(buf, np.ndarray):
+        buf[:] = data
+    else:  # a torch tensor on the GPU
+        import torch
+
+        buf.copy_(torch.from_numpy(data))
 
 
 def _slices(buf: Any, count: int, size: int) -> list[Any]:
@@ -221,8 +261,13 @@ def run_workloads(
             t = timed(f"small-{key}", loop, files["sum"], lambda buf=buf: mem.zero(buf))
             out[f"small-{key}"] = len(paths) / t
             del buf, views
-    if "tiny" in todo:
-        buf = mem.empty(spec["tiny_count"] * PAGE)
+    for kind in ("torch", "cupy", "host"):
+        work = f"tiny-{kind}"
+        if work not in todo:
+            continue
+        into: Any = {"torch": mem, "cupy": _Cupy, "host": _Host}[kind]
+        into = into() if isinstance(into, type) else into
+        buf = into.empty(spec["tiny_count"] * PAGE)
         views = _slices(buf, spec["tiny_count"], PAGE)
         with kvikpy.CuFile(big, "r") as f:
 
@@ -231,9 +276,41 @@ def run_workloads(
                     f.read(view, file_offset=i * PAGE)
                 return buf
 
-            t = timed("tiny", tiny, spec["tiny_sum"], lambda buf=buf: mem.zero(buf))
-        out["tiny"] = len(views) / t
+            t = _timed(
+                into,
+                runs,
+                tiny,
+                lambda r, into=into, work=work: _expect(work, into.total(r), spec["tiny_sum"]),
+                lambda buf=buf, into=into: into.zero(buf),
+            )
+        out[work] = len(views) / t
         del buf, views
+    if "write" in todo:
+        nbytes = spec["write_bytes"]
+        src = mem.empty(nbytes)
+        _fill(src, big)
+        want = mem.total(src)
+        target = spec["write_path"]
+
+        def write() -> str:
+            with kvikpy.CuFile(target, "w") as f:
+                f.write(src)
+            os.sync()
+            return str(target)
+
+        def written(path: str) -> None:
+            data = np.memmap(path, dtype=np.uint8, mode="r")
+            _expect("write", int(data.sum(dtype=np.int64)), want)
+            del data
+
+        def remove() -> None:
+            if os.path.exists(target):
+                os.unlink(target)
+            os.sync()
+
+        out["write"] = nbytes / _timed(mem, runs, write, written, remove) / 1e9
+        remove()
+        del src
     for key in BATCH_SIZES:
         if f"batch-{key}" in todo:
             files = spec["small"][key]
@@ -437,7 +514,7 @@ def make_data(folder: str, args: argparse.Namespace, todo: list[str]) -> dict[st
     offsets and the checksums to verify against."""
     spec: dict[str, Any] = {"workloads": todo}
     groups = {w.split("-")[0] for w in todo}
-    if groups & {"large", "tiny", "ranges", "stream"} or "batch-ranges" in todo:
+    if groups & {"large", "tiny", "ranges", "stream", "write"} or "batch-ranges" in todo:
         big = os.path.join(folder, "big.bin")
         spec |= {"big": big, "big_bytes": args.size_mib << 20}
         spec["big_sum"] = write_random_file(big, args.size_mib << 20, seed=1)
@@ -445,6 +522,8 @@ def make_data(folder: str, args: argparse.Namespace, todo: list[str]) -> dict[st
         n = args.size_mib << 20
         spec["tiny_count"] = min(TINY, n // PAGE)
         spec["tiny_sum"] = sums(0, spec["tiny_count"] * PAGE)
+        spec["write_bytes"] = min(args.write_mib << 20, n)
+        spec["write_path"] = os.path.join(folder, "written.bin")
         spec["stream_bytes"] = min(args.stream_mib << 20, n)
         spec["stream_sum"] = sums(0, spec["stream_bytes"])
         rng = np.random.default_rng(2)
@@ -502,10 +581,16 @@ def describe(spec: dict[str, Any], args: argparse.Namespace) -> dict[str, str]:
     what = {
         "large": f"`kvikpy.read` of a warm {big} file, default settings",
         "large-1t": "the same on one I/O thread",
-        "tiny": f"{spec.get('tiny_count', 0):,} `CuFile.read` calls of 4 KiB, consecutive offsets",
+        "write": f"`CuFile.write` of {mib(spec.get('write_bytes', 0))} to a new file, then "
+        "`os.sync()`",
         "batch-ranges": f"`read_ranges` of {args.ranges:,} random 1 MiB ranges of the {big} file",
         "stream": f"`CuFile.raw_read_async` of {mib(spec.get('stream_bytes', 0))}, a torch stream",
     }
+    for kind, into in (("torch", "a torch tensor"), ("cupy", "a CuPy array"), ("host", "numpy")):
+        what[f"tiny-{kind}"] = (
+            f"{spec.get('tiny_count', 0):,} `CuFile.read` calls of 4 KiB, consecutive "
+            f"offsets, into {into}"
+        )
     for key in SMALL_SIZES:
         size = key.upper().replace("K", " KiB").replace("M", " MiB")
         what[f"small-{key}"] = (
@@ -642,6 +727,7 @@ def main() -> int:
     parser.add_argument("--checkpoint-mib", type=int, default=2048)
     parser.add_argument("--checkpoint-tensors", type=int, default=256)
     parser.add_argument("--stream-mib", type=int, default=1024)
+    parser.add_argument("--write-mib", type=int, default=1024, help="the write workload")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--out", default=None, help="the JSON results")

@@ -52,6 +52,7 @@ def compare(*args: str) -> subprocess.CompletedProcess[str]:
 
 SMALL = ["--size-mib", "32", "--files", "16", "--ranges", "16", "--range-budget-mib", "16"]
 SMALL += ["--checkpoint-mib", "2", "--checkpoint-tensors", "8", "--rounds", "1", "--runs", "1"]
+SMALL += ["--write-mib", "4"]
 
 
 def test_every_workload_on_the_host(tmp_path: Path) -> None:
@@ -71,7 +72,8 @@ def test_every_workload_on_the_host(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     expected = [w for w in wheels.UNITS if w not in wheels.GPU_ONLY]
     assert list(result["summary"]) == expected
-    assert set(expected) == set(wheels.UNITS) - {"stream"}
+    assert set(expected) == set(wheels.UNITS) - {"stream", "tiny-torch", "tiny-cupy"}
+    assert {"tiny-host", "write"} <= set(expected)
     for label, folder in (("before", a), ("after", b)):
         assert result["builds"][label]["file"] == str(folder / "kvikpy" / "__init__.py")
         [round_] = result["rounds"][label]
@@ -119,7 +121,14 @@ def test_select_takes_names_and_groups() -> None:
     assert wheels.select("large", "cpu") == ["large", "large-1t"]
     ranges = wheels.select("ranges", "cuda")
     assert len(ranges) == 8 and "batch-ranges" not in ranges
-    assert wheels.select("batch-ranges,tiny", "cuda") == ["tiny", "batch-ranges"]
+    assert wheels.select("batch-ranges,tiny", "cuda") == [
+        "tiny-torch",
+        "tiny-cupy",
+        "tiny-host",
+        "batch-ranges",
+    ]
+    assert wheels.select("tiny", "cpu") == ["tiny-host"]
+    assert wheels.select("write", "cpu") == ["write"]
     assert "stream" in wheels.select(None, "cuda")
     assert "stream" not in wheels.select(None, "cpu")
     with pytest.raises(ValueError, match="choose from"):

@@ -29,15 +29,30 @@ const MANY_THREADS: usize = 4;
 
 /// The piece of a `len`-byte transfer that one ring slot carries, at least the source's
 /// `min_device_chunk` and at most one bounce buffer.
-fn chunk_size(len: usize, settings: &Settings, source_min: usize) -> usize {
-    let wanted = align_up(len.div_ceil(CHUNKS_PER_TASK) as u64, DIRECT_IO_ALIGNMENT) as usize;
-    let floor = if settings.num_threads >= MANY_THREADS {
-        MIN_CHUNK_MANY_THREADS
-    } else {
-        MIN_CHUNK_FEW_THREADS
+///
+/// Writes with many threads move a whole task (up to a bounce buffer) per chunk, as
+/// kvikio does: one download, then one `pwrite` of it all. Other threads already overlap
+/// the downloads, and a write is paced by the disk, where a larger `pwrite` (with
+/// O_DIRECT, a larger request in flight) beats overlapping a download that takes a
+/// twentieth of its time. `write_chunk_size` (`KVIKPY_WRITE_CHUNK_SIZE`) overrides the
+/// choice for writes.
+fn chunk_size(len: usize, settings: &Settings, source_min: usize, direction: Direction) -> usize {
+    let wanted = match direction {
+        Direction::Write if settings.write_chunk_size > 0 => {
+            align_up(settings.write_chunk_size as u64, DIRECT_IO_ALIGNMENT) as usize
+        }
+        Direction::Write if settings.num_threads >= MANY_THREADS => len,
+        _ => {
+            let piece = align_up(len.div_ceil(CHUNKS_PER_TASK) as u64, DIRECT_IO_ALIGNMENT);
+            let floor = if settings.num_threads >= MANY_THREADS {
+                MIN_CHUNK_MANY_THREADS
+            } else {
+                MIN_CHUNK_FEW_THREADS
+            };
+            (piece as usize).max(floor)
+        }
     };
     wanted
-        .max(floor)
         .max(source_min)
         .min(staging_capacity(settings))
         .max(1)
@@ -91,7 +106,7 @@ pub fn via_ring(
     if span.len == 0 {
         return Ok(0);
     }
-    let chunk = chunk_size(span.len, settings, source.min_device_chunk());
+    let chunk = chunk_size(span.len, settings, source.min_device_chunk(), direction);
     let slots = if span.len > chunk { MAX_SLOTS } else { 1 };
     let mut ring = Ring::pinned_for(lane, slots, settings, chunk.min(span.len))?;
     let pipeline = Pipeline {
@@ -338,12 +353,37 @@ mod tests {
             num_threads: 1,
             ..Settings::default()
         };
-        assert_eq!(chunk_size(4 << 20, &settings, 0), 1 << 20);
-        assert!(chunk_size(4 << 20, &settings, usize::MAX) >= 4 << 20);
+        let read = Direction::Read;
+        assert_eq!(chunk_size(4 << 20, &settings, 0, read), 1 << 20);
+        assert!(chunk_size(4 << 20, &settings, usize::MAX, read) >= 4 << 20);
         assert_eq!(
-            chunk_size(1 << 30, &settings, usize::MAX),
+            chunk_size(1 << 30, &settings, usize::MAX, read),
             staging_capacity(&settings)
         );
+        // One thread: writes overlap downloads with pwrites as reads do.
+        assert_eq!(chunk_size(4 << 20, &settings, 0, Direction::Write), 1 << 20);
+    }
+
+    #[test]
+    fn writes_with_many_threads_move_a_whole_task_per_chunk() {
+        let many = Settings {
+            num_threads: 16,
+            ..Settings::default()
+        };
+        let write = Direction::Write;
+        assert_eq!(chunk_size(16 << 20, &many, 0, Direction::Read), 4 << 20);
+        assert_eq!(chunk_size(16 << 20, &many, 0, write), 16 << 20);
+        assert_eq!(
+            chunk_size(1 << 30, &many, 0, write),
+            staging_capacity(&many)
+        );
+        assert_eq!(chunk_size(5000, &many, 0, write), 5000);
+        let knob = Settings {
+            write_chunk_size: (4 << 20) - 1,
+            ..many
+        };
+        assert_eq!(chunk_size(16 << 20, &knob, 0, write), 4 << 20);
+        assert_eq!(chunk_size(16 << 20, &knob, 0, Direction::Read), 4 << 20);
     }
 
     proptest! {
@@ -352,9 +392,16 @@ mod tests {
             len in 1usize..(1 << 32),
             threads in 1usize..64,
             source_min in prop_oneof![Just(0usize), Just(usize::MAX), 0usize..(64 << 20)],
+            write in any::<bool>(),
+            knob in prop_oneof![Just(0usize), 1usize..(64 << 20)],
         ) {
-            let settings = Settings { num_threads: threads, ..Settings::default() };
-            let chunk = chunk_size(len, &settings, source_min);
+            let settings = Settings {
+                num_threads: threads,
+                write_chunk_size: knob,
+                ..Settings::default()
+            };
+            let direction = if write { Direction::Write } else { Direction::Read };
+            let chunk = chunk_size(len, &settings, source_min, direction);
             let capacity = staging_capacity(&settings);
             prop_assert!(chunk >= 1 && chunk <= capacity);
             prop_assert!(chunk >= source_min.min(capacity));

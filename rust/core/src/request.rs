@@ -230,6 +230,9 @@ pub fn submit(
         spread_task_size(size, task_size, settings.num_threads),
     );
     let tasks: Vec<Task> = split_tasks(offset, size, spread).collect();
+    if job.direction == Direction::Write && tasks.len() > 1 && settings.write_preallocate {
+        job.source.prepare_write(offset, size as u64, settings);
+    }
     if stalls {
         return pooled(settings, job, tasks, keepalive);
     }

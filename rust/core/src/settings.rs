@@ -132,6 +132,16 @@ pub struct Settings {
     /// variables (see `source::remote::tls`). Interned ([`intern_path`]), so that
     /// `Settings` stays `Copy`.
     pub http_ca_bundle: Option<&'static Path>,
+    /// kvikpy's own, environment only (`KVIKPY_WRITE_CHUNK_SIZE`, bytes): the piece of a
+    /// device write one pinned bounce buffer carries per `pwrite`; 0 (the default) lets
+    /// the device pipeline choose. A tuning knob for benchmarks, not a named setting.
+    pub write_chunk_size: usize,
+    /// kvikpy's own, environment only (`KVIKPY_WRITE_PREALLOCATE`): before a write of
+    /// several tasks that extends a file written with O_DIRECT, allocate its range with
+    /// `fallocate`, so the tasks' direct writes land inside the file's size on allocated
+    /// blocks (which ext4 and XFS run in parallel; extending ones they serialise). A tuning
+    /// knob for benchmarks, not a named setting.
+    pub write_preallocate: bool,
 }
 
 /// The interned paths (a forked child starts a new list: the parent's lock may be held
@@ -165,6 +175,8 @@ impl Default for Settings {
             http_status_codes: StatusCodes::KVIKIO_DEFAULT,
             http_timeout: 60,
             http_ca_bundle: None,
+            write_chunk_size: 0,
+            write_preallocate: false,
         }
     }
 }
@@ -220,6 +232,12 @@ impl Settings {
         }
         if let Some(v) = getenv("KVIKPY_PAGE_CACHE_DMA") {
             s.page_cache_dma = env_bool("KVIKPY_PAGE_CACHE_DMA", &v)?;
+        }
+        if let Some(v) = getenv("KVIKPY_WRITE_CHUNK_SIZE") {
+            s.write_chunk_size = env_int("KVIKPY_WRITE_CHUNK_SIZE", &v, 0)? as usize;
+        }
+        if let Some(v) = getenv("KVIKPY_WRITE_PREALLOCATE") {
+            s.write_preallocate = env_bool("KVIKPY_WRITE_PREALLOCATE", &v)?;
         }
         if let Some(v) = getenv("KVIKIO_HTTP_MAX_ATTEMPTS") {
             s.http_max_attempts = env_int("KVIKIO_HTTP_MAX_ATTEMPTS", &v, 1)? as usize;
@@ -585,6 +603,21 @@ mod tests {
         assert!(!s.auto_direct_io_read);
         assert!(s.auto_direct_io_write);
         assert!((1..=MAX_DEFAULT_THREADS).contains(&s.num_threads));
+    }
+
+    #[test]
+    fn write_tuning_knobs_come_from_the_environment_only() {
+        let s = env(&[]).unwrap();
+        assert_eq!((s.write_chunk_size, s.write_preallocate), (0, false));
+        let s = env(&[
+            ("KVIKPY_WRITE_CHUNK_SIZE", "4194304"),
+            ("KVIKPY_WRITE_PREALLOCATE", "yes"),
+        ])
+        .unwrap();
+        assert_eq!((s.write_chunk_size, s.write_preallocate), (4 << 20, true));
+        assert!(env(&[("KVIKPY_WRITE_CHUNK_SIZE", "4 MiB")]).is_err());
+        assert!(env(&[("KVIKPY_WRITE_PREALLOCATE", "maybe")]).is_err());
+        assert!(!SETTING_NAMES.contains(&"write_chunk_size"));
     }
 
     #[test]

@@ -119,6 +119,7 @@ proptest! {
         threads in 1usize..6,
         direct in any::<bool>(),
         misalign in prop_oneof![Just(0usize), 1usize..4096],
+        preallocate in any::<bool>(),
     ) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("data");
@@ -129,7 +130,9 @@ proptest! {
         let payload = pattern(size, size as u64 + 11);
         let start = buf.start;
         buf.storage[start..start + size].copy_from_slice(&payload);
-        let s = settings(threads, direct, 8192);
+        // Preallocation (fallocate before a write of several tasks) never changes what
+        // the file holds or how long it is.
+        let s = Settings { write_preallocate: preallocate, ..settings(threads, direct, 8192) };
         let n = run(&s, &handle, Direction::Write, buf.span(), offset, Some(task_size), Completion::Future);
         prop_assert_eq!(n, size);
         handle.close();
@@ -145,6 +148,39 @@ proptest! {
         prop_assert_eq!(got.len(), expected.len());
         prop_assert!(got == expected);
     }
+}
+
+#[test]
+fn preallocation_sizes_the_file_before_the_tasks_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data");
+    fs::write(&path, b"").unwrap();
+    let handle = FileHandle::open(&path, "r+").unwrap();
+    let source = handle.get().unwrap();
+    for (preallocate, direct, want) in [(false, true, 0), (true, false, 0), (true, true, 1 << 20)] {
+        let s = Settings {
+            write_preallocate: preallocate,
+            ..settings(4, direct, 8192)
+        };
+        source.prepare_write(0, 1 << 20, &s);
+        let len = fs::metadata(&path).unwrap().len();
+        // A filesystem without O_DIRECT is left as it was (no direct writes to help).
+        if !source.direct_io_supported() {
+            eprintln!("no O_DIRECT here; nothing to check");
+            return;
+        }
+        assert_eq!(len, want, "preallocate={preallocate} direct={direct}");
+    }
+    // Never shrinks or grows a file the write stays inside.
+    source.prepare_write(
+        0,
+        4096,
+        &Settings {
+            write_preallocate: true,
+            ..settings(4, true, 8192)
+        },
+    );
+    assert_eq!(fs::metadata(&path).unwrap().len(), 1 << 20);
 }
 
 #[test]

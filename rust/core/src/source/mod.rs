@@ -110,6 +110,11 @@ pub trait Source: Send + Sync + Debug {
         0
     }
 
+    /// Get ready for a write of `len` bytes at `offset` that the engine is about to cut
+    /// into several tasks (the `write_preallocate` knob; nothing by default). Best effort:
+    /// the write itself reports any error.
+    fn prepare_write(&self, _offset: u64, _len: u64, _settings: &Settings) {}
+
     /// Whether a read can stall for long (a remote server that stops answering): such a
     /// source's requests always run on the pool, cancellably ([`crate::cancel`]), never
     /// in the calling thread, so that the caller's wait can be interrupted.

@@ -283,6 +283,28 @@ impl Source for PosixFile {
         self.direct_fd().is_some()
     }
 
+    /// With `write_preallocate`, a write through O_DIRECT that extends the file first has
+    /// its range allocated (`fallocate`, which also sets the file's size): its tasks then
+    /// overwrite allocated blocks inside the file, which ext4 and XFS run in parallel,
+    /// where extending direct writes take the inode's lock exclusively one after another.
+    /// A filesystem without `fallocate` leaves the write as it was.
+    fn prepare_write(&self, offset: u64, len: u64, settings: &Settings) {
+        if !settings.write_preallocate || !settings.auto_direct_io_write {
+            return;
+        }
+        let (Ok(start), Ok(count)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return;
+        };
+        let extends = self
+            .size()
+            .is_ok_and(|size| offset.saturating_add(len) > size);
+        if extends && start.checked_add(count).is_some() && self.direct_fd().is_some() {
+            // SAFETY: fallocate on an open descriptor has no memory preconditions; its
+            // result is ignored (best effort: the write reports any real error).
+            let _ = unsafe { libc::fallocate(self.buffered_fd(), 0, start, count) };
+        }
+    }
+
     fn device_direct(
         &self,
         direction: Direction,
