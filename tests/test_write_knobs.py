@@ -38,7 +38,7 @@ print("ok")
     "knobs",
     [
         {},
-        {"KVIKPY_WRITE_PREALLOCATE": "1"},
+        {"KVIKPY_WRITE_PREALLOCATE": "0"},
         {"KVIKPY_WRITE_PREALLOCATE": "1", "KVIKIO_AUTO_DIRECT_IO_WRITE": "0"},
         {"KVIKPY_WRITE_CHUNK_SIZE": "65537"},
     ],

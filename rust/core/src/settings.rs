@@ -136,11 +136,13 @@ pub struct Settings {
     /// device write one pinned bounce buffer carries per `pwrite`; 0 (the default) lets
     /// the device pipeline choose. A tuning knob for benchmarks, not a named setting.
     pub write_chunk_size: usize,
-    /// kvikpy's own, environment only (`KVIKPY_WRITE_PREALLOCATE`): before a write of
-    /// several tasks that extends a file written with O_DIRECT, allocate its range with
-    /// `fallocate`, so the tasks' direct writes land inside the file's size on allocated
-    /// blocks (which ext4 and XFS run in parallel; extending ones they serialise). A tuning
-    /// knob for benchmarks, not a named setting.
+    /// kvikpy's own, environment only (`KVIKPY_WRITE_PREALLOCATE`, on by default): before
+    /// a write of several tasks that extends a file written with O_DIRECT, allocate its
+    /// range with `fallocate`, so the tasks' direct writes land inside the file's size on
+    /// allocated blocks (which ext4 and XFS run in parallel; extending ones they
+    /// serialise). On the H100 machine's ext4 a 2 GiB write from the GPU at 16 threads
+    /// went from 1.78 to 1.89 GB/s (kvikio 1.79 at its best task size). A write that fails
+    /// leaves the file at its new size. Not a named setting.
     pub write_preallocate: bool,
 }
 
@@ -176,7 +178,7 @@ impl Default for Settings {
             http_timeout: 60,
             http_ca_bundle: None,
             write_chunk_size: 0,
-            write_preallocate: false,
+            write_preallocate: true,
         }
     }
 }
@@ -608,13 +610,13 @@ mod tests {
     #[test]
     fn write_tuning_knobs_come_from_the_environment_only() {
         let s = env(&[]).unwrap();
-        assert_eq!((s.write_chunk_size, s.write_preallocate), (0, false));
+        assert_eq!((s.write_chunk_size, s.write_preallocate), (0, true));
         let s = env(&[
             ("KVIKPY_WRITE_CHUNK_SIZE", "4194304"),
-            ("KVIKPY_WRITE_PREALLOCATE", "yes"),
+            ("KVIKPY_WRITE_PREALLOCATE", "no"),
         ])
         .unwrap();
-        assert_eq!((s.write_chunk_size, s.write_preallocate), (4 << 20, true));
+        assert_eq!((s.write_chunk_size, s.write_preallocate), (4 << 20, false));
         assert!(env(&[("KVIKPY_WRITE_CHUNK_SIZE", "4 MiB")]).is_err());
         assert!(env(&[("KVIKPY_WRITE_PREALLOCATE", "maybe")]).is_err());
         assert!(!SETTING_NAMES.contains(&"write_chunk_size"));

@@ -111,7 +111,7 @@ pub trait Source: Send + Sync + Debug {
     }
 
     /// Get ready for a write of `len` bytes at `offset` that the engine is about to cut
-    /// into several tasks (the `write_preallocate` knob; nothing by default). Best effort:
+    /// into several tasks (the `write_preallocate` knob, on by default). Best effort:
     /// the write itself reports any error.
     fn prepare_write(&self, _offset: u64, _len: u64, _settings: &Settings) {}
 
