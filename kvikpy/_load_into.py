@@ -65,12 +65,16 @@ class LoadIntoError(ValueError, RuntimeError):
     ``torch.nn.Module.load_state_dict`` raises for the same mismatches), with the same
     message layout as torch's.
 
-    Attributes
+    Parameters
     ----------
-    missing_keys, unexpected_keys
-        As in torch's report.
+    message
+        What was asked, what was found, what to do.
+    missing_keys
+        Target names the checkpoint lacks (as in torch's report).
+    unexpected_keys
+        Checkpoint names the target lacks (as in torch's report).
     written
-        The target names whose bytes were all written before the failure; empty when the
+        The target names whose bytes were all written before a failure; empty when the
         checkpoint was refused before any byte was read (the target is untouched).
     """
 

@@ -687,8 +687,16 @@ def load_pretrained(
         on a device or the meta device), or a mapping of names to tensors or arrays.
     directory
         The checkpoint directory.
-    strict, process_group, convert_dtype, device
-        As for :func:`load_into`.
+    strict
+        Whether missing or unexpected names are an error (see :func:`load_into`).
+    process_group
+        A ``torch.distributed`` process group to read the checkpoint once for (see
+        :func:`load_into`).
+    convert_dtype
+        Whether tensors whose file dtype differs from the model's are converted (see
+        :func:`load_into`).
+    device
+        Where a meta-device model is materialised (default: the current CUDA device).
 
     Returns
     -------
