@@ -11,7 +11,9 @@ into CuPy: kvikpy.zarr.GDSStore against kvikio's and zarr's), distributed (a sha
 checkpoint onto every GPU of a host: kvikpy's process_group load against InstantTensor
 and fastsafetensors), multi_gpu (every GPU of a host at once: copy and pread ceilings
 against kvikpy's read_many over all GPUs), dask_sum (a dask sum over a raw file read by
-kvikpy.dask, one worker per GPU, one GPU against all).
+kvikpy.dask, one worker per GPU, one GPU against all), load_into (a transformers
+checkpoint into a model: time and peak GPU and host memory of load_pretrained against
+load_file + load_state_dict, safetensors and from_pretrained).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -40,6 +42,7 @@ SCRIPTS = {
     "distributed": "benchmarks.distributed",
     "multi_gpu": "benchmarks.multi_gpu",
     "dask_sum": "benchmarks.dask_sum",
+    "load_into": "benchmarks.load_into",
 }
 
 
