@@ -217,8 +217,11 @@ def _check(
     # the checkpoint lacks is filled through the name it has.
     by_memory: dict[tuple[int | None, int, int], str] = {}
     for name, t in targets.items():
-        if t.nbytes == 0 or t.device == -1:
-            key = (t.device, id(t.obj) if t.device == -1 else 0, -1 - len(by_memory))
+        key: tuple[int | None, int, int]
+        if t.device == -1:  # meta: tied means the same tensor object
+            key = (t.device, id(t.obj), t.nbytes)
+        elif t.nbytes == 0:  # no memory to share
+            key = (t.device, 0, -1 - len(by_memory))
         else:
             key = (t.device, t.ptr, t.nbytes)
         first = by_memory.setdefault(key, name)
@@ -466,6 +469,8 @@ def _convert(
 
                 with torch.no_grad():
                     flat[first : first + n // itemsize].copy_(part.view(dtype))
+                if t.device is not None:  # the staging is refilled next: copy first
+                    torch.cuda.synchronize(t.device)
             else:
                 flat[first : first + n // itemsize] = part.view(dtype)
         written.append(t.name)
@@ -477,13 +482,14 @@ def _materialise(module: Any, device: Any) -> None:
     ``device`` (and every other one moved there), keeping tied tensors tied."""
     import torch
 
-    done: dict[int, Any] = {}
+    done: dict[int, tuple[Any, Any]] = {}  # id(old) -> (old, new); old kept alive
     for sub in module.modules():
         for table in (sub._parameters, sub._buffers):
             for key, value in table.items():
                 if value is None:
                     continue
-                new = done.get(id(value))
+                seen = done.get(id(value))
+                new = seen[1] if seen is not None else None
                 if new is None:
                     if value.device.type == "meta":
                         data = torch.empty_like(value, device=device)
@@ -493,7 +499,7 @@ def _materialise(module: Any, device: Any) -> None:
                         new = torch.nn.Parameter(data, requires_grad=value.requires_grad)
                     else:
                         new = data
-                    done[id(value)] = new
+                    done[id(value)] = (value, new)
                 table[key] = new
 
 

@@ -715,6 +715,9 @@ def load_pretrained(
 
     _load_target_check(model)
     paths = checkpoint_files(_paths.fspath(directory))
+    tie = getattr(model, "tie_weights", None)
+    if callable(tie):  # a transformers model ties its head to its embedding here
+        tie()
     sources = _sources(paths)
     names, _ = _targets(model)
     rename = renamer(model, [s.span.name for s in sources], names)

@@ -69,8 +69,6 @@ def test_meta_module_is_materialised_tied_and_bounded(tmp_path: Path) -> None:
     path, ref = saved(tmp_path)
     with torch.device("meta"):
         model = Tied()
-    del model._buffers["steps"]  # keep only what the file holds, all persistent
-    model.register_buffer("steps", torch.zeros(5, dtype=torch.int64, device="meta"))
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
@@ -246,7 +244,7 @@ def test_transformers_checkpoint_into_an_empty_model(tmp_path: Path, shard: str 
     model.eval()
     ref.eval()
     with torch.no_grad():
-        assert torch.equal(model(ids).logits, ref(ids).logits)
+        torch.testing.assert_close(model(ids).logits, ref(ids).logits)
 
 
 def test_transformers_mismatched_checkpoint(tmp_path: Path) -> None:
