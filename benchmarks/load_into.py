@@ -15,7 +15,7 @@ cache. Memory, per method, in its first run:
 - ``rss_peak``: the process's resident host memory (pinned staging included), polled,
   above what it was before the load.
 
-Usage: python -m benchmarks load_into [--sizes 2,8 --runs 3 --out FILE]
+Usage: python -m benchmarks load_into [--sizes 2,8 --runs 2 --out FILE]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import statistics
+from importlib import metadata
 
 from benchmarks.common import run_child, scratch_dir, versions, warm_page_cache
 
@@ -65,7 +66,7 @@ files = sorted(
 def meta_model():
     from accelerate import init_empty_weights
     with init_empty_weights():  # parameters on meta, buffers (rotary) real
-        return AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+        return AutoModelForCausalLM.from_config(config).to(torch.bfloat16)
 
 def cuda_model():
     m = meta_model()
@@ -108,7 +109,7 @@ def run_once():
     elif method == "from_pretrained":
         t0 = time.perf_counter()
         model = AutoModelForCausalLM.from_pretrained(
-            folder, device_map="cuda", torch_dtype=torch.bfloat16
+            folder, device_map="cuda", dtype=torch.bfloat16
         )
     else:
         raise SystemExit(f"unknown method {method}")
@@ -179,7 +180,6 @@ def make_checkpoint(folder: str, gib: int) -> int:
         num_hidden_layers=int(layers),
         vocab_size=vocab,
         tie_word_embeddings=False,
-        torch_dtype="bfloat16",
     )
     with torch.device("meta"):
         model = LlamaForCausalLM(config).to(torch.bfloat16)
@@ -203,7 +203,7 @@ def make_checkpoint(folder: str, gib: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="2,8", help="checkpoint sizes in GiB")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -234,7 +234,13 @@ def main() -> None:
         rows.append(row)
         for name in os.listdir(folder):
             os.unlink(os.path.join(folder, name))
-    result = {"versions": versions(), "rows": rows}
+    found = versions()
+    for name in ("transformers", "accelerate"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    result = {"versions": found, "rows": rows}
     print(json.dumps(result, indent=1))
     if args.out:
         with open(args.out, "w") as fh:

@@ -352,3 +352,15 @@ def test_load_pretrained_missing_pieces(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": [1]}')
     with pytest.raises(ValueError, match="no weight_map"):
         kst.load_pretrained(target, tmp_path)
+
+
+def test_shared_rounds_are_bounded_and_keep_file_order() -> None:
+    from kvikpy._load_shared_into import rounds
+
+    sizes = [10, 100, 1000, 64, 64, 0, 3000, 1]
+    cut = rounds(sizes, 256)
+    assert [i for r in cut for i in r] == list(range(len(sizes)))
+    for r in cut:
+        padded = sum(-(-sizes[i] // 64) * 64 for i in r)
+        assert padded <= 256 or len(r) == 1  # a larger tensor goes alone
+    assert rounds([], 256) == []
