@@ -39,6 +39,11 @@ def checkpoint_files(directory: str) -> list[str]:
                 data = json.loads(fh.read())
             except ValueError as e:
                 raise ValueError(f"{index!r} is not valid JSON ({e})") from None
+            except RecursionError:
+                raise ValueError(
+                    f"{index!r} nests arrays or objects too deeply; an index is an object "
+                    "with a weight_map of names to shard file names"
+                ) from None
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()

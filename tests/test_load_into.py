@@ -364,3 +364,35 @@ def test_shared_rounds_are_bounded_and_keep_file_order() -> None:
         padded = sum(-(-sizes[i] // 64) * 64 for i in r)
         assert padded <= 256 or len(r) == 1  # a larger tensor goes alone
     assert rounds([], 256) == []
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+            lambda inner: (
+                st.lists(inner, max_size=4)
+                | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+            ),
+            max_leaves=12,
+        ).map(lambda v: json.dumps({"weight_map": v}).encode()),
+    )
+)
+def test_any_index_is_refused_cleanly(tmp_path: Path, raw: bytes) -> None:
+    (tmp_path / "model.safetensors.index.json").write_bytes(raw)
+    target = {"w": np.zeros(2, np.float32)}
+    try:
+        kst.load_pretrained(target, tmp_path)
+    except (ValueError, FileNotFoundError):
+        pass
+    assert not target["w"].any()
+
+
+def test_a_deeply_nested_index_is_a_value_error(tmp_path: Path) -> None:
+    (tmp_path / "model.safetensors.index.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="nests arrays or objects too deeply|not valid JSON"):
+        kst.load_pretrained({"w": np.zeros(2, np.float32)}, tmp_path)
