@@ -235,14 +235,14 @@ def _check(
         if n not in sources and not any(a in sources for a in t.aliases)
     ]
     problems: list[str] = []
-    if strict:
-        if unexpected:
-            problems.append(
-                "Unexpected key(s) in state_dict: " + ", ".join(f'"{n}"' for n in unexpected) + ". "
-            )
+    if strict:  # torch's order: missing, then unexpected, then the rest
         if missing:
             problems.append(
                 "Missing key(s) in state_dict: " + ", ".join(f'"{n}"' for n in missing) + ". "
+            )
+        if unexpected:
+            problems.append(
+                "Unexpected key(s) in state_dict: " + ", ".join(f'"{n}"' for n in unexpected) + ". "
             )
     read: list[str] = []
     done: set[str] = set()

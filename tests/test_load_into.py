@@ -126,6 +126,7 @@ def test_mismatches_are_reported_like_torch_and_write_nothing(tmp_path: Path) ->
     assert message.startswith("Error(s) in loading state_dict for the target mapping:")
     assert 'Unexpected key(s) in state_dict: "b".' in message
     assert 'Missing key(s) in state_dict: "extra".' in message
+    assert message.index("Missing") < message.index("Unexpected") < message.index("size")
     assert "size mismatch for w: copying a param with shape (64, 33) from checkpoint" in message
     assert "dtype mismatch for ids: the checkpoint holds I64, the target is int32" in message
     assert info.value.missing_keys == ["extra"]
