@@ -16,6 +16,7 @@ allocated.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -278,6 +279,20 @@ def _check(
             continue  # tied: the same memory is already read through another name
         done.add(name)
         read.append(name)
+    # Distinct targets whose memory overlaps (views that are not the same tensor) would
+    # be written twice, in an order no one chose.
+    spans = sorted(
+        (-2 if t.device is None else t.device, t.ptr, t.nbytes, n)
+        for n in read
+        for t in [targets[n]]
+        if t.nbytes and t.device != -1
+    )
+    for a, b in itertools.pairwise(spans):
+        if a[0] == b[0] and b[1] < a[1] + a[2]:
+            problems.append(
+                f"{a[3]} and {b[3]} overlap in memory without being the same tensor: "
+                "loading both would write the same bytes twice."
+            )
     if problems:
         raise LoadIntoError(
             f"Error(s) in loading state_dict for {what}:\n\t" + "\n\t".join(problems),

@@ -396,3 +396,13 @@ def test_a_deeply_nested_index_is_a_value_error(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors.index.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ValueError, match=r"nests arrays or objects too deeply|not valid JSON"):
         kst.load_pretrained({"w": np.zeros(2, np.float32)}, tmp_path)
+
+
+def test_overlapping_targets_are_refused(tmp_path: Path) -> None:
+    a = np.arange(8, dtype=np.float32)
+    write_safetensors(tmp_path / "m.safetensors", {"a": a, "b": a + 1})
+    whole = np.zeros(12, np.float32)
+    target = {"a": whole[:8], "b": whole[4:]}
+    with pytest.raises(kst.LoadIntoError, match="a and b overlap in memory"):
+        kst.load_into(target, tmp_path / "m.safetensors")
+    assert not whole.any()
