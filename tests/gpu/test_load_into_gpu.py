@@ -198,6 +198,14 @@ def test_process_group_nccl_on_two_gpus(tmp_path: Path) -> None:
             assert got[name]["hex"] == expected_bytes(tensors[name]), name
 
 
+# transformers and accelerate may warn about their own deprecations; those are not
+# what these tests check.
+THIRD_PARTY_WARNINGS = [
+    pytest.mark.filterwarnings("ignore:::transformers.*"),
+    pytest.mark.filterwarnings("ignore:::accelerate.*"),
+]
+
+
 def tiny_llama() -> Any:
     transformers = pytest.importorskip("transformers")
     return transformers.LlamaConfig(
@@ -212,6 +220,8 @@ def tiny_llama() -> Any:
 
 
 @pytest.mark.parametrize("shard", [None, "100KB"])
+@THIRD_PARTY_WARNINGS[0]
+@THIRD_PARTY_WARNINGS[1]
 def test_transformers_checkpoint_into_an_empty_model(tmp_path: Path, shard: str | None) -> None:
     transformers = pytest.importorskip("transformers")
     accelerate = pytest.importorskip("accelerate")
@@ -247,6 +257,8 @@ def test_transformers_checkpoint_into_an_empty_model(tmp_path: Path, shard: str 
         torch.testing.assert_close(model(ids).logits, ref(ids).logits)
 
 
+@THIRD_PARTY_WARNINGS[0]
+@THIRD_PARTY_WARNINGS[1]
 def test_transformers_mismatched_checkpoint(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     config = tiny_llama()
