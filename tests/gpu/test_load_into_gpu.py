@@ -20,7 +20,7 @@ WORKER = Path(__file__).parent.parent / "load_into_worker.py"
 
 
 class Tied(torch.nn.Module):  # type: ignore[misc, name-defined]
-    """Tied embedding and head, odd dtypes, a persistent and a non-persistent buffer."""
+    """Tied embedding and head, odd dtypes (float16, bfloat16), int64 and bool buffers."""
 
     def __init__(self) -> None:
         super().__init__()
