@@ -126,6 +126,7 @@ class _Target:
     shape: tuple[int, ...]
     contiguous: bool
     writable: bool
+    block: int = 0  # GPU: the allocation the memory belongs to (reads never span two)
     aliases: list[str] = field(default_factory=list)  # other names of the same memory
 
 
@@ -159,6 +160,7 @@ def _describe(name: str, obj: Any) -> _Target:
             tuple(obj.shape),
             obj.is_contiguous(),
             True,
+            obj.untyped_storage().data_ptr() if device not in (None, -1) else 0,
         )
     import numpy as np
 
@@ -313,11 +315,14 @@ class _Read:
     ptr: int
     length: int
     names: tuple[str, ...]
+    block: int = 0  # reads into GPU memory merge only within one allocation
 
 
 def _merged(reads: list[_Read]) -> list[_Read]:
     """``reads`` with each run of reads that follow each other both in one file and in
-    one device's memory made one read (sorted by file and offset first)."""
+    one device's memory made one read (sorted by file and offset first); in GPU memory
+    only within one allocation (two tensors that merely sit side by side stay two
+    reads)."""
     reads.sort(key=lambda r: (r.path, r.offset))
     out: list[_Read] = []
     for r in reads:
@@ -328,6 +333,7 @@ def _merged(reads: list[_Read]) -> list[_Read]:
             and last.device == r.device
             and last.offset + last.length == r.offset
             and last.ptr + last.length == r.ptr
+            and last.block == r.block
         ):
             out[-1] = _Read(
                 r.path,
@@ -336,6 +342,7 @@ def _merged(reads: list[_Read]) -> list[_Read]:
                 last.ptr,
                 last.length + r.length,
                 last.names + r.names,
+                r.block,
             )
         else:
             out.append(r)
@@ -593,7 +600,7 @@ def load(
 
     def read_alone(names: Sequence[str]) -> None:
         reads = [
-            _Read(s.span.path, s.span.offset, t.device, t.ptr, s.span.size, (n,))
+            _Read(s.span.path, s.span.offset, t.device, t.ptr, s.span.size, (n,), t.block)
             for n in names
             for s, t in [(by_name[n], described[n])]
             if s.span.size
