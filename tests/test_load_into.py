@@ -406,3 +406,15 @@ def test_overlapping_targets_are_refused(tmp_path: Path) -> None:
     with pytest.raises(kst.LoadIntoError, match="a and b overlap in memory"):
         kst.load_into(target, tmp_path / "m.safetensors")
     assert not whole.any()
+
+
+def test_gpu_reads_merge_only_within_one_allocation() -> None:
+    def read(offset: int, ptr: int, block: int) -> li._Read:
+        return li._Read("f", offset, 0, ptr, 100, (f"t{offset}",), block)
+
+    same = li._merged([read(100, 1100, 7), read(0, 1000, 7)])
+    assert [(r.offset, r.ptr, r.length, r.names) for r in same] == [(0, 1000, 200, ("t0", "t100"))]
+    apart = li._merged([read(0, 1000, 7), read(100, 1100, 8)])
+    assert len(apart) == 2
+    other_device = li._merged([read(0, 1000, 7), li._Read("f", 100, 1, 1100, 100, ("x",), 7)])
+    assert len(other_device) == 2
