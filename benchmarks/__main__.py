@@ -14,7 +14,9 @@ against kvikpy's read_many over all GPUs), dask_sum (a dask sum over a raw file 
 kvikpy.dask, one worker per GPU, one GPU against all), regimes (kvikpy against kvikio
 in every regime side by side: per-call reads, a file loop, writes, the first read, a
 large file cold, warm and half warm, and the disk's own ceiling), percall (where the
-microseconds of a small blocking read go, step by step, against kvikio).
+microseconds of a small blocking read go, step by step, against kvikio), load_into (a
+transformers checkpoint into a model: time and peak GPU and host memory of
+load_pretrained against load_file + load_state_dict, safetensors and from_pretrained).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -45,6 +47,7 @@ SCRIPTS = {
     "dask_sum": "benchmarks.dask_sum",
     "regimes": "benchmarks.regimes",
     "percall": "benchmarks.percall",
+    "load_into": "benchmarks.load_into",
 }
 
 

@@ -5,6 +5,11 @@ whole ``torch.distributed`` process group.
 tensors as ``safetensors.torch.load_file(path, device="cuda")``, but reads every tensor's
 bytes with a single parallel kvikpy read into one GPU allocation; each tensor is a view into
 it (the allocation lives as long as any of the tensors).
+
+``load_into(model, files)`` writes each tensor's bytes straight into the tensors a model
+(or a mapping of names to tensors or numpy arrays) already has, with no checkpoint-sized
+allocation; ``load_pretrained(model, directory)`` does the same for a checkpoint directory
+as transformers writes it.
 """
 
 from __future__ import annotations
@@ -14,13 +19,23 @@ import os
 import reprlib
 import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from kvikpy import _paths
 from kvikpy._api import read
+from kvikpy._load_into import LoadIntoError, LoadResult, Source
+from kvikpy._load_into import load as _load
 from kvikpy._shared_load import Needs, TensorSpan, read_spans
 
-__all__ = ["load_file", "load_files", "read_header"]
+__all__ = [
+    "LoadIntoError",
+    "LoadResult",
+    "load_file",
+    "load_files",
+    "load_into",
+    "load_pretrained",
+    "read_header",
+]
 
 # safetensors dtype -> (torch dtype name, numpy dtype name or None, item size in bytes)
 _DTYPES: dict[str, tuple[str, str | None, int]] = {
@@ -520,3 +535,199 @@ def _load_numpy(path: str, device: str | int) -> dict[str, Any]:
         begin, end = info["data_offsets"]
         result[tensor] = whole_np[begin:end].view(np_name).reshape(info["shape"])
     return result
+
+
+def _paths_of(files: _paths.StrPath | Sequence[_paths.StrPath], what: str) -> list[str]:
+    if isinstance(files, (str, bytes, os.PathLike)):
+        return [_paths.fspath(files)]
+    if not isinstance(files, Sequence):
+        raise TypeError(f"{what} takes a path or a list of paths, not {type(files).__name__}")
+    paths = [_paths.fspath(p) for p in cast("Sequence[_paths.StrPath]", files)]
+    if not paths:
+        raise ValueError(f"{what} needs at least one file; got an empty list")
+    return paths
+
+
+def _sources(paths: Sequence[str]) -> list[Source]:
+    spans, infos, _ = _spans(paths)
+    return [
+        Source(
+            s,
+            infos[s.name]["dtype"],
+            tuple(infos[s.name]["shape"]),
+            _DTYPES[infos[s.name]["dtype"]][2],
+        )
+        for s in spans
+    ]
+
+
+def load_into(
+    target: Any,
+    files: _paths.StrPath | Sequence[_paths.StrPath],
+    *,
+    strict: bool = True,
+    process_group: Any = None,
+    convert_dtype: bool = False,
+    device: Any = None,
+) -> LoadResult:
+    """Load a safetensors checkpoint straight into the tensors of ``target``.
+
+    Each tensor's bytes go from the file into the target tensor's own memory: one
+    parallel read plan over all the files (reads that follow each other both in a file
+    and in memory merged into one), GPU targets through kvikpy's bounded pinned staging.
+    Nothing the size of the checkpoint is allocated: peak memory is the target itself
+    plus kvikpy's staging (and, with ``convert_dtype``, a 64 MiB conversion buffer per
+    device; with a ``process_group``, a 256 MiB round of the shared read).
+
+    Parameters
+    ----------
+    target
+        A ``torch.nn.Module`` (its ``state_dict()`` names: parameters and persistent
+        buffers), or a mapping of names to torch tensors (CPU or any GPU of the host) or
+        numpy arrays. A module whose tensors are on the meta device (built under
+        ``torch.device("meta")`` or ``accelerate.init_empty_weights()``) is first
+        materialised on ``device``, tied tensors kept tied. Target tensors must be
+        contiguous; two names of one memory (tied weights) are read once, and a tied
+        name the checkpoint lacks is filled through the other.
+    files
+        The ``.safetensors`` file, or the list of a sharded checkpoint's files.
+    strict
+        As in ``torch.nn.Module.load_state_dict``: whether names missing from the
+        checkpoint or not in the target are an error. Shape and dtype mismatches are
+        errors either way.
+    process_group
+        A ``torch.distributed`` process group: every rank calls ``load_into`` with the
+        same files and its own target; each byte is read from storage once for the group
+        and every rank gets its own tensors (in bounded rounds of 256 MiB, through the
+        group's all-gather).
+    convert_dtype
+        If true, a tensor whose dtype in the file differs from its target's (a bfloat16
+        checkpoint into float32 parameters) is read through a 64 MiB staging buffer on
+        the target's device and converted into place. If false such a tensor is an error.
+    device
+        Where a meta-device module is materialised (default: the current CUDA device).
+
+    Returns
+    -------
+    LoadResult
+        ``(missing_keys, unexpected_keys)``, as torch's ``load_state_dict`` returns them
+        (both empty when ``strict`` passed).
+
+    Raises
+    ------
+    LoadIntoError
+        (a ``ValueError`` and a ``RuntimeError``) for names, shapes or dtypes that do not
+        match, or a target that is not contiguous, in torch's message layout and before
+        any byte is written; or for a read that failed part way, naming the tensors
+        written (``error.written``).
+    ValueError
+        For a malformed file (see :func:`read_header`).
+    TypeError
+        For a target that is neither a module nor a mapping of tensors or arrays.
+
+    Examples
+    --------
+    >>> with torch.device("meta"):                                # doctest: +SKIP
+    ...     model = MyModel()
+    >>> kvikpy.safetensors.load_into(model, "model.safetensors", device="cuda")  # doctest: +SKIP
+    """
+    paths = _paths_of(files, "load_into")
+    _load_target_check(target)
+    return _load(
+        target,
+        _sources(paths),
+        _DTYPES,
+        strict=strict,
+        convert=convert_dtype,
+        device=device,
+        process_group=process_group,
+    )
+
+
+def _load_target_check(target: Any) -> None:
+    """Refuse a target of the wrong kind before any header is read."""
+    import sys
+    from collections.abc import Mapping
+
+    torch = sys.modules.get("torch")
+    if isinstance(target, Mapping) or (torch is not None and isinstance(target, torch.nn.Module)):
+        return
+    raise TypeError(
+        "load_into's target must be a torch.nn.Module or a mapping of names to torch "
+        f"tensors or numpy arrays, not {type(target).__name__}"
+    )
+
+
+def load_pretrained(
+    model: Any,
+    directory: _paths.StrPath,
+    *,
+    strict: bool = True,
+    process_group: Any = None,
+    convert_dtype: bool = False,
+    device: Any = None,
+) -> LoadResult:
+    """Load a checkpoint directory written by transformers' ``save_pretrained`` straight
+    into ``model`` (see :func:`load_into`).
+
+    Reads ``model.safetensors``, or ``model.safetensors.index.json`` and the shards it
+    names (each a file of the directory). Checkpoint names are renamed as transformers
+    renames them: the model's ``base_model_prefix`` added or stripped (a base checkpoint
+    into a model with a head, or the reverse), the regular expressions of a model class's
+    ``_checkpoint_conversion_mapping``, and legacy ``gamma``/``beta`` layer-norm names.
+    Not handled: ``pytorch_model.bin`` checkpoints, weight conversions that merge or split
+    tensors, quantized checkpoints, and the weight initialisation of tensors the
+    checkpoint lacks (``strict=False`` leaves them as they are, uninitialised if the model
+    was on the meta device: see ``missing_keys``).
+
+    Parameters
+    ----------
+    model
+        A ``torch.nn.Module`` (a transformers ``PreTrainedModel``, built from its config,
+        on a device or the meta device), or a mapping of names to tensors or arrays.
+    directory
+        The checkpoint directory.
+    strict
+        Whether missing or unexpected names are an error (see :func:`load_into`).
+    process_group
+        A ``torch.distributed`` process group to read the checkpoint once for (see
+        :func:`load_into`).
+    convert_dtype
+        Whether tensors whose file dtype differs from the model's are converted (see
+        :func:`load_into`).
+    device
+        Where a meta-device model is materialised (default: the current CUDA device).
+
+    Returns
+    -------
+    LoadResult
+        ``(missing_keys, unexpected_keys)``, in the model's names.
+
+    Examples
+    --------
+    >>> config = AutoConfig.from_pretrained(directory)             # doctest: +SKIP
+    >>> with accelerate.init_empty_weights():                     # doctest: +SKIP
+    ...     model = AutoModelForCausalLM.from_config(config)
+    >>> kvikpy.safetensors.load_pretrained(model, directory, device="cuda")  # doctest: +SKIP
+    """
+    from kvikpy._load_into import _targets
+    from kvikpy._pretrained import checkpoint_files, renamer
+
+    _load_target_check(model)
+    paths = checkpoint_files(_paths.fspath(directory))
+    tie = getattr(model, "tie_weights", None)
+    if callable(tie):  # a transformers model ties its head to its embedding here
+        tie()
+    sources = _sources(paths)
+    names, _ = _targets(model)
+    rename = renamer(model, [s.span.name for s in sources], names)
+    return _load(
+        model,
+        sources,
+        _DTYPES,
+        strict=strict,
+        convert=convert_dtype,
+        device=device,
+        process_group=process_group,
+        rename=rename,
+    )

@@ -24,7 +24,13 @@ def free_port() -> int:
 
 
 def run_ranks(
-    tmp_path: Path, backend: str, device: str, how: str, shards: list[Path], world: int = 2
+    tmp_path: Path,
+    backend: str,
+    device: str,
+    how: str,
+    shards: list[Path],
+    world: int = 2,
+    worker: Path = WORKER,
 ) -> list[dict[str, Any]]:
     """Run ``world`` ranks to completion; each rank's ``{name: {dtype, shape, hex}}``."""
     port = free_port()
@@ -39,7 +45,7 @@ def run_ranks(
             LOCAL_RANK=str(rank),
             WORLD_SIZE=str(world),
         )
-        args = [sys.executable, str(WORKER), backend, device, how, str(out)]
+        args = [sys.executable, str(worker), backend, device, how, str(out)]
         procs.append(
             subprocess.Popen(
                 [*args, *map(str, shards)],

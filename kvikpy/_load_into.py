@@ -1,0 +1,657 @@
+"""Checkpoint bytes straight into tensors that already exist: the checks, the read plan
+and the reads behind :func:`kvikpy.safetensors.load_into`.
+
+The core knows two kinds of target: numpy arrays (host memory) and torch tensors (host
+or any GPU of the host); everything torch-specific (modules, the meta device, dtype
+conversion on the GPU, process groups) is imported only when a torch object is passed.
+
+The plan: every target is described once (where its bytes are, how many, of what dtype
+and shape); targets that share their memory (tied weights) are read once; each
+checkpoint tensor becomes one ``(file, offset, destination address, length)`` read, and
+reads that follow each other both in a file and in memory are merged into one. All the
+reads then run at once on kvikpy's pool, each straight into its destination (GPU targets
+through kvikpy's bounded pinned staging): nothing the size of the checkpoint is
+allocated.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from kvikpy._shared_load import TensorSpan
+
+__all__ = ["LoadIntoError", "LoadResult", "Source", "load"]
+
+#: Bytes of the staging buffer a dtype conversion reads through, per device: a tensor
+#: whose file dtype differs from its target's is read this many bytes at a time and
+#: converted into place.
+CONVERT_STAGING = 64 << 20
+
+#: Bytes of each round of a process-group load: the packed buffer every rank gathers
+#: holds at most this much (or one tensor, if larger) at a time.
+SHARED_ROUND = 256 << 20
+
+# numpy dtype names and torch dtype names, by safetensors dtype code.
+_NUMPY = {
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint64": "U64",
+    "uint32": "U32",
+    "uint16": "U16",
+    "uint8": "U8",
+    "bool": "BOOL",
+}
+_TORCH = {
+    **_NUMPY,
+    "bfloat16": "BF16",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2",
+}
+
+
+class LoadIntoError(ValueError, RuntimeError):
+    """A checkpoint that does not fit its target (missing or unexpected names, a shape or
+    dtype that differs, a target that is not contiguous), or a load that failed part way.
+
+    A ``ValueError`` (bad input) and a ``RuntimeError`` (what
+    ``torch.nn.Module.load_state_dict`` raises for the same mismatches), with the same
+    message layout as torch's.
+
+    Parameters
+    ----------
+    message
+        What was asked, what was found, what to do.
+    missing_keys
+        Target names the checkpoint lacks (as in torch's report).
+    unexpected_keys
+        Checkpoint names the target lacks (as in torch's report).
+    written
+        The target names whose bytes were all written before a failure; empty when the
+        checkpoint was refused before any byte was read (the target is untouched).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        missing_keys: Sequence[str] = (),
+        unexpected_keys: Sequence[str] = (),
+        written: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message)
+        self.missing_keys = list(missing_keys)
+        self.unexpected_keys = list(unexpected_keys)
+        self.written = list(written)
+
+
+class LoadResult(NamedTuple):
+    """What :func:`kvikpy.safetensors.load_into` did not match, as torch's
+    ``load_state_dict`` reports it: target names the checkpoint lacks, and checkpoint
+    names the target lacks."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One checkpoint tensor: where its bytes are, and what they are."""
+
+    span: TensorSpan
+    dtype: str  # safetensors code
+    shape: tuple[int, ...]
+    itemsize: int
+
+
+@dataclass
+class _Target:
+    """One target tensor, described once."""
+
+    name: str
+    obj: Any  # the numpy array or torch tensor
+    torch: bool
+    device: int | None  # CUDA ordinal, None for host memory, -1 for the meta device
+    ptr: int
+    nbytes: int
+    dtype: str | None  # safetensors code; None for a dtype the format lacks
+    dtype_shown: str
+    shape: tuple[int, ...]
+    contiguous: bool
+    writable: bool
+    block: int = 0  # GPU: the allocation the memory belongs to (reads never span two)
+    aliases: list[str] = field(default_factory=list)  # other names of the same memory
+
+
+def _describe(name: str, obj: Any) -> _Target:
+    """``obj`` as a :class:`_Target`; ``TypeError`` for what is neither a numpy array
+    nor a torch tensor."""
+    module = type(obj).__module__ or ""
+    if module.startswith("torch"):
+        kind = obj.device.type
+        if kind == "meta":
+            device: int | None = -1
+        elif kind == "cuda":
+            device = obj.device.index if obj.device.index is not None else 0
+        elif kind == "cpu":
+            device = None
+        else:
+            raise TypeError(
+                f"target {name!r} is a torch tensor on {obj.device}; load_into writes into "
+                "CPU or CUDA tensors (or meta tensors of a module it materialises)"
+            )
+        dtype_shown = str(obj.dtype).removeprefix("torch.")
+        return _Target(
+            name,
+            obj,
+            True,
+            device,
+            0 if device == -1 else obj.data_ptr(),
+            obj.numel() * obj.element_size(),
+            _TORCH.get(dtype_shown),
+            dtype_shown,
+            tuple(obj.shape),
+            obj.is_contiguous(),
+            True,
+            obj.untyped_storage().data_ptr() if device not in (None, -1) else 0,
+        )
+    import numpy as np
+
+    if not isinstance(obj, np.ndarray):
+        raise TypeError(
+            f"target {name!r} is a {type(obj).__name__}; load_into writes into torch "
+            "tensors or numpy arrays"
+        )
+    return _Target(
+        name,
+        obj,
+        False,
+        None,
+        obj.__array_interface__["data"][0],
+        obj.nbytes,
+        _NUMPY.get(obj.dtype.name),
+        obj.dtype.name,
+        tuple(obj.shape),
+        obj.flags.c_contiguous,
+        obj.flags.writeable,
+    )
+
+
+def _shape_shown(t: _Target | Source) -> str:
+    shape = list(t.shape)
+    if isinstance(t, _Target) and t.torch:
+        return f"torch.Size({shape})"
+    return f"({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''})"
+
+
+def _targets(target: Any) -> tuple[dict[str, Any], Any]:
+    """The name -> tensor mapping of ``target`` and the module it came from (or None)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(target, torch.nn.Module):
+        return dict(target.state_dict(keep_vars=True)), target
+    if isinstance(target, Mapping):
+        for key in target:
+            if not isinstance(key, str):
+                raise TypeError(f"target names must be strings, got {type(key).__name__} {key!r}")
+        return dict(target), None
+    raise TypeError(
+        "load_into's target must be a torch.nn.Module or a mapping of names to torch "
+        f"tensors or numpy arrays, not {type(target).__name__}"
+    )
+
+
+def _check(
+    sources: dict[str, Source],
+    targets: dict[str, _Target],
+    strict: bool,
+    convert: bool,
+    what: str,
+) -> tuple[list[str], list[str], list[str]]:
+    """Match checkpoint names to target names; raise :class:`LoadIntoError` for what
+    torch's ``load_state_dict`` refuses. Returns (names to read, missing, unexpected)."""
+    # Tied weights: one name per distinct memory reads, the others are aliases; an alias
+    # the checkpoint lacks is filled through the name it has.
+    by_memory: dict[tuple[int | None, int, int], str] = {}
+    for name, t in targets.items():
+        key: tuple[int | None, int, int]
+        if t.device == -1:  # meta: tied means the same tensor object
+            key = (t.device, id(t.obj), t.nbytes)
+        elif t.nbytes == 0:  # no memory to share
+            key = (t.device, 0, -1 - len(by_memory))
+        else:
+            key = (t.device, t.ptr, t.nbytes)
+        first = by_memory.setdefault(key, name)
+        if first != name:
+            targets[first].aliases.append(name)
+            t.aliases.append(first)
+    unexpected = [n for n in sources if n not in targets]
+    missing = [
+        n
+        for n, t in targets.items()
+        if n not in sources and not any(a in sources for a in t.aliases)
+    ]
+    problems: list[str] = []
+    if strict:  # torch's order: missing, then unexpected, then the rest
+        if missing:
+            problems.append(
+                "Missing key(s) in state_dict: " + ", ".join(f'"{n}"' for n in missing) + ". "
+            )
+        if unexpected:
+            problems.append(
+                "Unexpected key(s) in state_dict: " + ", ".join(f'"{n}"' for n in unexpected) + ". "
+            )
+    read: list[str] = []
+    done: set[str] = set()
+    for name, s in sources.items():
+        if name not in targets:
+            continue
+        t = targets[name]
+        if t.shape != s.shape:
+            problems.append(
+                f"size mismatch for {name}: copying a param with shape {_shape_shown(s)} "
+                f"from checkpoint, the shape in current model is {_shape_shown(t)}."
+            )
+            continue
+        if t.dtype != s.dtype and not convert:
+            problems.append(
+                f"dtype mismatch for {name}: the checkpoint holds {s.dtype}, the target "
+                f"is {t.dtype_shown}; pass convert_dtype=True to convert while loading."
+            )
+            continue
+        if t.dtype is None:
+            problems.append(f"dtype of {name}: {t.dtype_shown} is not a safetensors dtype.")
+            continue
+        if not t.contiguous:
+            problems.append(
+                f"{name} is not contiguous: load_into writes a tensor's bytes in place "
+                "(make it contiguous first)."
+            )
+            continue
+        if not t.writable:
+            problems.append(f"{name} is read-only.")
+            continue
+        if any(a in done for a in t.aliases):
+            continue  # tied: the same memory is already read through another name
+        done.add(name)
+        read.append(name)
+    # Distinct targets whose memory overlaps (views that are not the same tensor) would
+    # be written twice, in an order no one chose.
+    spans = sorted(
+        (-2 if t.device is None else t.device, t.ptr, t.nbytes, n)
+        for n in read
+        for t in [targets[n]]
+        if t.nbytes and t.device != -1
+    )
+    for a, b in itertools.pairwise(spans):
+        if a[0] == b[0] and b[1] < a[1] + a[2]:
+            problems.append(
+                f"{a[3]} and {b[3]} overlap in memory without being the same tensor: "
+                "loading both would write the same bytes twice."
+            )
+    if problems:
+        raise LoadIntoError(
+            f"Error(s) in loading state_dict for {what}:\n\t" + "\n\t".join(problems),
+            missing,
+            unexpected,
+        )
+    return read, missing, unexpected
+
+
+@dataclass(frozen=True)
+class _Read:
+    """One read: ``length`` bytes of ``path`` at ``offset`` to address ``ptr`` on
+    ``device``; ``names`` are the targets it fills."""
+
+    path: str
+    offset: int
+    device: int | None
+    ptr: int
+    length: int
+    names: tuple[str, ...]
+    block: int = 0  # reads into GPU memory merge only within one allocation
+
+
+def _merged(reads: list[_Read]) -> list[_Read]:
+    """``reads`` with each run of reads that follow each other both in one file and in
+    one device's memory made one read (sorted by file and offset first); in GPU memory
+    only within one allocation (two tensors that merely sit side by side stay two
+    reads)."""
+    reads.sort(key=lambda r: (r.path, r.offset))
+    out: list[_Read] = []
+    for r in reads:
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and last.path == r.path
+            and last.device == r.device
+            and last.offset + last.length == r.offset
+            and last.ptr + last.length == r.ptr
+            and last.block == r.block
+        ):
+            out[-1] = _Read(
+                r.path,
+                last.offset,
+                r.device,
+                last.ptr,
+                last.length + r.length,
+                last.names + r.names,
+                r.block,
+            )
+        else:
+            out.append(r)
+    return out
+
+
+class _DeviceSpan:
+    """``length`` bytes of GPU memory at ``ptr``, as a ``__cuda_array_interface__``
+    (the targets it covers are alive for the whole load; ``stream: None`` because the
+    load synchronises their devices before reading)."""
+
+    def __init__(self, ptr: int, length: int) -> None:
+        self.__cuda_array_interface__ = {
+            "shape": (length,),
+            "typestr": "|u1",
+            "data": (ptr, False),
+            "version": 3,
+            "strides": None,
+            "stream": None,
+        }
+
+
+class _HostSpan:
+    """``length`` bytes of host memory at ``ptr``, as an ``__array_interface__``."""
+
+    def __init__(self, ptr: int, length: int) -> None:
+        self.__array_interface__ = {
+            "shape": (length,),
+            "typestr": "|u1",
+            "data": (ptr, False),
+            "version": 3,
+        }
+
+
+def _run(reads: Sequence[_Read], dest: Callable[[_Read], Any] | None = None) -> list[str]:
+    """Run ``reads`` at once on kvikpy's pool, each straight into its memory (or into
+    ``dest(read)``); wait for all, then raise :class:`LoadIntoError` naming what was
+    written if any failed. Returns the names written."""
+    import numpy as np
+
+    from kvikpy.cufile import CuFile
+
+    files: dict[str, CuFile] = {}
+    written: list[str] = []
+    errors: list[tuple[_Read, BaseException]] = []
+    try:
+        futures = []
+        for r in reads:
+            f = files.get(r.path)
+            if f is None:
+                f = files[r.path] = CuFile(r.path, "r")
+            if dest is not None:
+                buf = dest(r)
+            elif r.device is None:
+                buf = np.asarray(_HostSpan(r.ptr, r.length))
+            else:
+                buf = _DeviceSpan(r.ptr, r.length)
+            futures.append((r, f.pread(buf, r.length, r.offset)))
+        for r, future in futures:
+            try:
+                got = future.get()
+            except BaseException as e:  # wait for every read before raising
+                errors.append((r, e))
+                continue
+            if got != r.length:
+                errors.append(
+                    (
+                        r,
+                        EOFError(
+                            f"{r.path}: {r.length} bytes at offset {r.offset} were asked "
+                            f"for and only {got} read; the file is shorter than its header "
+                            "says"
+                        ),
+                    )
+                )
+            else:
+                written.extend(r.names)
+    finally:
+        for f in files.values():
+            f.close()
+    if errors:
+        r, first = errors[0]
+        failed = sorted({n for r, _ in errors for n in r.names})
+        raise LoadIntoError(
+            f"reading the checkpoint into its target failed ({first}); "
+            f"{len(written)} tensor(s) were written, {len(failed)} were not or only in "
+            f"part: {', '.join(failed[:20])}{' ...' if len(failed) > 20 else ''}",
+            written=written,
+        ) from first
+    return written
+
+
+def _chunks(total: int, step: int) -> Iterator[tuple[int, int]]:
+    at = 0
+    while at < total:
+        yield at, min(step, total - at)
+        at += step
+
+
+def _fixed(buf: Any) -> Callable[[_Read], Any]:
+    """A destination function that always answers ``buf``."""
+    return lambda _r: buf
+
+
+def _convert(
+    jobs: Sequence[tuple[Source, _Target]], dtypes: Mapping[str, tuple[str, str | None, int]]
+) -> list[str]:
+    """Read each ``(source, target)`` of differing dtypes through a bounded staging buffer
+    per device and convert into the target in place."""
+    staging: dict[int | None, Any] = {}
+    written: list[str] = []
+    for s, t in jobs:
+        torch_name, np_name, itemsize = dtypes[s.dtype]
+        buf = staging.get(t.device)
+        if buf is None:
+            if t.torch:
+                import torch  # type: ignore[import-not-found, unused-ignore]
+
+                where = "cpu" if t.device is None else f"cuda:{t.device}"
+                buf = torch.empty(CONVERT_STAGING, dtype=torch.uint8, device=where)
+            else:
+                import numpy as np
+
+                buf = np.empty(CONVERT_STAGING, dtype=np.uint8)
+            staging[t.device] = buf
+        step = CONVERT_STAGING // itemsize * itemsize
+        if t.torch:
+            import torch
+
+            flat = t.obj.detach().view(-1)
+            dtype = getattr(torch, torch_name)
+        else:
+            if np_name is None:
+                raise LoadIntoError(f"{t.name}: numpy has no {s.dtype} to convert from")
+            flat = t.obj.reshape(-1)
+            dtype = np_name
+        for at, n in _chunks(s.span.size, step):
+            part = buf[:n]
+            _run(
+                [_Read(s.span.path, s.span.offset + at, t.device, 0, n, (t.name,))],
+                _fixed(part),
+            )
+            first = at // itemsize
+            if t.torch:
+                import torch
+
+                with torch.no_grad():
+                    flat[first : first + n // itemsize].copy_(part.view(dtype))
+                if t.device is not None:  # the staging is refilled next: copy first
+                    torch.cuda.synchronize(t.device)
+            else:
+                flat[first : first + n // itemsize] = part.view(dtype)
+        written.append(t.name)
+    return written
+
+
+def _materialise(module: Any, device: Any) -> None:
+    """Every meta parameter and buffer of ``module`` as uninitialised memory on
+    ``device`` (and every other one moved there), keeping tied tensors tied."""
+    import torch
+
+    done: dict[int, tuple[Any, Any]] = {}  # id(old) -> (old, new); old kept alive
+    for sub in module.modules():
+        for table in (sub._parameters, sub._buffers):
+            for key, value in table.items():
+                if value is None:
+                    continue
+                seen = done.get(id(value))
+                new = seen[1] if seen is not None else None
+                if new is None:
+                    if value.device.type == "meta":
+                        data = torch.empty_like(value, device=device)
+                    else:
+                        data = value.detach().to(device)
+                    if isinstance(value, torch.nn.Parameter):
+                        new = torch.nn.Parameter(data, requires_grad=value.requires_grad)
+                    else:
+                        new = data
+                    done[id(value)] = (value, new)
+                table[key] = new
+
+
+def _meta_buffers_left(module: Any, names: set[str]) -> list[str]:
+    """Buffers on the meta device that are not in the state dict (non-persistent), or
+    meta tensors the checkpoint does not fill: their values cannot come from it."""
+    out = []
+    for prefix, sub in module.named_modules():
+        for key, value in sub._buffers.items():
+            full = f"{prefix}.{key}" if prefix else key
+            if value is not None and value.device.type == "meta" and full not in names:
+                out.append(full)
+    return out
+
+
+def load(
+    target: Any,
+    sources: Sequence[Source],
+    dtypes: Mapping[str, tuple[str, str | None, int]],
+    *,
+    strict: bool,
+    convert: bool,
+    device: Any,
+    process_group: Any,
+    rename: Callable[[str], str] | None = None,
+) -> LoadResult:
+    """The body of :func:`kvikpy.safetensors.load_into` (see there), on validated
+    checkpoint tensors ``sources``; ``rename`` maps checkpoint names to target names."""
+    if not isinstance(strict, bool):
+        raise TypeError(f"strict must be True or False, not {type(strict).__name__}")
+    if not isinstance(convert, bool):
+        raise TypeError(f"convert_dtype must be True or False, not {type(convert).__name__}")
+    tensors, module = _targets(target)
+    what = type(module).__name__ if module is not None else "the target mapping"
+    by_name: dict[str, Source] = {}
+    for s in sources:
+        name = rename(s.span.name) if rename is not None else s.span.name
+        if name in by_name:
+            raise LoadIntoError(
+                f"checkpoint tensors {by_name[name].span.name!r} and {s.span.name!r} both "
+                f"load into {name!r}"
+            )
+        by_name[name] = s
+    try:
+        described = {name: _describe(name, obj) for name, obj in tensors.items()}
+        read, missing, unexpected = _check(by_name, described, strict, convert, what)
+        metas = [n for n, t in described.items() if t.device == -1]
+        if metas:
+            if module is None:
+                raise LoadIntoError(
+                    f"target {metas[0]!r} is on the meta device; pass the module itself so "
+                    "load_into can materialise it"
+                )
+            unfilled = _meta_buffers_left(module, set(by_name))
+            if unfilled:
+                raise LoadIntoError(
+                    "these buffers are on the meta device and the checkpoint has no values "
+                    f"for them (non-persistent buffers): {', '.join(unfilled)}; build the "
+                    "model under accelerate.init_empty_weights(), which keeps buffers "
+                    "real, or create them on a real device"
+                )
+    except (LoadIntoError, TypeError, ValueError):
+        if process_group is not None:  # the other ranks must not wait for this one
+            from kvikpy._load_shared_into import exchange_status
+
+            exchange_status(process_group, None)
+        raise
+    if metas:
+        _materialise(module, _torch_device(device))
+        tensors, _ = _targets(module)
+        described = {name: _describe(name, obj) for name, obj in tensors.items()}
+        read, missing, unexpected = _check(by_name, described, strict, convert, what)
+    direct = [n for n in read if described[n].dtype == by_name[n].dtype]
+    converted = [n for n in read if described[n].dtype != by_name[n].dtype]
+    _synchronize(described[n] for n in read)
+
+    def read_alone(names: Sequence[str]) -> None:
+        reads = [
+            _Read(s.span.path, s.span.offset, t.device, t.ptr, s.span.size, (n,), t.block)
+            for n in names
+            for s, t in [(by_name[n], described[n])]
+            if s.span.size
+        ]
+        _run(_merged(reads))
+
+    if process_group is not None:
+        from kvikpy._load_shared_into import exchange_status, load_shared_into
+
+        needs = exchange_status(process_group, [by_name[n].span.name for n in direct])
+        if any(n is None for n in needs):
+            bad = [r for r, n in enumerate(needs) if n is None]
+            raise LoadIntoError(
+                f"rank(s) {bad} of the process group refused the checkpoint (see their "
+                "errors); no rank read it"
+            )
+        spans = {s.span.name: name for name, s in by_name.items()}
+        load_shared_into(
+            [s.span for s in sources],
+            {by_name[n].span.name: described[n].obj for n in direct},
+            needs,
+            process_group,
+            None if device is None else _torch_device(device),
+            lambda alone: read_alone([spans[t.name] for t in alone]),
+            SHARED_ROUND,
+        )
+    else:
+        read_alone(direct)
+    if converted:
+        _convert([(by_name[n], described[n]) for n in converted], dtypes)
+    return LoadResult(missing, unexpected)
+
+
+def _synchronize(targets: Iterator[_Target]) -> None:
+    """Wait for each GPU's pending work on the targets (their allocation, a
+    materialisation) before kvikpy writes into them."""
+    devices = {t.device for t in targets if t.torch and t.device is not None}
+    if devices:
+        import torch
+
+        for d in devices:
+            torch.cuda.synchronize(d)
+
+
+def _torch_device(device: Any) -> Any:
+    """Where a meta module goes: ``device`` as torch names it (default the current
+    CUDA device)."""
+    import torch
+
+    if device is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    if isinstance(device, int) and not isinstance(device, bool):
+        return torch.device("cuda", device)
+    return torch.device(device)

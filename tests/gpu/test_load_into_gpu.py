@@ -1,0 +1,272 @@
+"""kvikpy.safetensors.load_into and load_pretrained with torch: modules on the GPU and on
+the meta device, tied weights, dtype conversion, process groups (gloo on the host, NCCL
+on two GPUs), and transformers checkpoints against from_pretrained, peak memory bounded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from distributed_launch import expected_bytes, run_ranks
+from test_safetensors_distributed import shards
+
+import kvikpy.safetensors as kst
+
+torch = pytest.importorskip("torch")
+st = pytest.importorskip("safetensors.torch")
+
+WORKER = Path(__file__).parent.parent / "load_into_worker.py"
+
+
+class Tied(torch.nn.Module):  # type: ignore[misc, name-defined]
+    """Tied embedding and head, odd dtypes (float16, bfloat16), int64 and bool buffers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(37, 24)
+        self.body = torch.nn.Linear(24, 24).half()
+        self.head = torch.nn.Linear(24, 37, bias=False)
+        self.head.weight = self.embed.weight
+        self.register_buffer("steps", torch.arange(5, dtype=torch.int64))
+        self.register_buffer("flags", torch.ones(7, dtype=torch.bool))
+        self.norm = torch.nn.LayerNorm(24, dtype=torch.bfloat16)
+
+
+def saved(tmp_path: Path) -> tuple[Path, Any]:
+    torch.manual_seed(0)
+    model = Tied()
+    with torch.no_grad():
+        model.flags[::2] = False
+        model.steps += 3
+        model.norm.weight.normal_()
+    path = tmp_path / "tied.safetensors"
+    st.save_model(model, str(path))  # writes one name of the tied pair
+    return path, model
+
+
+def assert_same_state(got: Any, want: Any) -> None:
+    a, b = got.state_dict(), want.state_dict()
+    assert list(a) == list(b)
+    for name in b:
+        assert a[name].dtype == b[name].dtype, name
+        assert torch.equal(a[name].cpu(), b[name].cpu()), name
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_module_on_a_device(tmp_path: Path, device: str) -> None:
+    path, ref = saved(tmp_path)
+    torch.manual_seed(1)
+    model = Tied().to(device)
+    ptrs = {n: p.data_ptr() for n, p in model.state_dict().items()}
+    assert kst.load_into(model, path) == ([], [])
+    assert_same_state(model, ref)
+    assert model.head.weight is model.embed.weight
+    assert {n: p.data_ptr() for n, p in model.state_dict().items()} == ptrs  # in place
+
+
+def test_meta_module_is_materialised_tied_and_bounded(tmp_path: Path) -> None:
+    path, ref = saved(tmp_path)
+    with torch.device("meta"):
+        model = Tied()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    kst.load_into(model, path, device="cuda:0")
+    peak = torch.cuda.max_memory_allocated() - before
+    weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    tied = model.embed.weight.numel() * model.embed.weight.element_size()
+    # The model itself (tied weight once, each allocation rounded to 512 bytes), no more.
+    assert peak <= weights - tied + 512 * len(model.state_dict())
+    assert model.head.weight is model.embed.weight
+    assert model.embed.weight.device == torch.device("cuda", 0)
+    assert model.embed.weight.requires_grad
+    assert_same_state(model, ref)
+
+
+def test_meta_non_persistent_buffer_is_refused_untouched(tmp_path: Path) -> None:
+    path, _ = saved(tmp_path)
+    with torch.device("meta"):
+        model = Tied()
+        model.register_buffer("scratch", torch.zeros(3), persistent=False)
+    with pytest.raises(kst.LoadIntoError, match="scratch"):
+        kst.load_into(model, path)
+    assert model.embed.weight.is_meta  # nothing materialised
+
+
+def test_mapping_over_gpus_and_host_and_one_merged_read(tmp_path: Path) -> None:
+    import kvikpy._load_into as li
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {f"t{i}": torch.randn(1000 + i * 64, generator=g) for i in range(6)}
+    path = tmp_path / "m.safetensors"
+    st.save_file(tensors, str(path))
+    flat = torch.zeros(sum(t.numel() for t in tensors.values()), device="cuda")
+    views, at = {}, 0
+    for name, t in tensors.items():
+        views[name] = flat[at : at + t.numel()]
+        at += t.numel()
+    seen: list[int] = []
+    real = li._run
+
+    def run(reads: Any, dest: Any = None) -> Any:
+        seen.append(len(reads))
+        return real(reads, dest)
+
+    li._run = run
+    try:
+        kst.load_into(views, path)
+    finally:
+        li._run = real
+    assert seen == [1]
+    for name, t in tensors.items():
+        assert torch.equal(views[name].cpu(), t)
+    last = torch.cuda.device_count() - 1
+    mixed = {
+        n: torch.zeros_like(t, device=f"cuda:{last}" if i % 2 else "cpu")
+        for i, (n, t) in enumerate(tensors.items())
+    }
+    kst.load_into(mixed, path)
+    for name, t in tensors.items():
+        assert torch.equal(mixed[name].cpu(), t)
+
+
+def test_dtype_conversion_on_the_gpu(tmp_path: Path) -> None:
+    import kvikpy._load_into as li
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {
+        "w": torch.randn(300, 257, generator=g).bfloat16(),
+        "h": torch.randn(77, generator=g).half(),
+    }
+    path = tmp_path / "bf.safetensors"
+    st.save_file(tensors, str(path))
+    target = {
+        n: torch.zeros(t.shape, dtype=torch.float32, device="cuda") for n, t in tensors.items()
+    }
+    with pytest.raises(kst.LoadIntoError, match="dtype mismatch for w"):
+        kst.load_into(target, path)
+    assert not target["w"].any()
+    old = li.CONVERT_STAGING
+    li.CONVERT_STAGING = 4096  # many chunks
+    try:
+        kst.load_into(target, path, convert_dtype=True)
+    finally:
+        li.CONVERT_STAGING = old
+    for name, t in tensors.items():
+        assert torch.equal(target[name].cpu(), t.float()), name
+
+
+def test_non_contiguous_parameter_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    st.save_file({"w": torch.randn(4, 6)}, str(path))
+    target = {"w": torch.zeros(6, 4, device="cuda").t()}
+    with pytest.raises(kst.LoadIntoError, match="not contiguous"):
+        kst.load_into(target, path)
+
+
+def test_process_group_gloo_on_the_host(tmp_path: Path) -> None:
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    files, tensors = shards(tmp_path)
+    for how in ("all", "odd"):
+        for rank, got in enumerate(run_ranks(tmp_path, "gloo", "cpu", how, files, worker=WORKER)):
+            wanted = {
+                n
+                for n in tensors
+                if how == "all" or n.startswith("shared") or int(n[-1]) % 2 == rank
+            }
+            assert set(got) == wanted
+            for name in wanted:
+                assert got[name]["hex"] == expected_bytes(tensors[name]), name
+    for got in run_ranks(tmp_path, "gloo", "cpu", "bad", files, worker=WORKER):
+        assert "error" in got  # every rank raises, none waits for the other
+
+
+@pytest.mark.multi_gpu
+def test_process_group_nccl_on_two_gpus(tmp_path: Path) -> None:
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_nccl_available():
+        pytest.skip("torch was built without NCCL")
+    files, tensors = shards(tmp_path)
+    for rank, got in enumerate(run_ranks(tmp_path, "nccl", "cuda", "odd", files, worker=WORKER)):
+        wanted = {n for n in tensors if n.startswith("shared") or int(n[-1]) % 2 == rank}
+        assert set(got) == wanted
+        for name in wanted:
+            assert got[name]["device"] == f"cuda:{rank}"
+            assert got[name]["hex"] == expected_bytes(tensors[name]), name
+
+
+# transformers and accelerate may warn about their own deprecations; those are not
+# what these tests check.
+THIRD_PARTY_WARNINGS = [
+    pytest.mark.filterwarnings("ignore:::transformers.*"),
+    pytest.mark.filterwarnings("ignore:::accelerate.*"),
+]
+
+
+def tiny_llama() -> Any:
+    transformers = pytest.importorskip("transformers")
+    return transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=3,
+        vocab_size=300,
+        tie_word_embeddings=True,
+    )
+
+
+@pytest.mark.parametrize("shard", [None, "100KB"])
+@THIRD_PARTY_WARNINGS[0]
+@THIRD_PARTY_WARNINGS[1]
+def test_transformers_checkpoint_into_an_empty_model(tmp_path: Path, shard: str | None) -> None:
+    transformers = pytest.importorskip("transformers")
+    accelerate = pytest.importorskip("accelerate")
+    config = tiny_llama()
+    torch.manual_seed(0)
+    source = transformers.LlamaForCausalLM(config)
+    if shard is None:
+        source.save_pretrained(tmp_path)
+        assert (tmp_path / "model.safetensors").exists()
+    else:
+        source.save_pretrained(tmp_path, max_shard_size=shard)
+        assert (tmp_path / "model.safetensors.index.json").exists()
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, device_map="cuda")
+    with accelerate.init_empty_weights():
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    got = kst.load_pretrained(model, tmp_path, device="cuda")
+    peak = torch.cuda.max_memory_allocated() - before
+    assert got == ([], [])
+    state = model.state_dict()
+    distinct = {t.data_ptr(): t.numel() * t.element_size() for t in state.values()}
+    # The model itself, each allocation rounded up to 512 bytes; no staging on the GPU.
+    assert peak <= sum(distinct.values()) + 512 * len(state) + 2 * sum(
+        b.numel() * b.element_size() for b in model.buffers()
+    )
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    ids = torch.randint(0, config.vocab_size, (2, 11), device="cuda")
+    model.eval()
+    ref.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, ref(ids).logits)
+
+
+@THIRD_PARTY_WARNINGS[0]
+@THIRD_PARTY_WARNINGS[1]
+def test_transformers_mismatched_checkpoint(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    config = tiny_llama()
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path)
+    config.intermediate_size = 96
+    model = transformers.LlamaForCausalLM(config).cuda()
+    before = {n: t.clone() for n, t in model.state_dict().items()}
+    with pytest.raises(kst.LoadIntoError, match=r"size mismatch for model\.layers\.0\.mlp"):
+        kst.load_pretrained(model, tmp_path)
+    for name, t in model.state_dict().items():
+        assert torch.equal(t, before[name]), name
