@@ -83,7 +83,7 @@ rust-test: check-rust
 	$(CARGO) test --workspace --quiet
 
 bench-engine: check-rust
-	$(CARGO) bench -p kvikpy-core --bench host_path
+	$(CARGO) bench -p kvikpy-core --bench host_path --bench residency_probe
 
 stubtest: develop
 	$(BIN)/python -m mypy.stubtest kvikpy._lib

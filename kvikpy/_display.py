@@ -190,6 +190,8 @@ def defaults_html() -> str:
             shown = f"CompatMode.{value.name}"
         elif name.endswith(("_size", "_threshold")):
             shown = f"{value:,} ({human_bytes(value)})"
+        elif name == "auto_direct_io_read" and value == "auto":
+            shown = "auto (by residency)"
         else:
             shown = str(value)
         cells = (name, shown, _SETTING_VARIABLES.get(name, ""))

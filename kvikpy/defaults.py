@@ -15,7 +15,7 @@ setting                  environment variable              default
 ``task_size``            ``KVIKIO_TASK_SIZE``              4 MiB
 ``gds_threshold``        ``KVIKIO_GDS_THRESHOLD``          16 KiB
 ``bounce_buffer_size``   ``KVIKIO_BOUNCE_BUFFER_SIZE``     16 MiB
-``auto_direct_io_read``  ``KVIKIO_AUTO_DIRECT_IO_READ``    ``False``
+``auto_direct_io_read``  ``KVIKIO_AUTO_DIRECT_IO_READ``    ``"auto"``
 ``auto_direct_io_write`` ``KVIKIO_AUTO_DIRECT_IO_WRITE``   ``True``
 ``page_cache_dma``       ``KVIKPY_PAGE_CACHE_DMA``         ``True``
 ``http_max_attempts``    ``KVIKIO_HTTP_MAX_ATTEMPTS``      3
@@ -57,6 +57,17 @@ Unlike kvikio, whose default is a single thread, kvikpy uses as many threads as 
 process may run on (CPU affinity and cgroup limits respected), capped at 16: enough to
 reach the page-cache and PCIe ceilings on a 16-core machine without oversubscribing a
 2-core one.
+
+``auto_direct_io_read`` takes ``True``, ``False`` or ``"auto"`` (the default, and what
+an unset ``KVIKIO_AUTO_DIRECT_IO_READ`` means; the variable also accepts ``auto``).
+``True`` and ``False`` keep kvikio's meaning: the aligned middle of each task by
+O_DIRECT, or everything through the page cache. ``"auto"`` reads by residency: each task
+of at least 1 MiB of whole 4 KiB blocks asks the kernel (``cachestat``, or ``mincore``
+on kernels before 6.5) which of its MiBs are cached, reads those through the page cache
+and the others with O_DIRECT; smaller tasks read through the page cache with no extra
+system call. The probes cost about 1-2 us per MiB read. Data read with O_DIRECT is not
+left in the page cache, so a cold file read twice comes from the disk twice: set
+``False`` for files read again soon.
 
 ``page_cache_dma`` is kvikpy's own: with a one-thread pool, device reads of at least 1 MiB
 whose pages are all in the page cache are DMAed straight from the cached pages (pinned in
@@ -125,7 +136,8 @@ def get(name: str) -> Any:
     -------
     Any
         The value: an int, a bool, a :class:`CompatMode` for ``compat_mode``, a list
-        of ints for ``http_status_codes``, a str or ``None`` for ``http_ca_bundle``.
+        of ints for ``http_status_codes``, a str or ``None`` for ``http_ca_bundle``,
+        ``True``, ``False`` or ``"auto"`` for ``auto_direct_io_read``.
 
     Raises
     ------
@@ -188,7 +200,8 @@ def set(*config: Any, **kwargs: Any) -> _Applied:
         ``http_status_codes`` takes a list of such integers.
     ValueError
         For a value the setting cannot take (zero threads, a negative size, a status
-        code outside 100 to 599...).
+        code outside 100 to 599, anything but ``True``, ``False`` or ``"auto"`` for
+        ``auto_direct_io_read``...).
 
     Examples
     --------

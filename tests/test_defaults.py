@@ -57,8 +57,10 @@ def test_get_types():
         assert value >= 0
     for name in ("num_threads", "task_size", "bounce_buffer_size"):
         assert defaults.get(name) > 0
-    for name in ("auto_direct_io_read", "auto_direct_io_write", "page_cache_dma"):
+    for name in ("auto_direct_io_write", "page_cache_dma"):
         assert type(defaults.get(name)) is bool, name
+    # True, False, or "auto" (reads by residency, the default).
+    assert defaults.get("auto_direct_io_read") in (True, False, "auto")
 
 
 def test_compat_mode_members():
@@ -175,6 +177,8 @@ INVALID = [
     ("compat_mode", None),
     ("auto_direct_io_read", 5),
     ("auto_direct_io_read", 2.5),
+    ("auto_direct_io_read", "maybe"),
+    ("auto_direct_io_read", None),
     ("auto_direct_io_write", None),
     ("page_cache_dma", 1),
     ("page_cache_dma", "yes"),

@@ -170,7 +170,7 @@ def test_defaults_without_any_variable(env_results):
         "task_size": 4 << 20,
         "gds_threshold": 16 << 10,
         "bounce_buffer_size": 16 << 20,
-        "auto_direct_io_read": False,
+        "auto_direct_io_read": "auto",
         "auto_direct_io_write": True,
         "page_cache_dma": True,
         "http_max_attempts": 3,

@@ -38,7 +38,7 @@ task_sizes = st.one_of(
 config = st.fixed_dictionaries(
     {
         "num_threads": st.integers(1, 8),
-        "auto_direct_io_read": st.booleans(),
+        "auto_direct_io_read": st.sampled_from([True, False, "auto"]),
         "auto_direct_io_write": st.booleans(),
         "gds_threshold": st.sampled_from([0, 4096, 16 * KiB, MiB]),
         "bounce_buffer_size": st.sampled_from([4096, 12345, 64 * KiB, 16 * MiB]),

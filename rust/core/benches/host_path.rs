@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kvikpy_core::settings::DirectIoRead;
 use kvikpy_core::tasks::split_tasks;
 use kvikpy_core::{submit, Completion, FileHandle, HostSpan, Request, Settings, Span};
 
@@ -59,7 +60,7 @@ fn random_bytes(len: usize) -> Vec<u8> {
 fn settings(threads: usize) -> Settings {
     Settings {
         num_threads: threads,
-        auto_direct_io_read: false,
+        auto_direct_io_read: DirectIoRead::Buffered,
         ..Settings::default()
     }
 }

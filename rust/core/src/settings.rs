@@ -45,10 +45,33 @@ impl CompatMode {
     }
 }
 
+/// How reads choose between the page cache and O_DIRECT (`auto_direct_io_read`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectIoRead {
+    /// `False`: every read goes through the page cache.
+    Buffered,
+    /// `True`: the aligned middle of each task goes by O_DIRECT (kvikio's meaning).
+    Direct,
+    /// `"auto"`, the default: each task's aligned middle by residency, the cached parts
+    /// through the page cache and the rest by O_DIRECT (see `source::residency`).
+    ByResidency,
+}
+
+impl DirectIoRead {
+    /// `True` as [`Self::Direct`], `False` as [`Self::Buffered`].
+    pub fn forced(direct: bool) -> Self {
+        if direct {
+            Self::Direct
+        } else {
+            Self::Buffered
+        }
+    }
+}
+
 /// A setting's value as seen from outside the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SettingValue {
-    /// A switch (`auto_direct_io_read`, `auto_direct_io_write`, `page_cache_dma`).
+    /// A switch (`auto_direct_io_read` when forced, `auto_direct_io_write`, `page_cache_dma`).
     Bool(bool),
     /// A count or a size in bytes (`num_threads`, `task_size`, `gds_threshold`,
     /// `bounce_buffer_size`).
@@ -59,6 +82,8 @@ pub enum SettingValue {
     Codes(StatusCodes),
     /// A path, or none (`http_ca_bundle`); see [`intern_path`].
     Path(Option<&'static Path>),
+    /// The word `auto` (`auto_direct_io_read` by residency).
+    Auto,
 }
 
 /// Every setting name, in documentation order.
@@ -114,8 +139,8 @@ pub struct Settings {
     pub gds_threshold: usize,
     /// The size of each pooled aligned staging buffer, in bytes.
     pub bounce_buffer_size: usize,
-    /// Read the aligned part of each task with O_DIRECT.
-    pub auto_direct_io_read: bool,
+    /// Whether reads go through the page cache, by O_DIRECT, or by residency.
+    pub auto_direct_io_read: DirectIoRead,
     /// Write the aligned part of each task with O_DIRECT.
     pub auto_direct_io_write: bool,
     /// kvikpy's own: DMA device reads of page-cache-resident ranges straight from the
@@ -170,7 +195,7 @@ impl Default for Settings {
             task_size: 4 << 20,
             gds_threshold: 16 << 10,
             bounce_buffer_size: 16 << 20,
-            auto_direct_io_read: false,
+            auto_direct_io_read: DirectIoRead::ByResidency,
             auto_direct_io_write: true,
             page_cache_dma: true,
             http_max_attempts: 3,
@@ -227,7 +252,17 @@ impl Settings {
             s.bounce_buffer_size = env_int("KVIKIO_BOUNCE_BUFFER_SIZE", &v, 1)? as usize;
         }
         if let Some(v) = getenv("KVIKIO_AUTO_DIRECT_IO_READ") {
-            s.auto_direct_io_read = env_bool("KVIKIO_AUTO_DIRECT_IO_READ", &v)?;
+            s.auto_direct_io_read = if v.trim().eq_ignore_ascii_case("auto") {
+                DirectIoRead::ByResidency
+            } else {
+                let malformed = |_| Error::MalformedEnv {
+                    var: "KVIKIO_AUTO_DIRECT_IO_READ",
+                    value: v.clone(),
+                    expected: "auto (reads by residency, as when unset), or a boolean: \
+                               true/false, on/off, yes/no or 1/0",
+                };
+                DirectIoRead::forced(env_bool("KVIKIO_AUTO_DIRECT_IO_READ", &v).map_err(malformed)?)
+            };
         }
         if let Some(v) = getenv("KVIKIO_AUTO_DIRECT_IO_WRITE") {
             s.auto_direct_io_write = env_bool("KVIKIO_AUTO_DIRECT_IO_WRITE", &v)?;
@@ -284,7 +319,11 @@ impl Settings {
             "task_size" => SettingValue::Int(self.task_size as u64),
             "gds_threshold" => SettingValue::Int(self.gds_threshold as u64),
             "bounce_buffer_size" => SettingValue::Int(self.bounce_buffer_size as u64),
-            "auto_direct_io_read" => SettingValue::Bool(self.auto_direct_io_read),
+            "auto_direct_io_read" => match self.auto_direct_io_read {
+                DirectIoRead::Buffered => SettingValue::Bool(false),
+                DirectIoRead::Direct => SettingValue::Bool(true),
+                DirectIoRead::ByResidency => SettingValue::Auto,
+            },
             "auto_direct_io_write" => SettingValue::Bool(self.auto_direct_io_write),
             "page_cache_dma" => SettingValue::Bool(self.page_cache_dma),
             "http_max_attempts" => SettingValue::Int(self.http_max_attempts as u64),
@@ -351,12 +390,16 @@ impl Settings {
                 return Err(invalid("a positive integer"))
             }
             ("gds_threshold", _) => return Err(invalid("a non-negative integer")),
-            ("auto_direct_io_read", SettingValue::Bool(b)) => self.auto_direct_io_read = b,
+            ("auto_direct_io_read", SettingValue::Bool(b)) => {
+                self.auto_direct_io_read = DirectIoRead::forced(b)
+            }
+            ("auto_direct_io_read", SettingValue::Auto) => {
+                self.auto_direct_io_read = DirectIoRead::ByResidency
+            }
+            ("auto_direct_io_read", _) => return Err(invalid("True, False or 'auto'")),
             ("auto_direct_io_write", SettingValue::Bool(b)) => self.auto_direct_io_write = b,
             ("page_cache_dma", SettingValue::Bool(b)) => self.page_cache_dma = b,
-            ("auto_direct_io_read" | "auto_direct_io_write" | "page_cache_dma", _) => {
-                return Err(invalid("a bool"))
-            }
+            ("auto_direct_io_write" | "page_cache_dma", _) => return Err(invalid("a bool")),
             ("http_ca_bundle", SettingValue::Path(path)) => {
                 let path = path.filter(|p| !p.as_os_str().is_empty());
                 if let Some(p) = path {
@@ -388,6 +431,7 @@ fn describe(value: SettingValue) -> String {
         SettingValue::Codes(c) => format!("{:?}", c.as_slice()),
         SettingValue::Path(Some(p)) => format!("'{}'", p.display()),
         SettingValue::Path(None) => "None".to_string(),
+        SettingValue::Auto => "'auto'".to_string(),
     }
 }
 
@@ -602,7 +646,7 @@ mod tests {
         assert_eq!(s.task_size, 4 << 20);
         assert_eq!(s.gds_threshold, 16 << 10);
         assert_eq!(s.bounce_buffer_size, 16 << 20);
-        assert!(!s.auto_direct_io_read);
+        assert_eq!(s.auto_direct_io_read, DirectIoRead::ByResidency);
         assert!(s.auto_direct_io_write);
         assert!((1..=MAX_DEFAULT_THREADS).contains(&s.num_threads));
     }
@@ -770,11 +814,12 @@ mod tests {
 
     #[test]
     fn bools_parse_like_kvikio() {
-        assert!(
-            env(&[("KVIKIO_AUTO_DIRECT_IO_READ", "on")])
-                .unwrap()
-                .auto_direct_io_read
-        );
+        let read =
+            |text| env(&[("KVIKIO_AUTO_DIRECT_IO_READ", text)]).map(|s| s.auto_direct_io_read);
+        assert_eq!(read("on").unwrap(), DirectIoRead::Direct);
+        assert_eq!(read("0").unwrap(), DirectIoRead::Buffered);
+        assert_eq!(read(" Auto ").unwrap(), DirectIoRead::ByResidency);
+        assert!(read("").is_err() && read("automatic").is_err());
         assert!(
             !env(&[("KVIKIO_AUTO_DIRECT_IO_WRITE", "No")])
                 .unwrap()
@@ -795,6 +840,7 @@ mod tests {
         assert!(s.set("num_threads", SettingValue::Int(u64::MAX)).is_err());
         assert!(s.set("task_size", SettingValue::Bool(true)).is_err());
         assert!(s.set("auto_direct_io_read", SettingValue::Int(1)).is_err());
+        assert!(s.set("auto_direct_io_write", SettingValue::Auto).is_err());
         assert!(matches!(
             s.set("nope", SettingValue::Int(1)),
             Err(Error::UnknownSetting(_))
@@ -806,6 +852,16 @@ mod tests {
         assert_eq!(s.get("gds_threshold").unwrap(), SettingValue::Int(0));
         for name in SETTING_NAMES {
             assert!(s.get(name).is_ok());
+        }
+        assert_eq!(s.get("auto_direct_io_read").unwrap(), SettingValue::Auto);
+        for (value, mode) in [
+            (SettingValue::Bool(true), DirectIoRead::Direct),
+            (SettingValue::Bool(false), DirectIoRead::Buffered),
+            (SettingValue::Auto, DirectIoRead::ByResidency),
+        ] {
+            s.set("auto_direct_io_read", value).unwrap();
+            assert_eq!(s.auto_direct_io_read, mode);
+            assert_eq!(s.get("auto_direct_io_read").unwrap(), value);
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::fs;
 use std::os::unix::fs::FileExt;
 
+use kvikpy_core::settings::DirectIoRead;
 use kvikpy_core::{submit, Completion, Direction, Request};
 use kvikpy_core::{FileHandle, HostSpan, Settings, Span};
 use proptest::prelude::*;
@@ -42,7 +43,7 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 fn settings(threads: usize, direct: bool, bounce: usize) -> Settings {
     Settings {
         num_threads: threads,
-        auto_direct_io_read: direct,
+        auto_direct_io_read: DirectIoRead::forced(direct),
         auto_direct_io_write: direct,
         bounce_buffer_size: bounce,
         gds_threshold: 1024,

@@ -77,6 +77,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(page_cache::page_cache_info, m)?)?;
     m.add_function(wrap_pyfunction!(page_cache::drop_file_page_cache, m)?)?;
     m.add_function(wrap_pyfunction!(page_cache::drop_system_page_cache, m)?)?;
+    m.add_function(wrap_pyfunction!(page_cache::read_path_counters, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_os_error_for_tests, m)?)?;
     m.add_class::<remote::RemoteHandle>()?;
     m.add_class::<remote::S3Credentials>()?;

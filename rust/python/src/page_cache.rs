@@ -82,3 +82,14 @@ pub fn drop_system_page_cache(
         page_cache::drop_system(reclaim_dentries_and_inodes, sync_first)
     })
 }
+
+/// `(bytes read by O_DIRECT, residency probes)` since the process started: tells which
+/// path reads took (tests, diagnostics).
+#[boundary]
+#[pyfunction]
+pub fn read_path_counters() -> (u64, u64) {
+    (
+        kvikpy_core::source::direct_read_bytes(),
+        kvikpy_core::source::residency_probes(),
+    )
+}

@@ -29,6 +29,7 @@ pub fn get_setting(py: Python<'_>, name: &str) -> BindResult<Py<PyAny>> {
         SettingValue::Codes(codes) => PyList::new(py, codes.as_slice())?.into_any().unbind(),
         SettingValue::Path(None) => py.None(),
         SettingValue::Path(Some(path)) => path.as_os_str().into_pyobject(py)?.into_any().unbind(),
+        SettingValue::Auto => PyString::new(py, "auto").into_any().unbind(),
     })
 }
 
@@ -158,7 +159,7 @@ fn convert(name: &str, value: &Bound<'_, PyAny>) -> BindResult<SettingValue> {
         SettingValue::Codes(_) => return convert_codes(value),
         SettingValue::Int(_) => return convert_int(name, value),
         SettingValue::Path(_) => return convert_path(value),
-        SettingValue::Bool(_) | SettingValue::Mode(_) => {}
+        SettingValue::Bool(_) | SettingValue::Mode(_) | SettingValue::Auto => {}
     }
     let invalid = |expected| Error::InvalidSetting {
         name: name.to_string(),
@@ -175,6 +176,13 @@ fn convert(name: &str, value: &Bound<'_, PyAny>) -> BindResult<SettingValue> {
         return match value.extract::<u64>() {
             Ok(n) => Ok(SettingValue::Int(n)),
             Err(_) => Err(invalid("a non-negative integer").into()),
+        };
+    }
+    if let SettingValue::Auto = kind {
+        // `auto_direct_io_read`: True, False or "auto" (any case).
+        return match value.extract::<String>() {
+            Ok(text) if text.trim().eq_ignore_ascii_case("auto") => Ok(SettingValue::Auto),
+            _ => Err(invalid("True, False or 'auto'").into()),
         };
     }
     if let SettingValue::Mode(_) = kind {

@@ -120,6 +120,33 @@ impl FileMapping {
         let rc = unsafe { libc::mincore(start.cast(), len, vec.as_mut_ptr()) };
         rc == 0 && vec.iter().all(|&b| b & 1 == 1)
     }
+
+    /// How many of the pages that `from..from+len` (bytes from [`Self::base`]) touches are
+    /// in the page cache right now (`mincore`, a window of 1024 pages at a time on the
+    /// stack: nothing is allocated); `None` for a range outside the mapping or a refusal.
+    pub fn resident_pages(&self, from: usize, len: usize) -> Option<u64> {
+        const WINDOW_PAGES: usize = 1024;
+        let page = page_size();
+        let end = from.checked_add(len).filter(|&end| end <= self.len)?;
+        let mut at = from - from % page;
+        let mut resident = 0u64;
+        let mut answer = [0u8; WINDOW_PAGES];
+        while at < end {
+            let window = (end - at).min(WINDOW_PAGES * page);
+            let pages = window.div_ceil(page);
+            // SAFETY: `at < end <= self.len`, so the address stays inside our mapping.
+            let start = unsafe { self.base.cast::<u8>().add(at) };
+            // SAFETY: `start..start+window` lies inside our live mapping and starts on a
+            // page; `answer` has room for the `pages <= WINDOW_PAGES` bytes mincore writes.
+            let rc = unsafe { libc::mincore(start.cast(), window, answer.as_mut_ptr()) };
+            if rc != 0 {
+                return None;
+            }
+            resident += answer[..pages].iter().filter(|&&b| b & 1 == 1).count() as u64;
+            at += window;
+        }
+        Some(resident)
+    }
 }
 
 impl Drop for FileMapping {

@@ -18,6 +18,7 @@ mod page_cache_dma;
 pub mod posix;
 mod posix_io;
 pub mod remote;
+pub mod residency;
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -37,6 +38,8 @@ use crate::settings::{CompatMode, Settings};
 
 pub use mapping::{page_size, FileMapping};
 pub use page_cache_dma::bytes_moved as page_cache_dma_bytes;
+pub use posix::direct_read_bytes;
+pub use residency::probes as residency_probes;
 
 /// What [`Source::device_direct`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,17 +1,21 @@
 //! The POSIX source: a local file read and written with `pread`/`pwrite` through the page
 //! cache, the aligned middle of each transfer through a second, O_DIRECT descriptor when
-//! the settings ask for it, and device reads of cached pages by DMA.
+//! the settings ask for it (for reads by default where the range is not cached, see
+//! [`super::residency`]), and device reads of cached pages by DMA.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use super::mapping::page_size;
 use super::page_cache_dma::read_resident;
 pub use super::posix_io::{pread_direct, pread_full};
 use super::posix_io::{transfer_direct, transfer_full};
+use super::residency::{self, Method, Prober, Run, MIN_PROBED};
 use super::{Direct, Source, Target};
 use crate::bounce::host_pool;
 use crate::cuda::Lane;
@@ -19,8 +23,17 @@ use crate::error::{Error, Result};
 use crate::file::OpenFlags;
 use crate::memory::{DeviceSpan, HostSpan};
 use crate::request::Direction;
-use crate::settings::Settings;
-use crate::tasks::{align_down, align_up, aligned_split, DIRECT_IO_ALIGNMENT};
+use crate::settings::{DirectIoRead, Settings};
+use crate::tasks::{align_down, align_up, aligned_split, AlignedSplit, DIRECT_IO_ALIGNMENT};
+
+/// Bytes this process has read by O_DIRECT (tests and diagnostics use it to tell which
+/// path a read took).
+static DIRECT_READ_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes read by O_DIRECT since the process started.
+pub fn direct_read_bytes() -> u64 {
+    DIRECT_READ_BYTES.load(Ordering::Relaxed)
+}
 
 /// The POSIX source takes every path (it is the last of [`super::OPENERS`]).
 pub fn open(target: &Target<'_>) -> Option<Result<Arc<dyn Source>>> {
@@ -152,7 +165,13 @@ impl PosixFile {
         settings: &Settings,
     ) -> Result<usize> {
         let wants_direct = match direction {
-            Direction::Read => settings.auto_direct_io_read,
+            Direction::Read => match settings.auto_direct_io_read {
+                DirectIoRead::Direct => true,
+                DirectIoRead::Buffered => false,
+                DirectIoRead::ByResidency => {
+                    return self.read_by_residency(span, offset, settings);
+                }
+            },
             Direction::Write => settings.auto_direct_io_write,
         };
         let mut split = aligned_split(offset, span.len(), DIRECT_IO_ALIGNMENT);
@@ -164,17 +183,7 @@ impl PosixFile {
             return self.buffered(direction, span, offset);
         };
         if direction == Direction::Read {
-            // An O_DIRECT read moves whole blocks: at the end of the file it may write the
-            // block's zeros past the bytes it reports into the destination, which must
-            // stay untouched past EOF. So only blocks wholly inside the file go through
-            // O_DIRECT; the rest is read through the page cache, which stops exactly at EOF.
-            let whole_blocks_end = align_down(self.size()?, DIRECT_IO_ALIGNMENT);
-            let middle_start = offset + split.head as u64;
-            let inside = whole_blocks_end.saturating_sub(middle_start) as usize;
-            if inside < split.middle {
-                split.tail += split.middle - inside;
-                split.middle = inside;
-            }
+            self.whole_blocks_only(&mut split, offset)?;
             if split.middle == 0 {
                 return self.buffered(direction, span, offset);
             }
@@ -204,6 +213,78 @@ impl PosixFile {
         Ok(done)
     }
 
+    /// Shrink the middle of a read's `split` (of a transfer at `offset`) to the blocks
+    /// wholly inside the file, the rest going to the tail. An O_DIRECT read moves whole
+    /// blocks: at the end of the file it may write the block's zeros past the bytes it
+    /// reports into the destination, which must stay untouched past EOF. So only blocks
+    /// wholly inside the file go through O_DIRECT; the rest is read through the page
+    /// cache, which stops exactly at EOF.
+    fn whole_blocks_only(&self, split: &mut AlignedSplit, offset: u64) -> Result<()> {
+        let whole_blocks_end = align_down(self.size()?, DIRECT_IO_ALIGNMENT);
+        let middle_start = offset + split.head as u64;
+        let inside = whole_blocks_end.saturating_sub(middle_start) as usize;
+        if inside < split.middle {
+            split.tail += split.middle - inside;
+            split.middle = inside;
+        }
+        Ok(())
+    }
+
+    /// A read by residency (`auto_direct_io_read="auto"`): a task whose aligned middle is
+    /// shorter than [`MIN_PROBED`] reads through the page cache with no probe; otherwise
+    /// the middle's resident runs go through the page cache and the others by O_DIRECT,
+    /// as [`residency::plan`] decides, and the unaligned edges through the page cache.
+    fn read_by_residency(&self, span: HostSpan, offset: u64, settings: &Settings) -> Result<usize> {
+        let mut split = aligned_split(offset, span.len(), DIRECT_IO_ALIGNMENT);
+        if split.middle < MIN_PROBED {
+            return self.buffered(Direction::Read, span, offset);
+        }
+        self.whole_blocks_only(&mut split, offset)?;
+        if split.middle < MIN_PROBED {
+            return self.buffered(Direction::Read, span, offset);
+        }
+        // The middle first: reading the head through the page cache would start readahead
+        // into the middle before it is probed.
+        let middle_start = offset + split.head as u64;
+        let mut middle_done = 0usize;
+        let mut prober = Prober::new(self.buffered_fd(), middle_start, split.middle, Method::Best);
+        residency::plan(
+            middle_start,
+            split.middle,
+            page_size(),
+            |at, len| prober.resident(at, len),
+            |run: Run| {
+                let part = span.sub((run.offset - offset) as usize, run.len);
+                // The O_DIRECT descriptor is opened only once a run needs it.
+                let n = match run.direct.then(|| self.direct_fd()).flatten() {
+                    Some(fd) => {
+                        self.direct_part(fd, Direction::Read, part, run.offset, settings)?
+                    }
+                    None => self.buffered(Direction::Read, part, run.offset)?,
+                };
+                middle_done += n;
+                Ok::<bool, Error>(n == run.len)
+            },
+        )?;
+        drop(prober);
+        if split.head > 0 {
+            let n = self.buffered(Direction::Read, span.sub(0, split.head), offset)?;
+            if n < split.head {
+                return Ok(n); // end of file
+            }
+        }
+        let mut done = split.head + middle_done;
+        if middle_done == split.middle && split.tail > 0 {
+            let at = split.head + split.middle;
+            done += self.buffered(
+                Direction::Read,
+                span.sub(at, split.tail),
+                offset + at as u64,
+            )?;
+        }
+        Ok(done)
+    }
+
     /// The aligned middle of a transfer through O_DIRECT: straight into the user's memory
     /// when it is aligned too, else staged through a pooled aligned bounce buffer. A
     /// filesystem that opens O_DIRECT but rejects the transfer (EINVAL) falls back to the
@@ -222,7 +303,12 @@ impl PosixFile {
             staged(fd, direction, span, offset, settings)?
         };
         match attempt {
-            Ok(n) => Ok(n),
+            Ok(n) => {
+                if direction == Direction::Read {
+                    DIRECT_READ_BYTES.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Ok(n)
+            }
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 self.buffered(direction, span, offset)
             }
