@@ -23,6 +23,7 @@ use cudarc::cufile::sys as cf;
 
 use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
+use crate::settings::CompatMode;
 
 /// The environment variable naming a libcufile to load instead of the system's.
 pub const LIBRARY_VAR: &str = "KVIKPY_CUFILE_LIBRARY";
@@ -708,7 +709,7 @@ pub fn set_property(setting: Setting) -> Result<()> {
 /// kvikio's `memory_register`: register `len` bytes at `ptr` with cuFile; a no-op where
 /// compat mode is preferred, and memory already registered is not an error.
 pub fn memory_register(ptr: u64, len: usize, flags: i32) -> Result<()> {
-    if crate::settings::is_compat_mode_preferred(crate::settings::current()?.compat_mode) {
+    if is_compat_mode_preferred(crate::settings::current()?.compat_mode) {
         return Ok(());
     }
     let api = ready()?;
@@ -722,7 +723,7 @@ pub fn memory_register(ptr: u64, len: usize, flags: i32) -> Result<()> {
 
 /// kvikio's `memory_deregister`: a no-op where compat mode is preferred.
 pub fn memory_deregister(ptr: u64) -> Result<()> {
-    if crate::settings::is_compat_mode_preferred(crate::settings::current()?.compat_mode) {
+    if is_compat_mode_preferred(crate::settings::current()?.compat_mode) {
         return Ok(());
     }
     let api = ready()?;
@@ -734,7 +735,7 @@ pub fn memory_deregister(ptr: u64) -> Result<()> {
 
 /// kvikio's `stream_register`: a no-op where compat mode is preferred.
 pub fn stream_register(stream: usize, flags: u32) -> Result<()> {
-    if crate::settings::is_compat_mode_preferred(crate::settings::current()?.compat_mode) {
+    if is_compat_mode_preferred(crate::settings::current()?.compat_mode) {
         return Ok(());
     }
     register_stream_raw(stream, flags)
@@ -773,7 +774,7 @@ pub fn stream_known(stream: usize) -> bool {
 
 /// kvikio's `stream_deregister`: a no-op where compat mode is preferred.
 pub fn stream_deregister(stream: usize) -> Result<()> {
-    if crate::settings::is_compat_mode_preferred(crate::settings::current()?.compat_mode) {
+    if is_compat_mode_preferred(crate::settings::current()?.compat_mode) {
         return Ok(());
     }
     let api = ready()?;
@@ -832,6 +833,17 @@ pub fn contained<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
             crate::error::panic_message(p.as_ref())
         )))
     })
+}
+
+/// Whether I/O is expected to run through POSIX rather than cuFile for this mode:
+/// `ON` is, `OFF` is not, and `AUTO` is unless cuFile is usable on this system.
+/// It asks the driver (for `AUTO`), so it lives here, above the settings it reads.
+pub fn is_compat_mode_preferred(mode: CompatMode) -> bool {
+    match mode {
+        CompatMode::On => true,
+        CompatMode::Off => false,
+        CompatMode::Auto => !usable(),
+    }
 }
 
 #[cfg(test)]

@@ -2,17 +2,15 @@
 //! ring, double-buffered per task so the file I/O of one chunk overlaps the DMA of the
 //! previous one; and stream-ordered transfers.
 
-use std::sync::Arc;
-
-use crate::cuda::{self, Lane, Stream};
+use crate::cuda::{self, Lane};
 use crate::error::Result;
 use crate::future::{run_caught, IoFuture};
 use crate::memory::DeviceSpan;
-use crate::request::Direction;
 use crate::ring::{pinned_buffers, stage, staging_capacity, Ring, MAX_SLOTS};
 use crate::settings::Settings;
-use crate::source::{Direct, Keepalive, Source};
+use crate::source::{Direct, Keepalive, Ordered, Source};
 use crate::tasks::{align_up, DIRECT_IO_ALIGNMENT};
+use crate::vocab::Direction;
 
 /// Chunks per task the pipeline aims for: enough to overlap, few enough to keep each DMA
 /// large.
@@ -63,6 +61,11 @@ pub fn transfer(
         Direct::Complete(n) => return Ok(n),
         Direct::Partial(n) => n,
         Direct::NotUsed => 0,
+        Direct::Edges { head, middle } => {
+            return around_edges(
+                source, direction, span, offset, settings, lane, head, middle,
+            )
+        }
     };
     let rest = span.sub(moved, span.len - moved);
     Ok(moved
@@ -74,6 +77,45 @@ pub fn transfer(
             settings,
             lane,
         )?)
+}
+
+/// A transfer whose source moves only the aligned middle ([`Direct::Edges`]): the head
+/// through the ring, the middle through [`Source::device_aligned`], the tail through the
+/// ring, in file order, stopping at the end of the file.
+#[allow(clippy::too_many_arguments)]
+fn around_edges(
+    source: &dyn Source,
+    direction: Direction,
+    span: DeviceSpan,
+    offset: u64,
+    settings: &Settings,
+    lane: Lane<'_>,
+    head: usize,
+    middle: usize,
+) -> Result<usize> {
+    let mut done = 0usize;
+    let pieces = [
+        (0, head, false),
+        (head, middle, true),
+        (head + middle, span.len - head - middle, false),
+    ];
+    for (at, len, aligned) in pieces {
+        if len == 0 {
+            continue;
+        }
+        let part = span.sub(at, len);
+        let part_offset = offset + at as u64;
+        let n = if aligned {
+            source.device_aligned(direction, part, part_offset)?
+        } else {
+            via_ring(source, direction, part, part_offset, settings, lane)?
+        };
+        done += n;
+        if n < len {
+            break; // end of file
+        }
+    }
+    Ok(done)
 }
 
 /// Move `span.len()` bytes between `source` at `offset` and device memory through the
@@ -177,20 +219,6 @@ impl Pipeline<'_> {
         }
         Ok(done)
     }
-}
-
-/// A transfer ordered on a CUDA stream; see [`submit_stream_ordered`].
-pub struct Ordered {
-    /// The file's source.
-    pub source: Arc<dyn Source>,
-    /// Which way the bytes move.
-    pub direction: Direction,
-    /// The device memory (already clamped to the file for reads).
-    pub span: DeviceSpan,
-    /// Where in the file the transfer starts.
-    pub file_offset: u64,
-    /// The stream the transfer is ordered on.
-    pub stream: Stream,
 }
 
 /// Start a stream-ordered transfer: it begins after the work queued on `stream` so far,

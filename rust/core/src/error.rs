@@ -278,7 +278,7 @@ impl fmt::Display for Error {
             Self::UnknownSetting(name) => write!(
                 f,
                 "unknown setting '{name}'; known settings: {}",
-                crate::settings::SETTING_NAMES.join(", ")
+                crate::vocab::SETTING_NAMES.join(", ")
             ),
             Self::InvalidSetting {
                 name,

@@ -27,6 +27,7 @@ pub mod ring;
 pub mod settings;
 pub mod source;
 pub mod tasks;
+pub mod vocab;
 
 pub use error::{Error, Result};
 pub use file::{FileHandle, OpenFlags};

@@ -17,17 +17,16 @@
 //! (`num_threads == 1`), where it beats that thread's `pread` copy (10 against 8 GB/s for
 //! a warm 4 GiB file, with less CPU time).
 
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::mapping::{page_size, FileMapping};
-use super::posix::PosixFile;
 use super::Direct;
 use crate::cuda::{self, HostRegistration, Lane};
 use crate::error::Result;
 use crate::memory::DeviceSpan;
 use crate::ring::{Ring, MAX_SLOTS};
 use crate::settings::Settings;
-use crate::source::Source;
 use crate::tasks::align_down;
 
 /// Smallest read worth mapping: below it the fixed cost of mapping and pinning (tens of
@@ -56,10 +55,12 @@ pub fn worth_trying(span: &DeviceSpan, settings: &Settings) -> bool {
         && cuda::can_register_read_only(span.ordinal)
 }
 
-/// Read `span.len()` bytes at `offset` into device memory straight from the page cache,
+/// Read `span.len()` bytes at `offset` of the file open on `fd` (of `size()` bytes, asked
+/// only when the read is worth trying) into device memory straight from the page cache,
 /// if the range is resident; see [`Direct`] for the outcomes.
 pub fn read_resident(
-    file: &PosixFile,
+    fd: RawFd,
+    size: impl FnOnce() -> Result<u64>,
     span: DeviceSpan,
     offset: u64,
     settings: &Settings,
@@ -68,12 +69,12 @@ pub fn read_resident(
     if !worth_trying(&span, settings) {
         return Ok(Direct::NotUsed);
     }
-    let size = file.size()?;
+    let size = size()?;
     let len = (span.len as u64).min(size.saturating_sub(offset)) as usize;
     if len < MIN_MAPPED_READ {
         return Ok(Direct::NotUsed); // near the end of the file: not worth it
     }
-    let Some(mapping) = FileMapping::map(file.buffered_fd(), offset, len) else {
+    let Some(mapping) = FileMapping::map(fd, offset, len) else {
         return Ok(Direct::NotUsed);
     };
     if !mapping.resident() {

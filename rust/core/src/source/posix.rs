@@ -16,11 +16,11 @@ use super::{Direct, Source, Target};
 use crate::bounce::host_pool;
 use crate::cuda::Lane;
 use crate::error::{Error, Result};
-use crate::file::OpenFlags;
 use crate::memory::{DeviceSpan, HostSpan};
-use crate::request::Direction;
 use crate::settings::Settings;
 use crate::tasks::{align_down, align_up, aligned_split, DIRECT_IO_ALIGNMENT};
+use crate::vocab::Direction;
+use crate::vocab::OpenFlags;
 
 /// The POSIX source takes every path (it is the last of [`super::OPENERS`]).
 pub fn open(target: &Target<'_>) -> Option<Result<Arc<dyn Source>>> {
@@ -292,7 +292,14 @@ impl Source for PosixFile {
         lane: Lane<'_>,
     ) -> Result<Direct> {
         match direction {
-            Direction::Read => read_resident(self, span, offset, settings, lane),
+            Direction::Read => read_resident(
+                self.buffered_fd(),
+                || self.size(),
+                span,
+                offset,
+                settings,
+                lane,
+            ),
             Direction::Write => Ok(Direct::NotUsed),
         }
     }

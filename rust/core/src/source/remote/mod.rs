@@ -36,9 +36,9 @@ use self::s3::{S3Object, S3Options};
 use self::webhdfs::{length_from_status, WebHdfsFile};
 use super::{Source, Target};
 use crate::error::{Error, RemoteFailure, Result};
-use crate::file::OpenFlags;
 use crate::memory::HostSpan;
 use crate::settings::Settings;
+use crate::vocab::OpenFlags;
 
 /// kvikio's `RemoteEndpointType`, with its values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
