@@ -9,8 +9,6 @@ import ast
 import pathlib
 import re
 
-import pytest
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ENGINE = ROOT / "rust" / "core" / "src"
 PACKAGE = ROOT / "kvikpy"
@@ -210,6 +208,5 @@ def test_no_import_circles_in_the_engine():
     assert circles(rust_graph(ENGINE)) == []
 
 
-@pytest.mark.xfail(strict=True, reason="the package's circles are broken in the next commits")
 def test_no_import_circles_in_the_package():
     assert circles(python_graph(PACKAGE)) == []
