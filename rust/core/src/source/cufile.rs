@@ -16,7 +16,7 @@ use cudarc::cufile::sys as cf;
 use super::posix::PosixFile;
 use super::{Direct, Keepalive, Ordered, Source, Target};
 use crate::cuda::{self, Lane};
-use crate::cufile_driver::{self as driver, InFlight, RawEvent};
+use crate::cufile::{self as driver, InFlight, RawEvent};
 use crate::error::{Error, Result};
 use crate::future::{run_caught, IoFuture};
 use crate::memory::{DeviceSpan, HostSpan};
