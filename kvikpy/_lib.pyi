@@ -56,6 +56,7 @@ __all__ = [
     "stream_deregister",
     "stream_register",
     "thread_pool_size",
+    "url_schemes",
     "wait_for_io",
 ]
 
@@ -342,3 +343,4 @@ class RemoteHandle:
     def file(self) -> FileHandle: ...
 
 def infer_remote_endpoint_type(url: str) -> int: ...
+def url_schemes() -> list[str]: ...

@@ -80,5 +80,6 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<remote::RemoteHandle>()?;
     m.add_class::<remote::S3Credentials>()?;
     m.add_function(wrap_pyfunction!(remote::infer_remote_endpoint_type, m)?)?;
+    m.add_function(wrap_pyfunction!(remote::url_schemes, m)?)?;
     Ok(())
 }

@@ -5,6 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::base::{Source, Target};
+#[cfg(doc)]
+use super::URL_SCHEMES;
 use super::{cufile, posix, remote};
 use crate::error::{Error, Result};
 use crate::settings::Settings;
@@ -54,4 +56,24 @@ pub fn open(path: &Path, flags: OpenFlags, settings: &Settings) -> Result<Opened
         notes.join("; ")
     };
     Ok(Opened { source, reason })
+}
+
+/// Whether `path` is a URL that a remote source reads (`http`, `https`, `s3`, `webhdfs`;
+/// see [`URL_SCHEMES`]) rather than a local path.
+pub fn is_remote(path: &Path) -> bool {
+    remote::as_url(path).is_some()
+}
+
+/// Open `path` for reading, read-only, as [`open`] does, where the caller may know its size
+/// already (a batch element it sized): a URL then opens without asking its server again.
+/// A URL's size is asked of its server otherwise (`nbytes` of `None`), under `settings`.
+pub fn open_sized(
+    path: &Path,
+    nbytes: Option<u64>,
+    settings: &Settings,
+) -> Result<Arc<dyn Source>> {
+    match remote::as_url(path) {
+        Some(url) => remote::open_sized(url, nbytes, settings),
+        None => Ok(open(path, OpenFlags::READ_ONLY, settings)?.source),
+    }
 }

@@ -24,6 +24,8 @@ pub mod remote;
 // This file defines nothing: it names the modules and hands their names on, so a source
 // that names `super::Source` depends on `base.rs`, never on the chooser above it.
 pub use base::{truncated, unsized_file, Direct, Keepalive, Ordered, Source, Target};
-pub use choose::{open, Opened, Opener, OPENERS};
+pub use choose::{is_remote, open, open_sized, Opened, Opener, OPENERS};
 pub use mapping::{page_size, FileMapping};
 pub use page_cache_dma::bytes_moved as page_cache_dma_bytes;
+pub use remote::url::redact;
+pub use remote::URL_SCHEMES;
