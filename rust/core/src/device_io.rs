@@ -6,7 +6,7 @@ use crate::cuda::{self, Lane};
 use crate::error::Result;
 use crate::future::{run_caught, IoFuture};
 use crate::memory::DeviceSpan;
-use crate::ring::{pinned_buffers, stage, staging_capacity, Ring, MAX_SLOTS};
+use crate::ring::{pinned_buffers, stage, staging_capacity, Chunk, Chunks, Ring, MAX_SLOTS};
 use crate::settings::Settings;
 use crate::source::{Direct, Keepalive, Ordered, Source};
 use crate::tasks::{align_up, DIRECT_IO_ALIGNMENT};
@@ -159,21 +159,20 @@ struct Pipeline<'a> {
 }
 
 impl Pipeline<'_> {
-    /// Chunk `k`'s start in the span and its length.
-    fn bounds(&self, k: usize) -> (usize, usize) {
-        let start = k * self.chunk;
-        (start, self.chunk.min(self.span.len - start))
+    /// The span cut into chunks over the ring's slots.
+    fn chunks(&self, ring: &Ring<'_>) -> Chunks {
+        Chunks::new(self.span.len, self.chunk, ring.len())
     }
 
     /// Read chunk after chunk into alternating slots, each uploaded while the next one is
     /// read from the file.
     fn read(&self, ring: &mut Ring<'_>) -> Result<usize> {
         let mut done = 0usize;
-        let mut k = 0usize;
-        while done < self.span.len {
-            let slot = k % ring.len();
+        for Chunk {
+            slot, start, len, ..
+        } in self.chunks(ring).iter()
+        {
             ring.reclaim(slot)?; // its previous DMA has drained
-            let (start, len) = self.bounds(k);
             let at = self.offset + start as u64;
             let staged = ring.stage(slot, at, len);
             let got = self.source.read_host(staged, at, self.settings)?;
@@ -183,7 +182,6 @@ impl Pipeline<'_> {
                 unsafe { ring.upload(slot, self.span.ptr + start as u64, staged.as_ptr(), got)? };
             }
             done += got;
-            k += 1;
             if got < len {
                 break; // end of file
             }
@@ -194,27 +192,33 @@ impl Pipeline<'_> {
 
     /// Download chunk `k + 1` while chunk `k` is written to the file.
     fn write(&self, ring: &mut Ring<'_>) -> Result<usize> {
-        let chunks = self.span.len.div_ceil(self.chunk);
-        let fetch = |k: usize, ring: &mut Ring<'_>| -> Result<()> {
-            let (start, len) = self.bounds(k);
-            let slot = k % ring.len();
-            ring.reclaim(slot)?;
-            let staged = ring.stage(slot, self.offset + start as u64, len);
+        let chunks = self.chunks(ring);
+        let fetch = |c: Chunk, ring: &mut Ring<'_>| -> Result<()> {
+            ring.reclaim(c.slot)?;
+            let staged = ring.stage(c.slot, self.offset + c.start as u64, c.len);
             // SAFETY: `staged` lies in the slot's pinned buffer, kept until the copy has
             // completed; the source lies inside the span.
-            unsafe { ring.download(slot, staged.as_ptr(), self.span.ptr + start as u64, len) }
-        };
-        fetch(0, ring)?;
-        let mut done = 0usize;
-        for k in 0..chunks {
-            if k + 1 < chunks {
-                fetch(k + 1, ring)?; // overlaps the pwrite below
+            unsafe {
+                ring.download(
+                    c.slot,
+                    staged.as_ptr(),
+                    self.span.ptr + c.start as u64,
+                    c.len,
+                )
             }
-            let slot = k % ring.len();
-            ring.reclaim(slot)?; // its download has landed
-            let (start, len) = self.bounds(k);
-            let at = self.offset + start as u64;
-            let staged = ring.stage(slot, at, len);
+        };
+        let count = chunks.count();
+        if count > 0 {
+            fetch(chunks.get(0), ring)?;
+        }
+        let mut done = 0usize;
+        for c in chunks.iter() {
+            if c.index + 1 < count {
+                fetch(chunks.get(c.index + 1), ring)?; // overlaps the pwrite below
+            }
+            ring.reclaim(c.slot)?; // its download has landed
+            let at = self.offset + c.start as u64;
+            let staged = ring.stage(c.slot, at, c.len);
             done += self.source.write_host(staged, at, self.settings)?;
         }
         Ok(done)
@@ -268,22 +272,24 @@ pub fn submit_stream_ordered(
     };
     let settings = *settings;
     let chunk = staging_capacity(&settings);
-    let chunks = span.len.div_ceil(chunk);
-    let ring = chunks.min(MAX_SLOTS);
+    let ring = span.len.div_ceil(chunk).min(MAX_SLOTS);
+    let cut = Chunks::new(span.len, chunk, ring);
+    let chunks = cut.count();
     let mut buffers = pinned_buffers(span.ordinal, ring, &settings)?;
-    let piece = move |k: usize| {
-        let start = k * chunk;
-        (start, chunk.min(span.len - start))
-    };
     // Queue the GPU side of every chunk. A failure part-way must not leave `stream`
     // waiting for chunks that will never come: release it, and keep the counters out of
     // the pool (the GPU may still look at them).
     let enqueue = |buffers: &mut [crate::bounce::BounceBuffer]| -> Result<()> {
         let context = cuda::bind(span.ordinal)?;
-        for k in 0..chunks {
-            let (start, len) = piece(k);
+        for Chunk {
+            index: k,
+            slot,
+            start,
+            len,
+        } in cut.iter()
+        {
             let at = file_offset + start as u64;
-            let staged = stage(&mut buffers[k % ring], at, len);
+            let staged = stage(&mut buffers[slot], at, len);
             let device = span.ptr + start as u64;
             match direction {
                 Direction::Read => {
@@ -318,15 +324,20 @@ pub fn submit_stream_ordered(
         let mut buffers = buffers;
         let mut done = 0usize;
         let mut outcome = Ok(());
-        for k in 0..chunks {
-            let (start, len) = piece(k);
+        for Chunk {
+            index: k,
+            slot,
+            start,
+            len,
+        } in cut.iter()
+        {
             let at = file_offset + start as u64;
             match direction {
                 Direction::Read if k >= ring => gpu_done.wait_for((k - ring) as u32 + 1),
                 Direction::Write => gpu_done.wait_for(k as u32 + 1),
                 Direction::Read => {}
             }
-            let staged = stage(&mut buffers[k % ring], at, len);
+            let staged = stage(&mut buffers[slot], at, len);
             let moved = run_caught(|| source.transfer_host(direction, staged, at, &settings));
             match moved {
                 Ok(n) => {

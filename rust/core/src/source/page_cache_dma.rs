@@ -25,7 +25,7 @@ use super::Direct;
 use crate::cuda::{self, HostRegistration, Lane};
 use crate::error::Result;
 use crate::memory::DeviceSpan;
-use crate::ring::{Ring, MAX_SLOTS};
+use crate::ring::{Chunk, Chunks, Ring, MAX_SLOTS};
 use crate::settings::Settings;
 use crate::tasks::align_down;
 
@@ -107,12 +107,17 @@ pub unsafe fn upload_mapped(
     let mut ring: Ring<'_, Option<HostRegistration>> =
         Ring::with(lane, (0..MAX_SLOTS).map(|_| None).collect());
     let mut done = 0usize; // bytes of the request queued so far
-    let mut start = 0usize; // page-aligned start of the next piece, from `base`
-    let mut k = 0usize;
-    while start < len {
-        let slot = k % ring.len();
+
+    // Pieces of `piece` bytes (page-aligned starts, from `base`) over the ring's slots.
+    for Chunk {
+        slot,
+        start,
+        len: piece_len,
+        ..
+    } in Chunks::new(len, piece, ring.len()).iter()
+    {
         *ring.reclaim(slot)? = None; // its DMA is done: unpin
-        let end = (start + piece).min(len);
+        let end = start + piece_len;
         // SAFETY: `start < end <= len`, so the offset stays inside the mapping.
         let piece_start = unsafe { base.add(start) };
         // SAFETY: `piece_start..piece_start + (end - start)` lies inside the live mapping,
@@ -139,8 +144,6 @@ pub unsafe fn upload_mapped(
         // (`done + count <= len - head <= span.len`).
         unsafe { ring.upload(slot, span.ptr + done as u64, source, count)? };
         done += count;
-        start = end;
-        k += 1;
     }
     ring.drain()?;
     drop(ring);
