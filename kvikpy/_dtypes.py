@@ -9,6 +9,8 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, SupportsIndex, TypeAlias
 
+from kvikpy import _lib
+
 if TYPE_CHECKING:
     import numpy.typing as npt
 
@@ -38,15 +40,21 @@ DTypeLike: TypeAlias = "npt.DTypeLike | TorchDtype"
 torch dtypes."""
 ShapeLike: TypeAlias = "SupportsIndex | Sequence[SupportsIndex]"
 
-# numpy dtype kind -> (DLPack type code, the item sizes in bytes DLPack consumers take)
-_DLPACK_CODES = {
-    "i": (0, (1, 2, 4, 8)),
-    "u": (1, (1, 2, 4, 8)),
-    "f": (2, (2, 4, 8)),
-    "c": (5, (8, 16)),
-    "b": (6, (1,)),
-}
-_BFLOAT16 = 4  # DLPack's kDLBfloat
+
+def _dlpack_table() -> tuple[dict[str, tuple[int, tuple[int, ...]]], int]:
+    """numpy dtype kind -> (DLPack type code, the item sizes in bytes DLPack consumers
+    take), and bfloat16's code (kind ``V``), from the engine's one table of item types."""
+    codes: dict[str, tuple[int, tuple[int, ...]]] = {}
+    bfloat16 = 4  # DLPack's kDLBfloat
+    for kind, size, code in _lib.item_types():
+        if kind == "V":
+            bfloat16 = code
+        else:
+            codes[kind] = (code, (*codes.get(kind, (code, ()))[1], size))
+    return codes, bfloat16
+
+
+_DLPACK_CODES, _BFLOAT16 = _dlpack_table()
 # bfloat16's typestr: numpy has no bfloat16, so the items are raw 2-byte ones ('V2');
 # ``Buffer.dtype`` reports ``ml_dtypes.bfloat16`` where ml_dtypes is installed.
 BFLOAT16_TYPESTR = "<V2"

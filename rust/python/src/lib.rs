@@ -39,6 +39,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda::current_device, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::page_cache_dma_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(buffer::live_buffers, m)?)?;
+    m.add_function(wrap_pyfunction!(buffer::item_types, m)?)?;
     m.add_function(wrap_pyfunction!(intake::buffer_nbytes, m)?)?;
     m.add_function(wrap_pyfunction!(batch::read_files_batch, m)?)?;
     m.add_class::<batch::Progress>()?;
