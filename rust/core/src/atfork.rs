@@ -66,5 +66,5 @@ extern "C" fn child() {
     crate::bounce::forget_in_child();
     crate::settings::enter_child();
     crate::cufile::forget_in_child();
-    crate::source::remote::tls::forget_in_child();
+    crate::source::forget_in_child();
 }

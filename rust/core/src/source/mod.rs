@@ -29,3 +29,5 @@ pub use mapping::{page_size, FileMapping};
 pub use page_cache_dma::bytes_moved as page_cache_dma_bytes;
 pub use remote::url::redact;
 pub use remote::URL_SCHEMES;
+// The fork hook: a child forgets the parent's TLS connections (see `remote::tls`).
+pub(crate) use remote::tls::forget_in_child;
