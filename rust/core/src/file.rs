@@ -177,8 +177,8 @@ mod tests {
         h.close();
         assert!(h.is_closed());
         assert!(matches!(h.get(), Err(Error::Closed)));
-        assert!(keep.check_access(crate::request::Direction::Read).is_err());
-        assert!(keep.check_access(crate::request::Direction::Write).is_ok());
+        assert!(keep.check_access(crate::vocab::Direction::Read).is_err());
+        assert!(keep.check_access(crate::vocab::Direction::Write).is_ok());
         match FileHandle::open(dir.path().join("missing"), "r") {
             Err(Error::Os { source, .. }) => {
                 assert_eq!(source.kind(), std::io::ErrorKind::NotFound)
@@ -203,8 +203,8 @@ mod tests {
         let open = h.get().unwrap();
         assert_eq!(open.size().unwrap(), 10);
         assert!(
-            open.check_access(crate::request::Direction::Read).is_ok()
-                && open.check_access(crate::request::Direction::Write).is_ok()
+            open.check_access(crate::vocab::Direction::Read).is_ok()
+                && open.check_access(crate::vocab::Direction::Write).is_ok()
         );
         h.close();
         assert_eq!(std::fs::read(&p).unwrap(), b"0123456789");
