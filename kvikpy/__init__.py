@@ -29,7 +29,7 @@ from kvikpy._page_cache import (
     drop_system_page_cache,
     get_page_cache_info,
 )
-from kvikpy.batch import Batch, read_many, read_ranges
+from kvikpy.batch import Batch, SpreadBatch, read_many, read_ranges
 from kvikpy.buffer import bounce_buffer_free, memory_deregister, memory_register
 from kvikpy.chunks import ChunkIterator, iter_chunks
 from kvikpy.cufile import CuFile, IOFuture, IOFutureStream, wait_all
@@ -50,7 +50,6 @@ from kvikpy.remote_file import (
     infer_remote_endpoint_type,
     is_remote_file_available,
 )
-from kvikpy.spread import SpreadBatch
 from kvikpy.stream import stream_deregister, stream_register
 from kvikpy.utils import kvikio_deprecation_notice
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from kvikpy._dtypes import BFLOAT16_TYPESTR
+
 
 def human_bytes(n: float, digits: int = 1) -> str:
     """``1536`` -> ``"1.5 KiB"`` (``digits`` decimals); whole bytes below 1 KiB."""
@@ -28,8 +30,6 @@ def html_table(title: str, rows: list[tuple[str, Any]]) -> str:
 
 
 def _dtype(buf: Any) -> str:
-    from kvikpy._api import BFLOAT16_TYPESTR
-
     if buf.typestr == BFLOAT16_TYPESTR:  # numpy calls these raw items 'V2'
         return "bfloat16"
     try:
@@ -144,9 +144,9 @@ def batch_repr(b: Any) -> str:
     )
 
 
-def future_rows(fut: Any) -> list[tuple[str, Any]]:
-    """State, bytes moved and (once finished) the result or error of an ``IOFuture``."""
-    handle = fut._handle
+def future_rows(handle: Any) -> list[tuple[str, Any]]:
+    """State, bytes moved and (once finished) the result or error of an ``IOFuture``,
+    given the engine's handle behind it."""
     moved = handle.bytes_so_far
     if not handle.done():
         return [("state", "pending"), ("bytes so far", f"{human_bytes(moved)} ({moved:,} bytes)")]
@@ -155,53 +155,3 @@ def future_rows(fut: Any) -> list[tuple[str, Any]]:
     except Exception as e:  # the operation's own error, shown rather than raised
         return [("state", "failed"), ("error", f"{type(e).__name__}: {e}")]
     return [("state", "done"), ("bytes", f"{human_bytes(n)} ({n:,} bytes)")]
-
-
-# Environment variables of the settings, in `kvikpy.defaults`' table order.
-_SETTING_VARIABLES = {
-    "compat_mode": "KVIKIO_COMPAT_MODE",
-    "num_threads": "KVIKIO_NTHREADS",
-    "task_size": "KVIKIO_TASK_SIZE",
-    "gds_threshold": "KVIKIO_GDS_THRESHOLD",
-    "bounce_buffer_size": "KVIKIO_BOUNCE_BUFFER_SIZE",
-    "auto_direct_io_read": "KVIKIO_AUTO_DIRECT_IO_READ",
-    "auto_direct_io_write": "KVIKIO_AUTO_DIRECT_IO_WRITE",
-    "page_cache_dma": "KVIKPY_PAGE_CACHE_DMA",
-    "http_max_attempts": "KVIKIO_HTTP_MAX_ATTEMPTS",
-    "http_status_codes": "KVIKIO_HTTP_STATUS_CODES",
-    "http_timeout": "KVIKIO_HTTP_TIMEOUT",
-    "http_ca_bundle": "KVIKPY_HTTP_CA_BUNDLE",
-}
-
-
-def defaults_html() -> str:
-    """Every setting with its current value and environment variable, as a table of
-    three columns (``kvikpy.defaults`` in a notebook)."""
-    from kvikpy import _lib, defaults
-
-    head = "".join(
-        f"<th style='text-align:left;padding-right:1em'>{h}</th>"
-        for h in ("setting", "value", "environment variable")
-    )
-    body = ""
-    for name in _lib.setting_names():
-        value = defaults.get(name)
-        if isinstance(value, defaults.CompatMode):
-            shown = f"CompatMode.{value.name}"
-        elif name.endswith(("_size", "_threshold")):
-            shown = f"{value:,} ({human_bytes(value)})"
-        elif name == "auto_direct_io_read" and value == "auto":
-            shown = "auto (by residency)"
-        else:
-            shown = str(value)
-        cells = (name, shown, _SETTING_VARIABLES.get(name, ""))
-        body += (
-            "<tr>"
-            + "".join(
-                f"<td style='text-align:left;padding-right:1em'>{html.escape(c)}</td>"
-                for c in cells
-            )
-            + "</tr>"
-        )
-    caption = "<caption style='text-align:left'><b>kvikpy.defaults</b></caption>"
-    return f"<table>{caption}<tr>{head}</tr>{body}</table>"

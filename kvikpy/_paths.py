@@ -20,6 +20,8 @@ import stat
 import urllib.parse
 from typing import Protocol, TypeAlias, TypeGuard
 
+from kvikpy import _lib
+
 #: Every spelling of a path that Python's ``open`` accepts.
 StrPath: TypeAlias = "str | bytes | os.PathLike[str] | os.PathLike[bytes]"
 
@@ -43,8 +45,8 @@ def has_fileno(obj: object) -> TypeGuard[HasFileno]:
 
 _PIECE = 1 << 20
 
-# URL schemes read as remote files (the engine's `source::remote::as_url` rule).
-_URL_SCHEMES = ("http://", "https://", "s3://", "webhdfs://")
+# URL schemes read as remote files: the engine's list (`source::URL_SCHEMES`), asked once.
+_URL_SCHEMES = tuple(f"{scheme}://" for scheme in _lib.url_schemes())
 
 
 def is_url(name: str) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 from kvikpy import _args, _devices, _lib, _paths
 from kvikpy._closing import ClosedOnExit
-from kvikpy.cufile import CuFile
+from kvikpy.cufile import CuFile, engine_handle
 
 
 class ChunkIterator(Iterator[_lib.Buffer], ClosedOnExit):
@@ -43,7 +43,7 @@ class ChunkIterator(Iterator[_lib.Buffer], ClosedOnExit):
     ):
         self._file = CuFile(path, "r")
         try:
-            self._size = self._file._handle.size_for("iter_chunks")
+            self._size = engine_handle(self._file).size_for("iter_chunks")
         except BaseException:
             self._file.close()
             raise
@@ -94,7 +94,7 @@ class ChunkIterator(Iterator[_lib.Buffer], ClosedOnExit):
             self._chunks += 1
             n = min(self._chunk, self._size - self._next_offset)
             # Exact: the engine fails the read if the file shrank since it was sized.
-            future = self._file._handle.pread_exact(buf, n, self._next_offset)
+            future = engine_handle(self._file).pread_exact(buf, n, self._next_offset)
             self._pending.append((buf, n, future))
             self._next_offset += n
         # Let go of buffers beyond the ring's depth + 2 once the caller has let go of them

@@ -150,7 +150,7 @@ class IOFuture:
         byte count, or failed with the error (shown, not raised)."""
         from kvikpy._display import future_rows, html_table
 
-        return html_table("kvikpy.IOFuture", future_rows(self))
+        return html_table("kvikpy.IOFuture", future_rows(self._handle))
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
@@ -669,3 +669,14 @@ class CuFile(ClosedOnExit):
         return IOFutureStream(
             self._handle.raw_write_async(buf, stream_handle(stream), size, file_offset, dev_offset)
         )
+
+
+def engine_handle(f: CuFile) -> _lib.FileHandle:
+    """The engine's handle behind ``f``, for kvikpy's own modules that call it directly
+    (exact reads, sizes worded for the caller); not part of the public API."""
+    return f._handle
+
+
+def engine_future(future: IOFuture) -> _lib.Future:
+    """The engine's handle behind ``future`` (see :func:`engine_handle`)."""
+    return future._handle

@@ -79,11 +79,13 @@ are faster.) Set it to ``False`` to always use the bounce buffers.
 from __future__ import annotations
 
 import enum
+import html
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
 from kvikpy import _lib
+from kvikpy._display import human_bytes
 
 __all__ = [
     "CompatMode",
@@ -227,12 +229,58 @@ def set(*config: Any, **kwargs: Any) -> _Applied:
     return _Applied(previous)
 
 
+# Environment variables of the settings, in `kvikpy.defaults`' table order.
+_SETTING_VARIABLES = {
+    "compat_mode": "KVIKIO_COMPAT_MODE",
+    "num_threads": "KVIKIO_NTHREADS",
+    "task_size": "KVIKIO_TASK_SIZE",
+    "gds_threshold": "KVIKIO_GDS_THRESHOLD",
+    "bounce_buffer_size": "KVIKIO_BOUNCE_BUFFER_SIZE",
+    "auto_direct_io_read": "KVIKIO_AUTO_DIRECT_IO_READ",
+    "auto_direct_io_write": "KVIKIO_AUTO_DIRECT_IO_WRITE",
+    "page_cache_dma": "KVIKPY_PAGE_CACHE_DMA",
+    "http_max_attempts": "KVIKIO_HTTP_MAX_ATTEMPTS",
+    "http_status_codes": "KVIKIO_HTTP_STATUS_CODES",
+    "http_timeout": "KVIKIO_HTTP_TIMEOUT",
+    "http_ca_bundle": "KVIKPY_HTTP_CA_BUNDLE",
+}
+
+
+def _settings_table() -> str:
+    """Every setting with its current value and environment variable, as a table of
+    three columns (``kvikpy.defaults`` in a notebook)."""
+    head = "".join(
+        f"<th style='text-align:left;padding-right:1em'>{h}</th>"
+        for h in ("setting", "value", "environment variable")
+    )
+    body = ""
+    for name in _lib.setting_names():
+        value = get(name)
+        if isinstance(value, CompatMode):
+            shown = f"CompatMode.{value.name}"
+        elif name.endswith(("_size", "_threshold")):
+            shown = f"{value:,} ({human_bytes(value)})"
+        elif name == "auto_direct_io_read" and value == "auto":
+            shown = "auto (by residency)"
+        else:
+            shown = str(value)
+        cells = (name, shown, _SETTING_VARIABLES.get(name, ""))
+        body += (
+            "<tr>"
+            + "".join(
+                f"<td style='text-align:left;padding-right:1em'>{html.escape(c)}</td>"
+                for c in cells
+            )
+            + "</tr>"
+        )
+    caption = "<caption style='text-align:left'><b>kvikpy.defaults</b></caption>"
+    return f"<table>{caption}<tr>{head}</tr>{body}</table>"
+
+
 def _repr_html_() -> str:
     """The settings as a table (what a notebook shows for ``kvikpy.defaults``): each
     setting's current value and its environment variable."""
-    from kvikpy._display import defaults_html
-
-    return defaults_html()
+    return _settings_table()
 
 
 def is_compat_mode_preferred(mode: CompatMode | None = None) -> bool:

@@ -272,3 +272,18 @@ def test_bfloat16_reaches_jax(path):
     buf = kvikpy.read(path, dtype="bfloat16")
     arr = jax.dlpack.from_dlpack(buf)
     assert str(arr.dtype) == "bfloat16" and arr.shape == (N // 2,)
+
+
+def test_the_item_types_come_from_the_engine():
+    """One table of item types: read's DLPack codes are the engine's (bfloat16 is 'V2')."""
+    from kvikpy import _dtypes, _lib
+
+    assert ("V", 2, 4) in _lib.item_types()
+    assert _dtypes._DLPACK_CODES == {
+        "b": (6, (1,)),
+        "i": (0, (1, 2, 4, 8)),
+        "u": (1, (1, 2, 4, 8)),
+        "f": (2, (2, 4, 8)),
+        "c": (5, (8, 16)),
+    }
+    assert _dtypes._BFLOAT16 == 4

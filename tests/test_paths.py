@@ -156,3 +156,15 @@ def test_empty_regular_files_are_still_empty(tmp_path):
 def test_a_device_read_of_a_pseudo_file_says_why_it_cannot(pseudo):
     with pytest.raises(ValueError, match="reports a size of 0 bytes but has content"):
         kvikpy.read(PSEUDO, device="cuda")
+
+
+def test_the_url_schemes_are_the_engines():
+    """One list of URL schemes: Python's is_url asks the engine's, in any letter case."""
+    from kvikpy import _lib
+    from kvikpy._paths import is_url
+
+    schemes = _lib.url_schemes()
+    assert schemes == ["http", "https", "s3", "webhdfs"]
+    for scheme in schemes:
+        assert is_url(f"{scheme}://host/key") and is_url(f"{scheme.upper()}://host/key")
+    assert not is_url("ftp://host/key") and not is_url("/data/http://x")

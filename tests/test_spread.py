@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kvikpy
-from kvikpy.spread import SpreadBatch, balance
+from kvikpy.batch import SpreadBatch
+from kvikpy.spread import balance
 
 
 @given(st.lists(st.integers(0, 10**9), max_size=60), st.integers(1, 8))

@@ -26,6 +26,7 @@ from kvikpy._cli.common import (
     positive_int,
 )
 from kvikpy._display import human_bytes
+from kvikpy.cufile import engine_handle
 
 __all__ = ["SETUP_DIR", "add_parser", "command", "format_bench", "run_bench"]
 
@@ -138,14 +139,15 @@ def _timed_reads(path: str, buf: Any, size: int, runs: int, progress: bool = Fal
             from kvikpy._progress import bar, track
 
             meter = stack.enter_context(bar(size * runs, f"bench {os.path.basename(path)}"))
+        handle = engine_handle(f)
         for _ in range(runs):
             start = time.perf_counter()
             # With a bar, a future, so that the bar can follow its byte counter.
             # Exact reads: the engine fails one that finds the file shorter than sized.
             if meter is None:
-                f._handle.read_exact(buf, size)
+                handle.read_exact(buf, size)
             else:
-                track(f._handle.pread_exact(buf, size), meter)
+                track(handle.pread_exact(buf, size), meter)
             seconds.append(time.perf_counter() - start)
     return seconds
 

@@ -9,8 +9,8 @@ import platform
 import sys
 from typing import Any
 
-import kvikpy
 from kvikpy import _devices, _display, _gds, _lib, defaults
+from kvikpy._api import cuda_available, device_count
 
 __all__ = ["add_parser", "collect_info", "command", "format_info"]
 
@@ -49,12 +49,12 @@ def collect_info() -> dict[str, Any]:
         nvidia-fs, the driver properties), ``settings`` and ``library`` (the path of the
         loaded extension module).
     """
-    available = kvikpy.cuda_available()
+    available = cuda_available()
     gds = _gds.gds_status()
     mode = str(_setting_value("compat_mode"))
-    count = kvikpy.device_count() if available else 0
+    count = device_count() if available else 0
     return {
-        "kvikpy": kvikpy.__version__,
+        "kvikpy": _lib.__version__,
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
         "executable": sys.executable,

@@ -65,6 +65,6 @@ extern "C" fn child() {
     crate::future::forget_in_child();
     crate::bounce::forget_in_child();
     crate::settings::enter_child();
-    crate::cufile_driver::forget_in_child();
-    crate::source::remote::tls::forget_in_child();
+    crate::cufile::forget_in_child();
+    crate::source::forget_in_child();
 }

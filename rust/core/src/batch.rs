@@ -24,7 +24,7 @@ use crate::future::run_caught;
 use crate::memory::{DeviceSpan, HostSpan, Span};
 use crate::ring::Ring;
 use crate::settings::Settings;
-use crate::source::{truncated, unsized_file, Source};
+use crate::source::{self, truncated, unsized_file, Source};
 
 /// Smallest segment: below it, the per-segment DMA and its wait cost more than they save.
 const MIN_SEGMENT: usize = 256 << 10;
@@ -58,11 +58,15 @@ fn file_sizes(settings: &Settings, paths: &[PathBuf]) -> Result<Vec<Result<u64>>
     let sizes = pool.install(|| {
         paths
             .par_iter()
-            .map(|path| match crate::source::remote::as_url(path) {
-                // A URL: its size, asked of the server (cancellably, as the caller is).
-                Some(url) => carried.run(|| crate::source::remote::size_of(url, settings)),
-                None if carried.cancelled() => Err(cancel::error(&path.to_string_lossy())),
-                None => regular_file_size(path),
+            .map(|path| {
+                if source::is_remote(path) {
+                    // A URL: its size, asked of the server (cancellably, as the caller is).
+                    carried.run(|| source::open_sized(path, None, settings)?.size())
+                } else if carried.cancelled() {
+                    Err(cancel::error(&path.to_string_lossy()))
+                } else {
+                    regular_file_size(path)
+                }
             })
             .collect()
     });
@@ -227,7 +231,7 @@ pub fn plan_ranges(settings: &Settings, path: &Path, ranges: &[(u64, u64)]) -> R
             return Err(Error::InvalidArgument(format!(
                 "range {i} (offset {offset}, size {size}) ends past the end of '{}', which \
                  has {file_size} bytes; every range must lie inside the file",
-                crate::source::remote::url::redact(&path.display().to_string())
+                source::redact(&path.display().to_string())
             )));
         }
         let len = usize::try_from(size)
@@ -552,14 +556,12 @@ impl Job<'_> {
     fn open_piece(&self, piece: &Piece) -> Result<Arc<dyn Source>> {
         let element = &self.elements[piece.element];
         match &element.origin {
-            Origin::File(path, offset) => match crate::source::remote::as_url(path) {
-                // A whole remote file, sized when the batch was planned: no second size
-                // request. A range of one (at an offset) is opened as any file is.
-                Some(url) if *offset == 0 => {
-                    crate::source::remote::open_sized(url, element.len as u64, self.settings)
-                }
-                _ => FileHandle::open_with(path, "r", self.settings)?.get(),
-            },
+            // A whole file, sized when the batch was planned: a remote one opens with no
+            // second size request. A range of one (at an offset) is opened as any file is.
+            Origin::File(path, 0) => {
+                source::open_sized(path, Some(element.len as u64), self.settings)
+            }
+            Origin::File(path, _) => FileHandle::open_with(path, "r", self.settings)?.get(),
             Origin::Range(_) => Ok(Arc::clone(self.shared.ok_or_else(|| {
                 Error::InvalidArgument("a range element needs the batch's file".into())
             })?)),

@@ -5,11 +5,11 @@ use std::time::Instant;
 
 use crate::bounce::{BounceAllocator, PageAlignedAllocator};
 use crate::error::{Error, Result};
-use crate::file::OpenFlags;
 use crate::memory::HostSpan;
 use crate::source::posix::{pread_direct, pread_full, PosixFile};
 use crate::source::Source;
 use crate::tasks::{split_tasks, DIRECT_IO_ALIGNMENT};
+use crate::vocab::OpenFlags;
 
 /// Result of one ceiling run.
 #[derive(Debug, Clone, Copy)]

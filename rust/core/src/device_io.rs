@@ -2,17 +2,15 @@
 //! ring, double-buffered per task so the file I/O of one chunk overlaps the DMA of the
 //! previous one; and stream-ordered transfers.
 
-use std::sync::Arc;
-
-use crate::cuda::{self, Lane, Stream};
+use crate::cuda::{self, Lane};
 use crate::error::Result;
 use crate::future::{run_caught, IoFuture};
 use crate::memory::DeviceSpan;
-use crate::request::Direction;
-use crate::ring::{pinned_buffers, stage, staging_capacity, Ring, MAX_SLOTS};
+use crate::ring::{pinned_buffers, stage, staging_capacity, Chunk, Chunks, Ring, MAX_SLOTS};
 use crate::settings::Settings;
-use crate::source::{Direct, Keepalive, Source};
+use crate::source::{Direct, Keepalive, Ordered, Source};
 use crate::tasks::{align_up, DIRECT_IO_ALIGNMENT};
+use crate::vocab::Direction;
 
 /// Chunks per task the pipeline aims for: enough to overlap, few enough to keep each DMA
 /// large.
@@ -78,6 +76,11 @@ pub fn transfer(
         Direct::Complete(n) => return Ok(n),
         Direct::Partial(n) => n,
         Direct::NotUsed => 0,
+        Direct::Edges { head, middle } => {
+            return around_edges(
+                source, direction, span, offset, settings, lane, head, middle,
+            )
+        }
     };
     let rest = span.sub(moved, span.len - moved);
     Ok(moved
@@ -89,6 +92,45 @@ pub fn transfer(
             settings,
             lane,
         )?)
+}
+
+/// A transfer whose source moves only the aligned middle ([`Direct::Edges`]): the head
+/// through the ring, the middle through [`Source::device_aligned`], the tail through the
+/// ring, in file order, stopping at the end of the file.
+#[allow(clippy::too_many_arguments)]
+fn around_edges(
+    source: &dyn Source,
+    direction: Direction,
+    span: DeviceSpan,
+    offset: u64,
+    settings: &Settings,
+    lane: Lane<'_>,
+    head: usize,
+    middle: usize,
+) -> Result<usize> {
+    let mut done = 0usize;
+    let pieces = [
+        (0, head, false),
+        (head, middle, true),
+        (head + middle, span.len - head - middle, false),
+    ];
+    for (at, len, aligned) in pieces {
+        if len == 0 {
+            continue;
+        }
+        let part = span.sub(at, len);
+        let part_offset = offset + at as u64;
+        let n = if aligned {
+            source.device_aligned(direction, part, part_offset)?
+        } else {
+            via_ring(source, direction, part, part_offset, settings, lane)?
+        };
+        done += n;
+        if n < len {
+            break; // end of file
+        }
+    }
+    Ok(done)
 }
 
 /// Move `span.len()` bytes between `source` at `offset` and device memory through the
@@ -132,21 +174,20 @@ struct Pipeline<'a> {
 }
 
 impl Pipeline<'_> {
-    /// Chunk `k`'s start in the span and its length.
-    fn bounds(&self, k: usize) -> (usize, usize) {
-        let start = k * self.chunk;
-        (start, self.chunk.min(self.span.len - start))
+    /// The span cut into chunks over the ring's slots.
+    fn chunks(&self, ring: &Ring<'_>) -> Chunks {
+        Chunks::new(self.span.len, self.chunk, ring.len())
     }
 
     /// Read chunk after chunk into alternating slots, each uploaded while the next one is
     /// read from the file.
     fn read(&self, ring: &mut Ring<'_>) -> Result<usize> {
         let mut done = 0usize;
-        let mut k = 0usize;
-        while done < self.span.len {
-            let slot = k % ring.len();
+        for Chunk {
+            slot, start, len, ..
+        } in self.chunks(ring).iter()
+        {
             ring.reclaim(slot)?; // its previous DMA has drained
-            let (start, len) = self.bounds(k);
             let at = self.offset + start as u64;
             let staged = ring.stage(slot, at, len);
             let got = self.source.read_host(staged, at, self.settings)?;
@@ -156,7 +197,6 @@ impl Pipeline<'_> {
                 unsafe { ring.upload(slot, self.span.ptr + start as u64, staged.as_ptr(), got)? };
             }
             done += got;
-            k += 1;
             if got < len {
                 break; // end of file
             }
@@ -167,45 +207,37 @@ impl Pipeline<'_> {
 
     /// Download chunk `k + 1` while chunk `k` is written to the file.
     fn write(&self, ring: &mut Ring<'_>) -> Result<usize> {
-        let chunks = self.span.len.div_ceil(self.chunk);
-        let fetch = |k: usize, ring: &mut Ring<'_>| -> Result<()> {
-            let (start, len) = self.bounds(k);
-            let slot = k % ring.len();
-            ring.reclaim(slot)?;
-            let staged = ring.stage(slot, self.offset + start as u64, len);
+        let chunks = self.chunks(ring);
+        let fetch = |c: Chunk, ring: &mut Ring<'_>| -> Result<()> {
+            ring.reclaim(c.slot)?;
+            let staged = ring.stage(c.slot, self.offset + c.start as u64, c.len);
             // SAFETY: `staged` lies in the slot's pinned buffer, kept until the copy has
             // completed; the source lies inside the span.
-            unsafe { ring.download(slot, staged.as_ptr(), self.span.ptr + start as u64, len) }
-        };
-        fetch(0, ring)?;
-        let mut done = 0usize;
-        for k in 0..chunks {
-            if k + 1 < chunks {
-                fetch(k + 1, ring)?; // overlaps the pwrite below
+            unsafe {
+                ring.download(
+                    c.slot,
+                    staged.as_ptr(),
+                    self.span.ptr + c.start as u64,
+                    c.len,
+                )
             }
-            let slot = k % ring.len();
-            ring.reclaim(slot)?; // its download has landed
-            let (start, len) = self.bounds(k);
-            let at = self.offset + start as u64;
-            let staged = ring.stage(slot, at, len);
+        };
+        let count = chunks.count();
+        if count > 0 {
+            fetch(chunks.get(0), ring)?;
+        }
+        let mut done = 0usize;
+        for c in chunks.iter() {
+            if c.index + 1 < count {
+                fetch(chunks.get(c.index + 1), ring)?; // overlaps the pwrite below
+            }
+            ring.reclaim(c.slot)?; // its download has landed
+            let at = self.offset + c.start as u64;
+            let staged = ring.stage(c.slot, at, c.len);
             done += self.source.write_host(staged, at, self.settings)?;
         }
         Ok(done)
     }
-}
-
-/// A transfer ordered on a CUDA stream; see [`submit_stream_ordered`].
-pub struct Ordered {
-    /// The file's source.
-    pub source: Arc<dyn Source>,
-    /// Which way the bytes move.
-    pub direction: Direction,
-    /// The device memory (already clamped to the file for reads).
-    pub span: DeviceSpan,
-    /// Where in the file the transfer starts.
-    pub file_offset: u64,
-    /// The stream the transfer is ordered on.
-    pub stream: Stream,
 }
 
 /// Start a stream-ordered transfer: it begins after the work queued on `stream` so far,
@@ -255,22 +287,24 @@ pub fn submit_stream_ordered(
     };
     let settings = *settings;
     let chunk = staging_capacity(&settings);
-    let chunks = span.len.div_ceil(chunk);
-    let ring = chunks.min(MAX_SLOTS);
+    let ring = span.len.div_ceil(chunk).min(MAX_SLOTS);
+    let cut = Chunks::new(span.len, chunk, ring);
+    let chunks = cut.count();
     let mut buffers = pinned_buffers(span.ordinal, ring, &settings)?;
-    let piece = move |k: usize| {
-        let start = k * chunk;
-        (start, chunk.min(span.len - start))
-    };
     // Queue the GPU side of every chunk. A failure part-way must not leave `stream`
     // waiting for chunks that will never come: release it, and keep the counters out of
     // the pool (the GPU may still look at them).
     let enqueue = |buffers: &mut [crate::bounce::BounceBuffer]| -> Result<()> {
         let context = cuda::bind(span.ordinal)?;
-        for k in 0..chunks {
-            let (start, len) = piece(k);
+        for Chunk {
+            index: k,
+            slot,
+            start,
+            len,
+        } in cut.iter()
+        {
             let at = file_offset + start as u64;
-            let staged = stage(&mut buffers[k % ring], at, len);
+            let staged = stage(&mut buffers[slot], at, len);
             let device = span.ptr + start as u64;
             match direction {
                 Direction::Read => {
@@ -305,15 +339,20 @@ pub fn submit_stream_ordered(
         let mut buffers = buffers;
         let mut done = 0usize;
         let mut outcome = Ok(());
-        for k in 0..chunks {
-            let (start, len) = piece(k);
+        for Chunk {
+            index: k,
+            slot,
+            start,
+            len,
+        } in cut.iter()
+        {
             let at = file_offset + start as u64;
             match direction {
                 Direction::Read if k >= ring => gpu_done.wait_for((k - ring) as u32 + 1),
                 Direction::Write => gpu_done.wait_for(k as u32 + 1),
                 Direction::Read => {}
             }
-            let staged = stage(&mut buffers[k % ring], at, len);
+            let staged = stage(&mut buffers[slot], at, len);
             let moved = run_caught(|| source.transfer_host(direction, staged, at, &settings));
             match moved {
                 Ok(n) => {

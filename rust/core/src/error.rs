@@ -158,7 +158,7 @@ impl Error {
     /// and `message` is redacted (`user:***@host`), so that no password reaches an
     /// exception, its `filename` or a log.
     pub fn remote(kind: RemoteFailure, url: &str, message: impl Into<String>) -> Self {
-        use crate::source::remote::url::redact;
+        use crate::source::redact;
         let message = message.into();
         Self::Remote {
             kind,
@@ -278,7 +278,7 @@ impl fmt::Display for Error {
             Self::UnknownSetting(name) => write!(
                 f,
                 "unknown setting '{name}'; known settings: {}",
-                crate::settings::SETTING_NAMES.join(", ")
+                crate::vocab::SETTING_NAMES.join(", ")
             ),
             Self::InvalidSetting {
                 name,

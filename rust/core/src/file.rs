@@ -6,44 +6,11 @@ use std::sync::{Arc, Mutex};
 use crate::error::{Error, Result};
 use crate::settings::Settings;
 use crate::source::Source;
+pub use crate::vocab::OpenFlags;
 
-/// An open mode in kvikio's (and Python's) spelling: `r`, `r+`, `w`, `w+`, each with an
-/// optional `b`; or kvikpy's own [`OpenFlags::CREATE_KEEP`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OpenFlags {
-    /// The mode allows reading (`r`, `r+`, `w+`).
-    pub readable: bool,
-    /// The mode allows writing (`r+`, `w`, `w+`).
-    pub writable: bool,
-    /// Create the file if it is missing (O_CREAT): `w` modes and [`OpenFlags::CREATE_KEEP`].
-    pub create: bool,
-    /// Truncate the file (O_TRUNC): `w` modes.
-    pub truncate: bool,
-    /// Fail if the file exists (O_EXCL with O_CREAT): [`OpenFlags::CREATE_NEW`] only, so
-    /// that a caller knows it created the file and may remove it if its write fails.
-    pub exclusive: bool,
-}
-
+/// Mode parsing, here beside the handle that opens files (the type itself is shared
+/// vocabulary, in [`crate::vocab`]).
 impl OpenFlags {
-    /// kvikpy's own mode, not one of kvikio's: read and write, the file created if missing
-    /// and never truncated (O_CREAT without O_TRUNC), in one `open(2)` so that no other
-    /// process can create or remove the file between a check and the open.
-    pub const CREATE_KEEP: &'static str = "r+:create";
-
-    /// kvikpy's own mode: read and write a file this open creates, failing (EEXIST) if
-    /// it exists (O_CREAT | O_EXCL), so that a one-shot write knows the file is its own.
-    pub const CREATE_NEW: &'static str = "r+:create-new";
-
-    /// Read only, as mode `r`: what the sources that cannot write (mmap, remote files)
-    /// report.
-    pub const READ_ONLY: Self = Self {
-        readable: true,
-        writable: false,
-        create: false,
-        truncate: false,
-        exclusive: false,
-    };
-
     /// Parse a mode string; anything but `r`, `r+`, `w`, `w+` (with at most one `b`),
     /// [`OpenFlags::CREATE_KEEP`] or [`OpenFlags::CREATE_NEW`] is an [`Error::InvalidArgument`] that lists kvikio's modes.
     pub fn parse(mode: &str) -> Result<Self> {
@@ -210,8 +177,8 @@ mod tests {
         h.close();
         assert!(h.is_closed());
         assert!(matches!(h.get(), Err(Error::Closed)));
-        assert!(keep.check_access(crate::request::Direction::Read).is_err());
-        assert!(keep.check_access(crate::request::Direction::Write).is_ok());
+        assert!(keep.check_access(crate::vocab::Direction::Read).is_err());
+        assert!(keep.check_access(crate::vocab::Direction::Write).is_ok());
         match FileHandle::open(dir.path().join("missing"), "r") {
             Err(Error::Os { source, .. }) => {
                 assert_eq!(source.kind(), std::io::ErrorKind::NotFound)
@@ -236,8 +203,8 @@ mod tests {
         let open = h.get().unwrap();
         assert_eq!(open.size().unwrap(), 10);
         assert!(
-            open.check_access(crate::request::Direction::Read).is_ok()
-                && open.check_access(crate::request::Direction::Write).is_ok()
+            open.check_access(crate::vocab::Direction::Read).is_ok()
+                && open.check_access(crate::vocab::Direction::Write).is_ok()
         );
         h.close();
         assert_eq!(std::fs::read(&p).unwrap(), b"0123456789");

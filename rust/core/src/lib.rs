@@ -13,7 +13,7 @@ pub mod bounce;
 pub mod cancel;
 pub mod ceiling;
 pub mod cuda;
-pub mod cufile_driver;
+pub mod cufile;
 pub mod device_io;
 pub mod error;
 pub mod file;
@@ -27,6 +27,7 @@ pub mod ring;
 pub mod settings;
 pub mod source;
 pub mod tasks;
+pub mod vocab;
 
 pub use error::{Error, Result};
 pub use file::{FileHandle, OpenFlags};

@@ -7,23 +7,15 @@ use std::sync::Arc;
 
 use crate::cancel::{self, CancelToken};
 use crate::cuda::Stream;
-use crate::device_io::{submit_stream_ordered, Ordered};
+use crate::device_io::submit_stream_ordered;
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use crate::future::{run_caught, IoFuture};
 use crate::memory::Span;
 use crate::settings::Settings;
-use crate::source::{truncated, Keepalive, Source};
+use crate::source::{truncated, Keepalive, Ordered, Source};
 use crate::tasks::{align_up, split_tasks, Task, DIRECT_IO_ALIGNMENT};
-
-/// Which way bytes move.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    /// File to memory.
-    Read,
-    /// Memory to file.
-    Write,
-}
+pub use crate::vocab::Direction;
 
 /// One read or write of a file.
 pub struct Request {

@@ -22,6 +22,61 @@ use crate::tasks::{align_up, DIRECT_IO_ALIGNMENT};
 /// The most slots a ring has: one filling while the other's DMA runs.
 pub const MAX_SLOTS: usize = 2;
 
+/// One chunk of a transfer cut for a ring: which it is, the slot it takes, and where it
+/// lies in the transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    /// Its index, from 0.
+    pub index: usize,
+    /// The ring slot it uses: the slots are taken in turn.
+    pub slot: usize,
+    /// Its first byte, from the start of the transfer.
+    pub start: usize,
+    /// Its length: `size` bytes, less for the last chunk.
+    pub len: usize,
+}
+
+/// A `len`-byte transfer cut into chunks of `size` bytes over `slots` ring slots: the one
+/// spelling of the chunk and slot arithmetic that every device loop uses.
+#[derive(Debug, Clone, Copy)]
+pub struct Chunks {
+    len: usize,
+    size: usize,
+    slots: usize,
+}
+
+impl Chunks {
+    /// `len` bytes in chunks of `size` (at least 1) over `slots` slots (at least 1).
+    pub fn new(len: usize, size: usize, slots: usize) -> Self {
+        Self {
+            len,
+            size: size.max(1),
+            slots: slots.max(1),
+        }
+    }
+
+    /// How many chunks there are.
+    pub fn count(&self) -> usize {
+        self.len.div_ceil(self.size)
+    }
+
+    /// Chunk `index` (below [`Chunks::count`]).
+    pub fn get(&self, index: usize) -> Chunk {
+        let start = index * self.size;
+        Chunk {
+            index,
+            slot: index % self.slots,
+            start,
+            len: self.size.min(self.len - start),
+        }
+    }
+
+    /// Every chunk, in order.
+    pub fn iter(self) -> impl Iterator<Item = Chunk> {
+        (0..self.count()).map(move |index| self.get(index))
+    }
+}
+
 /// Size of every pinned bounce buffer: the `bounce_buffer_size` setting rounded up to
 /// whole 4 KiB blocks, plus one block of room for [`stage`]'s alignment shift.
 pub fn pinned_buffer_size(settings: &Settings) -> usize {
@@ -206,6 +261,30 @@ impl<P> Drop for Ring<'_, P> {
     fn drop(&mut self) {
         if self.slots.iter().any(|s| s.busy) {
             let _ = self.lane.synchronize();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn chunks_tile_the_transfer(len in 0usize..1 << 20, size in 1usize..1 << 16, slots in 1usize..=MAX_SLOTS) {
+            let cut = Chunks::new(len, size, slots);
+            let mut next = 0usize;
+            for (k, c) in cut.iter().enumerate() {
+                prop_assert_eq!(c.index, k);
+                prop_assert_eq!(c.slot, k % slots);
+                prop_assert_eq!(c.start, next);
+                prop_assert!(c.len > 0 && c.len <= size);
+                prop_assert_eq!(c, cut.get(k));
+                next += c.len;
+            }
+            prop_assert_eq!(next, len);
+            prop_assert_eq!(cut.iter().count(), cut.count());
         }
     }
 }

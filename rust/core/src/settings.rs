@@ -11,6 +11,7 @@ use std::sync::{Mutex, RwLock};
 
 use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
+pub use crate::vocab::SETTING_NAMES;
 
 /// Whether kvikpy may use cuFile (GPUDirect Storage) or must use POSIX I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,22 +86,6 @@ pub enum SettingValue {
     /// The word `auto` (`auto_direct_io_read` by residency).
     Auto,
 }
-
-/// Every setting name, in documentation order.
-pub const SETTING_NAMES: [&str; 12] = [
-    "compat_mode",
-    "num_threads",
-    "task_size",
-    "gds_threshold",
-    "bounce_buffer_size",
-    "auto_direct_io_read",
-    "auto_direct_io_write",
-    "page_cache_dma",
-    "http_max_attempts",
-    "http_status_codes",
-    "http_timeout",
-    "http_ca_bundle",
-];
 
 /// The most threads the default thread count picks; more do not add PCIe or page-cache
 /// bandwidth on the machines measured (16 threads already reach the pinned H2D ceiling).
@@ -614,16 +599,6 @@ pub fn set_many(pairs: &[(&str, SettingValue)]) -> Result<()> {
     }
     *guard = Some(next);
     Ok(())
-}
-
-/// Whether I/O is expected to run through POSIX rather than cuFile for this mode:
-/// `ON` is, `OFF` is not, and `AUTO` is unless cuFile is usable on this system.
-pub fn is_compat_mode_preferred(mode: CompatMode) -> bool {
-    match mode {
-        CompatMode::On => true,
-        CompatMode::Off => false,
-        CompatMode::Auto => !crate::cufile_driver::usable(),
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
 //! Engine-level round trips against std's file I/O, over random offsets, sizes, task sizes,
 //! thread counts and buffer alignments, with and without O_DIRECT.
 
+// A test file: its helpers unwrap as its tests do (clippy allows that in `#[test]`s only).
+#![allow(clippy::unwrap_used)]
+
 use std::fs;
 use std::os::unix::fs::FileExt;
 

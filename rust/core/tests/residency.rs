@@ -3,6 +3,9 @@
 //! One test per process state: the counters are process-wide, so the scenarios that
 //! assert exact counts run one after another in a single test.
 
+// A test file: its helpers unwrap as its tests do (clippy allows that in `#[test]`s only).
+#![allow(clippy::unwrap_used)]
+
 use std::fs;
 use std::io::Write;
 use std::os::fd::AsRawFd;

@@ -3,6 +3,7 @@
 //! GIL itself (tests/test_binding_rules.py checks it).
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use kvikpy_core::cancel::{self, CancelToken};
 use kvikpy_core::future::run_caught;
@@ -11,7 +12,9 @@ use kvikpy_macros::boundary;
 use pyo3::prelude::*;
 
 use crate::errors::{BindError, BindResult};
-use crate::future::SIGNAL_CHECK_INTERVAL;
+
+/// How long a wait lasts between checks for Ctrl-C (KeyboardInterrupt in Jupyter).
+pub const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(25);
 
 /// Run `work` with the GIL released; a panic inside becomes `kvikpy.InternalError`.
 pub fn without_gil<T, F>(py: Python<'_>, work: F) -> BindResult<T>

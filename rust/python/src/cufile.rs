@@ -1,7 +1,7 @@
 //! cuFile (GPUDirect Storage) for Python: kvikio's driver API, its buffer and stream
 //! registrations, and what `info` reports about cuFile.
 
-use kvikpy_core::cufile_driver::{self as driver, Setting};
+use kvikpy_core::cufile::{self as driver, Setting};
 use kvikpy_core::Span;
 use kvikpy_macros::boundary;
 use pyo3::exceptions::{PyKeyError, PyTypeError};

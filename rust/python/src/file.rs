@@ -161,7 +161,7 @@ impl FileHandle {
 impl FileHandle {
     #[new]
     fn new(py: Python<'_>, path: std::path::PathBuf, flags: &str) -> BindResult<Self> {
-        if kvikpy_core::source::remote::as_url(&path).is_some() {
+        if kvikpy_core::source::is_remote(&path) {
             // Opening a URL asks the server for the size: interruptible (Ctrl-C).
             let flags = flags.to_owned();
             let token = kvikpy_core::cancel::CancelToken::new();

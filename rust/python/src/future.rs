@@ -7,11 +7,8 @@ use std::time::Duration;
 use kvikpy_core::IoFuture;
 use pyo3::prelude::*;
 
-use crate::blocking::{without_gil, without_gil_value};
+use crate::blocking::{without_gil, without_gil_value, SIGNAL_CHECK_INTERVAL};
 use crate::errors::{BindError, BindResult};
-
-/// How long a wait lasts between checks for Ctrl-C (KeyboardInterrupt in Jupyter).
-pub const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(25);
 
 /// A running or finished read or write (the private handle behind `kvikpy.IOFuture`).
 #[pyclass(module = "kvikpy._lib", frozen)]

@@ -40,6 +40,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda::current_device, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::page_cache_dma_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(buffer::live_buffers, m)?)?;
+    m.add_function(wrap_pyfunction!(buffer::item_types, m)?)?;
     m.add_function(wrap_pyfunction!(intake::buffer_nbytes, m)?)?;
     m.add_function(wrap_pyfunction!(batch::read_files_batch, m)?)?;
     m.add_class::<batch::Progress>()?;
@@ -82,5 +83,6 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<remote::RemoteHandle>()?;
     m.add_class::<remote::S3Credentials>()?;
     m.add_function(wrap_pyfunction!(remote::infer_remote_endpoint_type, m)?)?;
+    m.add_function(wrap_pyfunction!(remote::url_schemes, m)?)?;
     Ok(())
 }

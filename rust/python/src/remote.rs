@@ -219,3 +219,11 @@ impl RemoteHandle {
 pub fn infer_remote_endpoint_type(url: &str) -> BindResult<u8> {
     Ok(remote::infer_endpoint_type(url)? as u8)
 }
+
+/// The URL schemes remote files have (`"http"`, ...): the engine's one list, which
+/// `kvikpy._paths.is_url` asks for.
+#[boundary]
+#[pyfunction]
+pub fn url_schemes() -> Vec<&'static str> {
+    kvikpy_core::source::URL_SCHEMES.to_vec()
+}

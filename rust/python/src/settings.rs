@@ -224,7 +224,7 @@ pub fn is_compat_mode_preferred(mode: &str) -> BindResult<bool> {
         value: format!("{mode:?}"),
         expected: "'ON', 'OFF' or 'AUTO'",
     })?;
-    Ok(settings::is_compat_mode_preferred(mode))
+    Ok(kvikpy_core::cufile::is_compat_mode_preferred(mode))
 }
 
 /// The thread count kvikpy picks when `KVIKIO_NTHREADS` is unset.

@@ -1,12 +1,13 @@
-//! Loading the driver, device count, primary contexts and binding them to threads.
+//! Loading the driver: `cuInit` once per process (and never in a forked child), the device
+//! count, and the driver's result codes as engine errors. The bottom of `cuda/`: it
+//! imports nothing of its siblings.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use cudarc::driver::{result, sys, DriverError};
+use cudarc::driver::{sys, DriverError};
 
-use super::device::{device, Device};
 use crate::error::{Error, Result};
 
 static INIT: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
@@ -151,86 +152,6 @@ pub fn check(call: &'static str, rc: sys::CUresult) -> Result<()> {
             name: error_name(rc),
         })
     }
-}
-
-/// Device `ordinal`'s primary context made current on this thread for the guard's
-/// lifetime. Dropping the guard makes the context that was current before `bind` current
-/// again (none, if none was), so no kvikpy call changes which GPU the caller's thread
-/// uses. Guards nest: an inner `bind` of the context already current changes nothing.
-/// Not `Send`: a context binding belongs to the thread that made it.
-#[must_use = "the context is unbound again when the guard is dropped"]
-#[derive(Debug)]
-pub struct ContextGuard {
-    ordinal: usize,
-    previous: sys::CUcontext,
-    switched: bool,
-}
-
-impl ContextGuard {
-    /// The device whose context this guard holds current.
-    pub fn ordinal(&self) -> usize {
-        self.ordinal
-    }
-}
-
-impl Drop for ContextGuard {
-    fn drop(&mut self) {
-        if self.switched {
-            // A destructor never panics: cudarc may panic if the driver went away at exit.
-            let previous = self.previous as usize;
-            let _ = catch_unwind(move || {
-                // SAFETY: `previous` was current on this thread when the guard was made: a
-                // retained context or null (no context), both valid to make current.
-                let _ = unsafe { sys::cuCtxSetCurrent(previous as sys::CUcontext) };
-            });
-        }
-    }
-}
-
-/// The context current on this thread (null when none is).
-fn current_context() -> Result<sys::CUcontext> {
-    let current = result::ctx::get_current().named("cuCtxGetCurrent")?;
-    Ok(current.unwrap_or(std::ptr::null_mut()))
-}
-
-/// Make device `ordinal`'s primary context current on this thread until the returned
-/// guard is dropped.
-pub fn bind(ordinal: usize) -> Result<ContextGuard> {
-    device(ordinal)?.bind()
-}
-
-impl Device {
-    /// Make this device's primary context current on this thread until the returned
-    /// guard is dropped (see [`ContextGuard`]).
-    pub fn bind(&self) -> Result<ContextGuard> {
-        let (ordinal, ctx) = (self.ordinal(), self.context());
-        let previous = current_context()?;
-        if previous == ctx {
-            return Ok(ContextGuard {
-                ordinal,
-                previous,
-                switched: false,
-            });
-        }
-        // SAFETY: `ctx` is a retained primary context, valid for the life of the process.
-        unsafe { result::ctx::set_current(ctx) }.named("cuCtxSetCurrent")?;
-        Ok(ContextGuard {
-            ordinal,
-            previous,
-            switched: true,
-        })
-    }
-}
-
-/// Run `free` (a destructor's driver calls) with device `ordinal`'s context current, then
-/// make the caller's context current again. Never panics: where the driver is gone (at
-/// interpreter exit) or the context cannot be bound, there is nothing left to free.
-pub fn free_under(ordinal: usize, free: impl FnOnce()) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        if let Ok(_context) = bind(ordinal) {
-            free();
-        }
-    }));
 }
 
 /// The device of the calling thread's current context, or 0 when none is current.

@@ -1,5 +1,5 @@
 //! Memory the driver knows about: what kind a pointer is, device allocations, pinned host
-//! allocations, and the pinned bounce-buffer pool.
+//! allocations, and the pinned bounce-buffer pool. Above the device, below the streams.
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys, DriverError};
 
-use super::driver::ContextGuard;
-use super::driver::{bind, check, ensure_driver, free_under, Named};
-use super::stream::{copy_dtoh, copy_htod, synchronize, thread_stream, Stream};
+use super::device::free_under;
+use super::device::{bind, device, made};
+use super::driver::{check, ensure_driver, Named};
 use crate::bounce::{BounceAllocator, BouncePool};
 use crate::error::{Error, Result};
 
@@ -215,57 +215,17 @@ impl BounceAllocator for PinnedAllocator {
 
 /// The pool of pinned bounce buffers for transfers to and from device `ordinal`.
 pub fn pinned_pool(ordinal: usize) -> Result<Arc<BouncePool>> {
-    Ok(Arc::clone(super::device::device(ordinal)?.pinned_pool()))
+    let slot = device(ordinal)?.pinned_slot();
+    Ok(Arc::clone(slot.get_or_init(|| {
+        BouncePool::new(PinnedAllocator { ordinal })
+    })))
 }
 
 /// Free the idle buffers of every device's pinned pool; returns the bytes freed.
 pub fn free_idle_pinned() -> usize {
-    super::device::made()
+    made()
         .iter()
-        .map(|device| device.pinned_pool().free_idle())
+        .filter_map(|device| device.pinned_slot().get())
+        .map(|pool| pool.free_idle())
         .sum()
-}
-
-/// Run `queue` (one copy) on the calling thread's stream of device `ordinal`, then wait
-/// for it.
-fn copy_blocking(
-    ordinal: usize,
-    queue: impl FnOnce(&ContextGuard, Stream) -> Result<()>,
-) -> Result<()> {
-    let context = bind(ordinal)?;
-    let lane = thread_stream(&context)?;
-    queue(&context, lane.stream)?;
-    synchronize(&context, lane.stream)
-}
-
-/// Copy `len` bytes from host memory to device memory on `ordinal`, blocking until done.
-///
-/// # Safety
-/// `src..src+len` must be readable host memory and `dst..dst+len` valid device memory.
-pub unsafe fn copy_host_to_device(
-    ordinal: usize,
-    dst: u64,
-    src: *const u8,
-    len: usize,
-) -> Result<()> {
-    copy_blocking(ordinal, |context, stream| {
-        // SAFETY: forwarded from the caller; `copy_blocking` waits for the copy.
-        unsafe { copy_htod(context, dst, src, len, stream) }
-    })
-}
-
-/// Copy `len` bytes from device memory on `ordinal` to host memory, blocking until done.
-///
-/// # Safety
-/// `src..src+len` must be valid device memory and `dst..dst+len` writable host memory.
-pub unsafe fn copy_device_to_host(
-    ordinal: usize,
-    dst: *mut u8,
-    src: u64,
-    len: usize,
-) -> Result<()> {
-    copy_blocking(ordinal, |context, stream| {
-        // SAFETY: forwarded from the caller; `copy_blocking` waits for the copy.
-        unsafe { copy_dtoh(context, dst, src, len, stream) }
-    })
 }

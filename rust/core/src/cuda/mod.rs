@@ -6,23 +6,27 @@
 //! it runs, destructors included, through a [`ContextGuard`] that makes the caller's
 //! previous context current again when dropped.
 
+// Layered bottom up: driver (loading, result codes), device (contexts and binding),
+// memory (allocations, the pinned pool), then streams (queues, events, copies) and
+// registrations; a file names only the files below it.
 mod device;
 mod driver;
 mod memory;
 mod register;
 mod stream;
 
-pub use device::{device, Device};
+pub use device::{bind, device, free_under, ContextGuard, Device};
 pub use driver::{
-    available, bind, check, current_device, device_count, ensure_driver, free_under,
-    note_initialised, refuse_after_fork, unavailable_reason, ContextGuard,
+    available, check, current_device, device_count, ensure_driver, note_initialised,
+    refuse_after_fork, unavailable_reason,
 };
 pub use memory::{
-    copy_device_to_host, copy_host_to_device, free_idle_pinned, memory_kind, pinned_pool,
-    DeviceAllocation, MemoryKind, PinnedAllocator, PinnedHostAllocation,
+    free_idle_pinned, memory_kind, pinned_pool, DeviceAllocation, MemoryKind, PinnedAllocator,
+    PinnedHostAllocation,
 };
 pub use register::{can_register_read_only, HostRegistration};
 pub use stream::{
-    copy_dtoh, copy_htod, record, record_and_order, record_and_wait, synchronize, thread_stream,
-    wait_event, Counter, Event, Lane, Stream, StreamEvent,
+    copy_device_to_host, copy_dtoh, copy_host_to_device, copy_htod, record, record_and_order,
+    record_and_wait, synchronize, thread_stream, wait_event, Counter, Event, Lane, Stream,
+    StreamEvent,
 };

@@ -4,8 +4,8 @@
 
 use cudarc::driver::sys;
 
-use super::device::device;
-use super::driver::{bind, check, free_under};
+use super::device::{bind, device, free_under};
+use super::driver::check;
 use crate::error::Result;
 
 /// Whether device `ordinal` can DMA from read-only host memory registered with

@@ -8,7 +8,8 @@ use std::sync::Mutex;
 
 use cudarc::driver::{result, sys};
 
-use super::driver::{bind, check, free_under, ContextGuard, Named};
+use super::device::{bind, free_under, ContextGuard};
+use super::driver::{check, Named};
 use super::memory::PinnedHostAllocation;
 use crate::error::Result;
 
@@ -414,4 +415,48 @@ impl Drop for Counter {
             page.free.push(self.slot);
         }
     }
+}
+
+/// Run `queue` (one copy) on the calling thread's stream of device `ordinal`, then wait
+/// for it.
+fn copy_blocking(
+    ordinal: usize,
+    queue: impl FnOnce(&ContextGuard, Stream) -> Result<()>,
+) -> Result<()> {
+    let context = bind(ordinal)?;
+    let lane = thread_stream(&context)?;
+    queue(&context, lane.stream)?;
+    synchronize(&context, lane.stream)
+}
+
+/// Copy `len` bytes from host memory to device memory on `ordinal`, blocking until done.
+///
+/// # Safety
+/// `src..src+len` must be readable host memory and `dst..dst+len` valid device memory.
+pub unsafe fn copy_host_to_device(
+    ordinal: usize,
+    dst: u64,
+    src: *const u8,
+    len: usize,
+) -> Result<()> {
+    copy_blocking(ordinal, |context, stream| {
+        // SAFETY: forwarded from the caller; `copy_blocking` waits for the copy.
+        unsafe { copy_htod(context, dst, src, len, stream) }
+    })
+}
+
+/// Copy `len` bytes from device memory on `ordinal` to host memory, blocking until done.
+///
+/// # Safety
+/// `src..src+len` must be valid device memory and `dst..dst+len` writable host memory.
+pub unsafe fn copy_device_to_host(
+    ordinal: usize,
+    dst: *mut u8,
+    src: u64,
+    len: usize,
+) -> Result<()> {
+    copy_blocking(ordinal, |context, stream| {
+        // SAFETY: forwarded from the caller; `copy_blocking` waits for the copy.
+        unsafe { copy_dtoh(context, dst, src, len, stream) }
+    })
 }

@@ -14,17 +14,16 @@ use std::time::{Duration, Instant};
 use cudarc::cufile::sys as cf;
 
 use super::posix::PosixFile;
-use super::{Direct, Keepalive, Source, Target};
+use super::{Direct, Keepalive, Ordered, Source, Target};
 use crate::cuda::{self, Lane};
-use crate::cufile_driver::{self as driver, InFlight, RawEvent};
-use crate::device_io::{via_ring, Ordered};
+use crate::cufile::{self as driver, InFlight, RawEvent};
 use crate::error::{Error, Result};
-use crate::file::OpenFlags;
 use crate::future::{run_caught, IoFuture};
 use crate::memory::{DeviceSpan, HostSpan};
-use crate::request::Direction;
 use crate::settings::{CompatMode, Settings};
 use crate::tasks::aligned_split;
+use crate::vocab::Direction;
+use crate::vocab::OpenFlags;
 
 /// cuFile moves whole pages: the middle of a transfer between the first and last page
 /// boundary goes through it, the edges through the bounce ring.
@@ -345,7 +344,7 @@ impl Source for CuFileSource {
         span: DeviceSpan,
         offset: u64,
         settings: &Settings,
-        lane: Lane<'_>,
+        _lane: Lane<'_>,
     ) -> Result<Direct> {
         if span.len < settings.gds_threshold.max(1) {
             return Ok(Direct::NotUsed);
@@ -354,29 +353,21 @@ impl Source for CuFileSource {
         if split.middle == 0 {
             return Ok(Direct::NotUsed);
         }
-        let parts = [
-            (0, split.head, false),
-            (split.head, split.middle, true),
-            (split.head + split.middle, split.tail, false),
-        ];
-        let mut done = 0usize;
-        for (at, len, through_cufile) in parts {
-            if len == 0 {
-                continue;
-            }
-            let part = span.sub(at, len);
-            let part_offset = offset + at as u64;
-            let n = if through_cufile {
-                driver::contained(|| self.direct(direction, part, part_offset))?
-            } else {
-                via_ring(&self.posix, direction, part, part_offset, settings, lane)?
-            };
-            done += n;
-            if n < len {
-                break; // end of file
-            }
+        if split.head == 0 && split.tail == 0 {
+            return Ok(Direct::Complete(
+                self.device_aligned(direction, span, offset)?,
+            ));
         }
-        Ok(Direct::Complete(done))
+        // The unaligned edges go back to the device pipeline (the bounce ring, over the
+        // POSIX reads and writes this source delegates to).
+        Ok(Direct::Edges {
+            head: split.head,
+            middle: split.middle,
+        })
+    }
+
+    fn device_aligned(&self, direction: Direction, span: DeviceSpan, offset: u64) -> Result<usize> {
+        driver::contained(|| self.direct(direction, span, offset))
     }
 
     fn stream_ordered(

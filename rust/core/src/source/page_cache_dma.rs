@@ -17,17 +17,16 @@
 //! (`num_threads == 1`), where it beats that thread's `pread` copy (10 against 8 GB/s for
 //! a warm 4 GiB file, with less CPU time).
 
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::mapping::{page_size, FileMapping};
-use super::posix::PosixFile;
 use super::Direct;
 use crate::cuda::{self, HostRegistration, Lane};
 use crate::error::Result;
 use crate::memory::DeviceSpan;
-use crate::ring::{Ring, MAX_SLOTS};
+use crate::ring::{Chunk, Chunks, Ring, MAX_SLOTS};
 use crate::settings::Settings;
-use crate::source::Source;
 use crate::tasks::align_down;
 
 /// Smallest read worth mapping: below it the fixed cost of mapping and pinning (tens of
@@ -56,10 +55,12 @@ pub fn worth_trying(span: &DeviceSpan, settings: &Settings) -> bool {
         && cuda::can_register_read_only(span.ordinal)
 }
 
-/// Read `span.len()` bytes at `offset` into device memory straight from the page cache,
+/// Read `span.len()` bytes at `offset` of the file open on `fd` (of `size()` bytes, asked
+/// only when the read is worth trying) into device memory straight from the page cache,
 /// if the range is resident; see [`Direct`] for the outcomes.
 pub fn read_resident(
-    file: &PosixFile,
+    fd: RawFd,
+    size: impl FnOnce() -> Result<u64>,
     span: DeviceSpan,
     offset: u64,
     settings: &Settings,
@@ -68,12 +69,12 @@ pub fn read_resident(
     if !worth_trying(&span, settings) {
         return Ok(Direct::NotUsed);
     }
-    let size = file.size()?;
+    let size = size()?;
     let len = (span.len as u64).min(size.saturating_sub(offset)) as usize;
     if len < MIN_MAPPED_READ {
         return Ok(Direct::NotUsed); // near the end of the file: not worth it
     }
-    let Some(mapping) = FileMapping::map(file.buffered_fd(), offset, len) else {
+    let Some(mapping) = FileMapping::map(fd, offset, len) else {
         return Ok(Direct::NotUsed);
     };
     if !mapping.resident() {
@@ -106,12 +107,17 @@ pub unsafe fn upload_mapped(
     let mut ring: Ring<'_, Option<HostRegistration>> =
         Ring::with(lane, (0..MAX_SLOTS).map(|_| None).collect());
     let mut done = 0usize; // bytes of the request queued so far
-    let mut start = 0usize; // page-aligned start of the next piece, from `base`
-    let mut k = 0usize;
-    while start < len {
-        let slot = k % ring.len();
+
+    // Pieces of `piece` bytes (page-aligned starts, from `base`) over the ring's slots.
+    for Chunk {
+        slot,
+        start,
+        len: piece_len,
+        ..
+    } in Chunks::new(len, piece, ring.len()).iter()
+    {
         *ring.reclaim(slot)? = None; // its DMA is done: unpin
-        let end = (start + piece).min(len);
+        let end = start + piece_len;
         // SAFETY: `start < end <= len`, so the offset stays inside the mapping.
         let piece_start = unsafe { base.add(start) };
         // SAFETY: `piece_start..piece_start + (end - start)` lies inside the live mapping,
@@ -138,8 +144,6 @@ pub unsafe fn upload_mapped(
         // (`done + count <= len - head <= span.len`).
         unsafe { ring.upload(slot, span.ptr + done as u64, source, count)? };
         done += count;
-        start = end;
-        k += 1;
     }
     ring.drain()?;
     drop(ring);

@@ -20,11 +20,11 @@ use super::{Direct, Source, Target};
 use crate::bounce::host_pool;
 use crate::cuda::Lane;
 use crate::error::{Error, Result};
-use crate::file::OpenFlags;
 use crate::memory::{DeviceSpan, HostSpan};
-use crate::request::Direction;
 use crate::settings::{DirectIoRead, Settings};
 use crate::tasks::{align_down, align_up, aligned_split, AlignedSplit, DIRECT_IO_ALIGNMENT};
+use crate::vocab::Direction;
+use crate::vocab::OpenFlags;
 
 /// Bytes this process has read by O_DIRECT (tests and diagnostics use it to tell which
 /// path a read took).
@@ -400,7 +400,14 @@ impl Source for PosixFile {
         lane: Lane<'_>,
     ) -> Result<Direct> {
         match direction {
-            Direction::Read => read_resident(self, span, offset, settings, lane),
+            Direction::Read => read_resident(
+                self.buffered_fd(),
+                || self.size(),
+                span,
+                offset,
+                settings,
+                lane,
+            ),
             Direction::Write => Ok(Direct::NotUsed),
         }
     }

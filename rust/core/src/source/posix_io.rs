@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::RawFd;
 
 use crate::memory::HostSpan;
-use crate::request::Direction;
+use crate::vocab::Direction;
 
 /// Move all of `span` between it and `fd` at `offset`. Reads stop early only at end of
 /// file (the count is then short); a write that makes no progress is an error

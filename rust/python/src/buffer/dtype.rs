@@ -2,11 +2,45 @@
 //! `Buffer.view` receives; every export (DLPack, CUDA Array Interface, Arrow, buffer
 //! protocol, pickle, numpy) reads this instead of the string.
 
+use kvikpy_macros::boundary;
 use pyo3::exceptions::PyValueError;
-use pyo3::PyResult;
+use pyo3::prelude::*;
 
 /// DLPack's type code of bfloat16 (`kDLBfloat`), which numpy has no dtype for.
 const DLPACK_BFLOAT: u8 = 4;
+
+/// Every item type a buffer exports as a typed one, the one table of them: numpy's kind
+/// letter, the item size in bytes, the DLPack type code, and the struct-module code the
+/// buffer protocol gives it. bfloat16 is `V2` (numpy's raw 2-byte items), shown to the
+/// buffer protocol as its bits (uint16). `kvikpy.read` asks for it through
+/// [`item_types`] to decide which dtypes it exports.
+const ITEM_TYPES: [(u8, usize, u8, &str); 15] = [
+    (b'b', 1, 6, "?"),
+    (b'i', 1, 0, "b"),
+    (b'i', 2, 0, "h"),
+    (b'i', 4, 0, "i"),
+    (b'i', 8, 0, "q"),
+    (b'u', 1, 1, "B"),
+    (b'u', 2, 1, "H"),
+    (b'u', 4, 1, "I"),
+    (b'u', 8, 1, "Q"),
+    (b'f', 2, 2, "e"),
+    (b'f', 4, 2, "f"),
+    (b'f', 8, 2, "d"),
+    (b'c', 8, 5, "Zf"),
+    (b'c', 16, 5, "Zd"),
+    (b'V', 2, DLPACK_BFLOAT, "H"),
+];
+
+/// The item types as `(kind, item size, DLPack code)`, kind as a one-letter string.
+#[boundary]
+#[pyfunction]
+pub fn item_types() -> Vec<(char, usize, u8)> {
+    ITEM_TYPES
+        .iter()
+        .map(|&(kind, size, code, _)| (char::from(kind), size, code))
+        .collect()
+}
 
 /// The byte order of multi-byte items.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,24 +172,10 @@ impl Dtype {
     /// bfloat16 (`"<V2"`), which the buffer protocol has no type for, is its bits as
     /// uint16; kinds it cannot describe are bytes.
     pub fn struct_format(&self) -> String {
-        let code = match (self.kind, self.itemsize) {
-            (b'b', _) => "?",
-            (b'i', 1) => "b",
-            (b'i', 2) => "h",
-            (b'i', 4) => "i",
-            (b'i', 8) => "q",
-            (b'u', 1) => "B",
-            (b'u', 2) => "H",
-            (b'u', 4) => "I",
-            (b'u', 8) => "Q",
-            (b'f', 2) => "e",
-            (b'f', 4) => "f",
-            (b'f', 8) => "d",
-            (b'c', 8) => "Zf",
-            (b'c', 16) => "Zd",
-            (b'V', 2) => "H",
-            _ => "B",
-        };
+        let code = ITEM_TYPES
+            .iter()
+            .find(|&&(kind, size, _, _)| kind == self.kind && size == self.itemsize)
+            .map_or("B", |&(_, _, _, code)| code);
         let order = match self.order {
             ByteOrder::Little => "<",
             ByteOrder::Big => ">",

@@ -24,7 +24,7 @@ use pyo3::types::{PyDict, PyTuple};
 use crate::blocking::without_gil;
 use crate::errors::BindResult;
 
-pub use dtype::Dtype;
+pub use dtype::{item_types, Dtype};
 pub use storage::{live_buffers, mark_ready, Storage};
 
 /// A block of memory filled by kvikpy: GPU memory, or ordinary host memory.

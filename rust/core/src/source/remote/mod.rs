@@ -36,9 +36,9 @@ use self::s3::{S3Object, S3Options};
 use self::webhdfs::{length_from_status, WebHdfsFile};
 use super::{Source, Target};
 use crate::error::{Error, RemoteFailure, Result};
-use crate::file::OpenFlags;
 use crate::memory::HostSpan;
 use crate::settings::Settings;
+use crate::vocab::OpenFlags;
 
 /// kvikio's `RemoteEndpointType`, with its values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -637,12 +637,15 @@ pub fn open_url(
     Err(unsupported(url, allow))
 }
 
+/// The URL schemes remote files have, the one list of them (Python asks the engine for it).
+pub const URL_SCHEMES: [&str; 4] = ["http", "https", "s3", "webhdfs"];
+
 /// Whether `path` is a URL of a scheme remote files have (`http`, `https`, `s3`,
 /// `webhdfs`), which the opener below takes instead of a local path.
 pub fn as_url(path: &Path) -> Option<&str> {
     let text = path.to_str()?;
     let (scheme, _) = text.split_once("://")?;
-    ["http", "https", "s3", "webhdfs"]
+    URL_SCHEMES
         .iter()
         .any(|s| s.eq_ignore_ascii_case(scheme))
         .then_some(text)
@@ -667,15 +670,11 @@ pub fn open(target: &Target<'_>) -> Option<Result<Arc<dyn Source>>> {
     })())
 }
 
-/// Open `url` whose size is already known (a batch element), without asking the server.
-pub fn open_sized(url: &str, nbytes: u64, settings: &Settings) -> Result<Arc<dyn Source>> {
-    let source = open_url(url, EndpointType::Auto, None, Some(nbytes), settings)?;
+/// Open `url` with the endpoint type inferred, under `settings`; with its size where it is
+/// known already (a batch element), without asking the server.
+pub fn open_sized(url: &str, nbytes: Option<u64>, settings: &Settings) -> Result<Arc<dyn Source>> {
+    let source = open_url(url, EndpointType::Auto, None, nbytes, settings)?;
     Ok(Arc::new(source))
-}
-
-/// The size of the remote file at `url` (a batch sizing its elements).
-pub fn size_of(url: &str, settings: &Settings) -> Result<u64> {
-    Ok(open_url(url, EndpointType::Auto, None, None, settings)?.nbytes())
 }
 
 #[cfg(test)]
