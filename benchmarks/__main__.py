@@ -11,7 +11,8 @@ into CuPy: kvikpy.zarr.GDSStore against kvikio's and zarr's), distributed (a sha
 checkpoint onto every GPU of a host: kvikpy's process_group load against InstantTensor
 and fastsafetensors), multi_gpu (every GPU of a host at once: copy and pread ceilings
 against kvikpy's read_many over all GPUs), dask_sum (a dask sum over a raw file read by
-kvikpy.dask, one worker per GPU, one GPU against all).
+kvikpy.dask, one worker per GPU, one GPU against all), arrow (Arrow IPC tables onto the GPU:
+kvikpy.arrow.read_ipc against pyarrow plus CuPy, whole and 2 of 10 columns, warm and cold).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -40,6 +41,7 @@ SCRIPTS = {
     "distributed": "benchmarks.distributed",
     "multi_gpu": "benchmarks.multi_gpu",
     "dask_sum": "benchmarks.dask_sum",
+    "arrow": "benchmarks.arrow_tables",
 }
 
 

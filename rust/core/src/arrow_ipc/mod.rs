@@ -6,12 +6,14 @@
 //! checked arithmetic before anything is allocated; the bytes a plan reads never exceed
 //! the file's size.
 
+mod compression;
 mod framing;
 mod plan;
 mod schema;
 
 use std::path::Path;
 
+pub use compression::{assemble, decode, Codec};
 pub use framing::{scan, Format, Kind, MessageRef, Messages, ReadAt, SchemaBytes, MAGIC};
 pub use plan::{plan, BatchLayout, Column, ReadPlan};
 pub use schema::{convert, IpcSchema, SchemaNode};

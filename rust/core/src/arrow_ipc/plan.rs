@@ -8,6 +8,7 @@ use std::sync::Arc;
 use arrow_ipc::{Buffer, FieldNode, RecordBatch};
 use arrow_schema::{DataType, Schema};
 
+use super::compression::Codec;
 use super::framing::{malformed, Kind, Messages};
 use super::schema::{IpcSchema, SchemaNode};
 use crate::error::{Error, Result};
@@ -46,6 +47,11 @@ pub struct ReadPlan {
     pub schema: Schema,
     /// `(file offset, length)` of every buffer to read, in destination order.
     pub ranges: Vec<(u64, u64)>,
+    /// Each range's compression (None: read as is).
+    pub codecs: Vec<Option<Codec>>,
+    /// The bytes each range must hold once decoded (checked at once for ranges read as
+    /// they are).
+    pub needs: Vec<u64>,
     /// The chosen record batches.
     pub batches: Vec<BatchLayout>,
     /// Record batches in the file.
@@ -56,6 +62,11 @@ impl ReadPlan {
     /// The bytes the plan reads.
     pub fn bytes(&self) -> u64 {
         self.ranges.iter().map(|r| r.1).sum()
+    }
+
+    /// Whether some buffers are compressed (decoded on the host).
+    pub fn is_compressed(&self) -> bool {
+        self.codecs.iter().any(Option::is_some)
     }
 }
 
@@ -68,17 +79,20 @@ struct Walk<'a> {
     body_offset: u64,
     body_len: u64,
     what: String,
+    codec: Option<Codec>,
 }
 
 /// Collects the ranges to read, bounded by the file's size.
 struct Ranges {
     ranges: Vec<(u64, u64)>,
+    codecs: Vec<Option<Codec>>,
+    needs: Vec<u64>,
     total: u64,
     limit: u64,
 }
 
 impl Ranges {
-    fn push(&mut self, offset: u64, len: u64) -> Result<usize> {
+    fn push(&mut self, offset: u64, len: u64, codec: Option<Codec>, need: u64) -> Result<usize> {
         self.total = self
             .total
             .checked_add(len)
@@ -90,6 +104,8 @@ impl Ranges {
                 ))
             })?;
         self.ranges.push((offset, len));
+        self.codecs.push(codec);
+        self.needs.push(need);
         Ok(self.ranges.len() - 1)
     }
 }
@@ -191,8 +207,9 @@ impl Planner<'_> {
         let mut children = Vec::new();
         let mut dictionary = None;
         let what = w.what.clone();
+        let codec = w.codec;
         let add = |planner: &mut Self, range: (u64, u64), need: u64| -> Result<Option<usize>> {
-            if range.1 < need {
+            if range.1 < need && codec.is_none() {
                 return Err(malformed(format!(
                     "{what}: a buffer of '{path}' has {} bytes where {length} elements need {need}",
                     range.1
@@ -201,7 +218,7 @@ impl Planner<'_> {
             if !keep || range.1 == 0 {
                 return Ok(None);
             }
-            planner.ranges.push(range.0, range.1).map(Some)
+            planner.ranges.push(range.0, range.1, codec, need).map(Some)
         };
         // Validity: read only when there are nulls (a null pointer means "all valid").
         match validity {
@@ -364,12 +381,25 @@ impl Walk<'_> {
 }
 
 fn walk(batch: RecordBatch<'_>, body_offset: u64, body_len: u64, what: String) -> Result<Walk<'_>> {
-    if batch.compression().is_some() {
-        return Err(Error::UnsupportedOperation(format!(
-            "{what} is compressed (LZ4 or ZSTD buffers), which kvikpy does not read yet; \
-             write the file uncompressed (pyarrow: compression='uncompressed')"
-        )));
-    }
+    let codec = match batch.compression() {
+        None => None,
+        Some(c) if c.method() != arrow_ipc::BodyCompressionMethod::BUFFER => {
+            return Err(malformed(format!(
+                "{what} has body compression method {}",
+                c.method().0
+            )))
+        }
+        Some(c) => Some(match c.codec() {
+            arrow_ipc::CompressionType::LZ4_FRAME => Codec::Lz4Frame,
+            arrow_ipc::CompressionType::ZSTD => Codec::Zstd,
+            other => {
+                return Err(malformed(format!(
+                    "{what} has compression codec {}",
+                    other.0
+                )))
+            }
+        }),
+    };
     if batch.variadicBufferCounts().is_some_and(|v| !v.is_empty()) {
         return Err(Error::UnsupportedOperation(format!(
             "{what} holds view-typed columns (string_view, binary_view), which kvikpy does \
@@ -390,6 +420,7 @@ fn walk(batch: RecordBatch<'_>, body_offset: u64, body_len: u64, what: String) -
         body_offset,
         body_len,
         what,
+        codec,
     })
 }
 
@@ -451,6 +482,8 @@ pub fn plan(
     let mut planner = Planner {
         ranges: Ranges {
             ranges: Vec::new(),
+            codecs: Vec::new(),
+            needs: Vec::new(),
             total: 0,
             limit: file_size,
         },
@@ -529,6 +562,8 @@ pub fn plan(
     Ok(ReadPlan {
         schema: schema.project(columns),
         ranges: planner.ranges.ranges,
+        codecs: planner.ranges.codecs,
+        needs: planner.ranges.needs,
         batches,
         total_batches,
     })
