@@ -19,6 +19,17 @@ class ColumnChunk:
     Exports ``__arrow_c_device_array__`` (and ``__arrow_c_array__`` in host memory); a
     fixed-width column without nulls also exports DLPack, so ``torch.from_dlpack`` and
     ``cupy.from_dlpack`` take it without a copy. It keeps the table's memory alive.
+
+    Made by :meth:`Table.column` (``table.column(name)[i]``), not directly.
+
+    Parameters
+    ----------
+    table
+        The table's engine object.
+    batch
+        The record batch.
+    column
+        The column's position.
     """
 
     def __init__(self, table: _lib.IpcTable, batch: int, column: int) -> None:
@@ -62,6 +73,15 @@ class Column(Sequence[ColumnChunk]):
 
     With one record batch, the column itself exports what its chunk does (Arrow device
     array, DLPack for fixed-width columns without nulls).
+
+    Made by :meth:`Table.column`, not directly.
+
+    Parameters
+    ----------
+    table
+        The table's engine object.
+    column
+        The column's position.
     """
 
     def __init__(self, table: _lib.IpcTable, column: int) -> None:
@@ -126,6 +146,11 @@ class Table:
     long as the table or any array exported from it.
 
     Made by :func:`read_ipc`, not directly.
+
+    Parameters
+    ----------
+    inner
+        The engine's table: the plan and the allocation.
     """
 
     def __init__(self, inner: _lib.IpcTable) -> None:
