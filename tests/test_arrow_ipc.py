@@ -294,3 +294,36 @@ def test_write_ipc_bad_input_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="exports no Arrow"):
         kvikpy.arrow.write_ipc(path, [1, 2, 3])
     assert not path.exists()
+
+
+def test_device_stream_on_the_host_and_lifetimes(tmp_path: Path) -> None:
+    import gc
+
+    from test_chunks import consume_device_stream
+
+    from kvikpy import _lib
+
+    table = every_type_table(30)
+    path = tmp_path / "t.arrow"
+    with ipc.new_file(path, table.schema) as w:
+        for batch in table.to_batches(max_chunksize=10):
+            w.write_batch(batch)
+    gc.collect()
+    base = _lib.live_buffers()
+    t = kvikpy.arrow.read_ipc(path, device="cpu")
+    device_type, _, fmt, devices = consume_device_stream(
+        t.__arrow_c_device_stream__(), read=lambda p, n: b""
+    )
+    assert (device_type, fmt) == (1, "+s")  # ARROW_DEVICE_CPU, a struct per batch
+    assert devices == [(1, -1, 1)] * 3
+    # An exported column keeps the allocation after the table is gone.
+    column = pa.array(t.column("utf8")[2])
+    reader = pa.RecordBatchReader.from_stream(t)
+    del t
+    gc.collect()
+    assert _lib.live_buffers() > base
+    assert column.equals(table.column("utf8").chunk(0).slice(20, 10))
+    assert pa.Table.from_batches(list(reader)).equals(table)
+    del column, reader
+    gc.collect()
+    assert _lib.live_buffers() == base

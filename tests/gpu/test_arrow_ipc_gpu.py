@@ -65,8 +65,15 @@ def test_device_stream_is_cuda(tmp_path: Path) -> None:
         arrays.append(arr)
     schema_capsule, array_capsule = t.column("i64")[0].__arrow_c_device_array__()
     assert schema_capsule is not None and array_capsule is not None
-    capsule = t.__arrow_c_device_stream__()
-    assert capsule is not None
+    from test_chunks import consume_device_stream
+
+    device_type, _, fmt, devices = consume_device_stream(
+        t.__arrow_c_device_stream__(), read=lambda p, n: b""
+    )
+    assert (device_type, fmt) == (2, "+s")  # ARROW_DEVICE_CUDA, a struct per batch
+    assert devices == [(2, cupy.cuda.runtime.getDevice(), 1)] * t.num_batches
+    with pytest.raises(BufferError, match="__arrow_c_device_stream__"):
+        t.__arrow_c_stream__()
 
 
 def test_dlpack_columns_for_cupy_and_torch(tmp_path: Path) -> None:
