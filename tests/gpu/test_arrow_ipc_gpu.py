@@ -1,8 +1,8 @@
 """kvikpy.arrow.read_ipc onto the GPU: the table's record batches are CUDA device arrays
 (read as a C consumer does, and by nanoarrow.device when it is installed), their bytes
-equal pyarrow's reading of the same file (copied back with CuPy), fixed-width columns are DLPack tensors for CuPy and torch, and
-the memory outlives the table while an export holds it. pylibcudf is not tested: it is
-not installable on the GPU machine."""
+equal pyarrow's reading of the same file (copied back with CuPy), fixed-width columns are
+DLPack tensors for CuPy and torch, and the memory outlives the table while an export
+holds it. pylibcudf is not tested: it is not installable on the GPU machine."""
 
 from __future__ import annotations
 
