@@ -187,3 +187,50 @@ proptest! {
         check_malformed(&bytes[..n]);
     }
 }
+
+#[test]
+fn decode_checks_declared_lengths() {
+    let mut raw = (-1i64).to_le_bytes().to_vec();
+    raw.extend_from_slice(b"abcd");
+    assert_eq!(decode(Codec::Zstd, &raw, 4, "b").unwrap(), b"abcd");
+    assert!(decode(Codec::Zstd, &raw, 5, "b").is_err());
+    // An LZ4 frame that says it holds more than it does.
+    let mut frame = Vec::new();
+    {
+        use std::io::Write;
+        let mut w = lz4_flex::frame::FrameEncoder::new(&mut frame);
+        w.write_all(&[7u8; 1000]).unwrap();
+        w.finish().unwrap();
+    }
+    let mut good = 1000i64.to_le_bytes().to_vec();
+    good.extend_from_slice(&frame);
+    assert_eq!(
+        decode(Codec::Lz4Frame, &good, 1000, "b").unwrap(),
+        vec![7u8; 1000]
+    );
+    let mut lying = (1i64 << 40).to_le_bytes().to_vec();
+    lying.extend_from_slice(&frame);
+    assert!(decode(Codec::Lz4Frame, &lying, 0, "b").is_err());
+    let mut short = 999i64.to_le_bytes().to_vec();
+    short.extend_from_slice(&frame);
+    assert!(decode(Codec::Lz4Frame, &short, 0, "b").is_err());
+    assert!(decode(Codec::Zstd, &[1, 2, 3], 0, "b").is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn decode_never_panics(
+        zstd in any::<bool>(),
+        declared in prop_oneof![Just(-1i64), 0i64..4096, any::<i64>()],
+        body in prop::collection::vec(any::<u8>(), 0..256),
+    ) {
+        let mut raw = declared.to_le_bytes().to_vec();
+        raw.extend_from_slice(&body);
+        let codec = if zstd { Codec::Zstd } else { Codec::Lz4Frame };
+        if let Ok(out) = decode(codec, &raw, 0, "b") {
+            prop_assert!(declared == -1 || out.len() as i64 == declared);
+        }
+    }
+}
