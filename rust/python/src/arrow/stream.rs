@@ -212,9 +212,7 @@ fn next_host_array(
         unsafe { std::ptr::write_bytes(out, 0, 1) };
         return Ok(());
     };
-    let Ok(buffer) = item.extract::<PyRef<'_, crate::buffer::Buffer>>() else {
-        return move_host_array(py, &item, out);
-    };
+    let buffer: PyRef<'_, crate::buffer::Buffer> = item.extract()?;
     if let (_, Some(ordinal), _) = buffer.parts() {
         return Err(pyo3::exceptions::PyBufferError::new_err(format!(
             "a chunk in the memory of GPU {ordinal} cannot go into an Arrow C stream (host \
@@ -248,6 +246,22 @@ fn next_host_array(
     // SAFETY: `out` is the consumer's uninitialised array, which it now owns.
     unsafe { std::ptr::write(out, array) };
     Ok(())
+}
+
+unsafe extern "C" fn table_stream_get_next(
+    stream: *mut ArrowArrayStream,
+    out: *mut ArrowArray,
+) -> c_int {
+    stream_next(stream, out.is_null(), |py, iterator, _| {
+        match next_item(py, iterator)? {
+            Some(item) => move_host_array(py, &item, out),
+            None => {
+                // SAFETY: `out` is the consumer's array to fill; all-zero is a released array.
+                unsafe { std::ptr::write_bytes(out, 0, 1) };
+                Ok(())
+            }
+        }
+    })
 }
 
 /// Move the array of `item`'s `__arrow_c_array__` (a table's record batch) into `out`.
@@ -302,7 +316,7 @@ pub fn typed_stream_capsule(
         stream_capsule(py, iterator, schema, metadata, |private_data| {
             ArrowArrayStream {
                 get_schema: Some(stream_get_schema::<ArrowArrayStream>),
-                get_next: Some(host_stream_get_next),
+                get_next: Some(table_stream_get_next),
                 get_last_error: Some(stream_get_last_error::<ArrowArrayStream>),
                 release: Some(stream_release::<ArrowArrayStream>),
                 private_data,
