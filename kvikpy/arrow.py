@@ -18,7 +18,8 @@ class ColumnChunk:
 
     Exports ``__arrow_c_device_array__`` (and ``__arrow_c_array__`` in host memory); a
     fixed-width column without nulls also exports DLPack, so ``torch.from_dlpack`` and
-    ``cupy.from_dlpack`` take it without a copy. It keeps the table's memory alive.
+    ``cupy.from_dlpack`` take it without a copy (a fixed-size list of such values, an
+    embedding column, as a 2-D tensor). It keeps the table's memory alive.
 
     Made by :meth:`Table.column` (``table.column(name)[i]``), not directly.
 
@@ -58,8 +59,11 @@ class ColumnChunk:
                 f"column {name!r} ({kind}) has nulls or is not fixed-width, so it has no "
                 "DLPack form; use its Arrow export (__arrow_c_device_array__)"
             )
-        offset, length, typestr, code, bits = found
-        return self._table.buffer.view(typestr, code, bits, [length], offset, length * (bits // 8))
+        offset, shape, typestr, code, bits = found
+        count = 1
+        for d in shape:
+            count *= d
+        return self._table.buffer.view(typestr, code, bits, shape, offset, count * (bits // 8))
 
     def __dlpack__(self, **kwargs: Any) -> Any:
         return self._values().__dlpack__(**kwargs)

@@ -327,3 +327,14 @@ def test_device_stream_on_the_host_and_lifetimes(tmp_path: Path) -> None:
     del column, reader
     gc.collect()
     assert _lib.live_buffers() == base
+
+
+def test_embedding_columns_are_2d_dlpack(tmp_path: Path) -> None:
+    np = pytest.importorskip("numpy")
+    values = np.arange(40, dtype=np.float32).reshape(10, 4)
+    table = pa.table({"emb": pa.FixedSizeListArray.from_arrays(pa.array(values.ravel()), 4)})
+    path = tmp_path / "e.arrow"
+    feather.write_feather(table, path, compression="uncompressed")
+    t = kvikpy.arrow.read_ipc(path, device="cpu")
+    got = np.from_dlpack(t.column("emb"))
+    assert got.shape == (10, 4) and (got == values).all()

@@ -107,3 +107,14 @@ def test_compressed_file_onto_the_gpu(tmp_path: Path) -> None:
             w.write_batch(batch)
     gpu = kvikpy.arrow.read_ipc(path)
     assert pa.table(gpu.to_host()).equals(table)
+
+
+def test_embeddings_to_torch(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    values = np.random.default_rng(0).random((256, 8), dtype=np.float32)
+    table = pa.table({"emb": pa.FixedSizeListArray.from_arrays(pa.array(values.ravel()), 8)})
+    path = tmp_path / "e.arrow"
+    write_file(path, table, False, 256)
+    emb = torch.from_dlpack(kvikpy.arrow.read_ipc(path).column("emb"))
+    assert emb.is_cuda and tuple(emb.shape) == (256, 8)
+    assert np.array_equal(emb.cpu().numpy(), values)

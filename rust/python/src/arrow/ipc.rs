@@ -27,9 +27,9 @@ use crate::errors::BindResult;
 /// Arrow's buffer alignment: every buffer starts at a multiple of 64 bytes.
 const ALIGN: usize = 64;
 
-/// Where a column's values lie for DLPack: `(offset in the allocation, length, typestr,
+/// Where a column's values lie for DLPack: `(offset in the allocation, shape, typestr,
 /// DLPack code, bits)`.
-type ValuesView = (usize, i64, String, u8, u8);
+type ValuesView = (usize, Vec<i64>, String, u8, u8);
 
 /// An IPC table read into one allocation.
 #[pyclass(module = "kvikpy._lib", frozen)]
@@ -261,11 +261,19 @@ impl IpcTable {
         self.capsules(py, export, device)
     }
 
-    /// For a fixed-width column of record batch `batch` without nulls: its values'
-    /// `(offset in the allocation, length, typestr, DLPack code, bits)`; None otherwise.
+    /// For a fixed-width column of record batch `batch` without nulls (or a
+    /// fixed-size list of such values, without nulls at either level): its values'
+    /// `(offset in the allocation, shape, typestr, DLPack code, bits)`; None otherwise.
     fn column_values(&self, batch: usize, column: usize) -> PyResult<Option<ValuesView>> {
         let c = self.column(batch, column)?;
-        let (code, bits, kind) = match c.data_type {
+        let (values, shape) = match &c.data_type {
+            DataType::FixedSizeList(_, n) => match c.children.first() {
+                Some(child) if c.null_count == 0 => (child, vec![c.length, i64::from(*n)]),
+                _ => return Ok(None),
+            },
+            _ => (c, vec![c.length]),
+        };
+        let (code, bits, kind) = match values.data_type {
             DataType::Int8 => (0, 8, "i"),
             DataType::Int16 => (0, 16, "i"),
             DataType::Int32 | DataType::Date32 => (0, 32, "i"),
@@ -282,10 +290,10 @@ impl IpcTable {
             DataType::Float64 => (2, 64, "f"),
             _ => return Ok(None),
         };
-        if c.null_count > 0 {
+        if values.null_count > 0 {
             return Ok(None);
         }
-        let offset = c
+        let offset = values
             .buffers
             .get(1)
             .copied()
@@ -293,7 +301,7 @@ impl IpcTable {
             .map_or(0, |i| self.offsets[i]);
         Ok(Some((
             offset,
-            c.length,
+            shape,
             format!("<{kind}{}", bits / 8),
             code,
             bits,
