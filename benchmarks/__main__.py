@@ -16,7 +16,9 @@ in every regime side by side: per-call reads, a file loop, writes, the first rea
 large file cold, warm and half warm, and the disk's own ceiling), percall (where the
 microseconds of a small blocking read go, step by step, against kvikio), load_into (a
 transformers checkpoint into a model: time and peak GPU and host memory of
-load_pretrained against load_file + load_state_dict, safetensors and from_pretrained).
+load_pretrained against load_file + load_state_dict, safetensors and from_pretrained),
+arrow (Arrow IPC tables onto the GPU: kvikpy.arrow.read_ipc against pyarrow plus CuPy,
+whole and 2 of 10 columns, warm and cold).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -48,6 +50,7 @@ SCRIPTS = {
     "regimes": "benchmarks.regimes",
     "percall": "benchmarks.percall",
     "load_into": "benchmarks.load_into",
+    "arrow": "benchmarks.arrow_tables",
 }
 
 

@@ -74,6 +74,7 @@ __all__ = [
     "SpreadBatch",
     "__git_commit__",
     "__version__",
+    "arrow",
     "bounce_buffer_free",
     "clear_page_cache",
     "cuda_available",
@@ -121,11 +122,11 @@ def info() -> dict[str, Any]:
 
 
 if TYPE_CHECKING:
-    from kvikpy import numpy, safetensors
+    from kvikpy import arrow, numpy, safetensors
 
 # Submodules that import numpy load on first use, so `import kvikpy` costs a few
 # milliseconds instead of numpy's import time.
-_LAZY_SUBMODULES = ("numpy", "safetensors")
+_LAZY_SUBMODULES = ("arrow", "numpy", "safetensors")
 
 
 def __getattr__(name: str) -> Any:

@@ -14,6 +14,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
 import make_arrow_batches  # noqa: E402
+import make_arrow_tables  # noqa: E402
 import make_frameworks_formats  # noqa: E402
 import make_measure  # noqa: E402
 import make_quickstart  # noqa: E402
@@ -28,6 +29,7 @@ NOTEBOOKS = {
     "05-measure-your-machine.ipynb": make_measure.CELLS,
     "06-zarr-on-the-gpu.ipynb": make_zarr.CELLS,
     "07-scale-out.ipynb": make_scale.CELLS,
+    "08-arrow-tables.ipynb": make_arrow_tables.CELLS,
 }
 
 

@@ -223,6 +223,17 @@ pub fn plan_file_ranges(
 /// allocation. Every range must lie inside the file; one that does not is an
 /// [`Error::InvalidArgument`] naming it.
 pub fn plan_ranges(settings: &Settings, path: &Path, ranges: &[(u64, u64)]) -> Result<Plan> {
+    plan_ranges_aligned(settings, path, ranges, 1)
+}
+
+/// [`plan_ranges`] with each range starting at a multiple of `align` (a power of two)
+/// in the destination (an Arrow IPC table's buffers).
+pub fn plan_ranges_aligned(
+    settings: &Settings,
+    path: &Path,
+    ranges: &[(u64, u64)],
+    align: usize,
+) -> Result<Plan> {
     let handle = FileHandle::open_with(path, "r", settings)?;
     let file_size = handle.get()?.size_for("read_ranges", settings)?;
     let mut inputs = Vec::with_capacity(ranges.len());
@@ -238,7 +249,7 @@ pub fn plan_ranges(settings: &Settings, path: &Path, ranges: &[(u64, u64)]) -> R
             .map_err(|_| Error::InvalidArgument(format!("range {i} is too large")))?;
         inputs.push(Some((Origin::Range(offset), len)));
     }
-    Plan::new(inputs, Some(handle), Vec::new(), false, 1)
+    Plan::new(inputs, Some(handle), Vec::new(), false, align)
 }
 
 impl Plan {

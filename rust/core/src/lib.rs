@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod allocation;
+pub mod arrow_ipc;
 pub mod atfork;
 pub mod batch;
 pub mod bounce;

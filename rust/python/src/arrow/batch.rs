@@ -126,6 +126,7 @@ pub fn batch_arrow(
                 null_count,
                 buffers,
                 children: Vec::new(),
+                dictionary: None,
                 owner: Box::new((owner, offsets, validity)),
             };
             if device {
@@ -150,6 +151,7 @@ pub fn batch_arrow(
                 null_count,
                 buffers: vec![meta.bitmap_at.map_or(0, |at| base + at as u64), base, data],
                 children: Vec::new(),
+                dictionary: None,
                 owner: Box::new((owner, Arc::clone(&meta.allocation))),
             };
             device_array_capsules(py, export, ARROW_DEVICE_CUDA, ordinal as i64, Some(event))

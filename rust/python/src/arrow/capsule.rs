@@ -16,7 +16,7 @@ use pyo3::types::PyDict;
 use super::export::{build_array, release_array, ArrayExport};
 use super::ffi::{ArrowArray, ArrowDeviceArray, ARRAY, DEVICE_ARRAY, SCHEMA};
 
-unsafe extern "C" fn destroy_schema(capsule: *mut ffi::PyObject) {
+pub(super) unsafe extern "C" fn destroy_schema(capsule: *mut ffi::PyObject) {
     // SAFETY: Python calls this with the GIL held on a capsule made in `schema_capsule`.
     let p = unsafe { ffi::PyCapsule_GetPointer(capsule, SCHEMA.as_ptr()) };
     if p.is_null() {

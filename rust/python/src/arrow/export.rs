@@ -23,6 +23,8 @@ struct ArrayPrivate {
     /// out), and the pointers `ArrowArray::children` points at.
     children: Vec<ArrowArray>,
     child_pointers: Vec<*mut ArrowArray>,
+    /// The dictionary of a dictionary-encoded array (boxed, so its address is stable).
+    dictionary: Option<Box<ArrowArray>>,
     /// The event consumers wait on (device arrays), and the handle `sync_event` points at.
     _event: Option<StreamEvent>,
     event_handle: Box<usize>,
@@ -36,6 +38,10 @@ impl Drop for ArrayPrivate {
             // SAFETY: each child was made by `build_array`; one a consumer moved out has
             // its release cleared here, so `release_array` leaves it alone.
             unsafe { release_array(child) };
+        }
+        if let Some(dictionary) = &mut self.dictionary {
+            // SAFETY: made by `build_array`, as the children.
+            unsafe { release_array(&mut **dictionary) };
         }
     }
 }
@@ -51,6 +57,8 @@ pub struct ArrayExport {
     pub buffers: Vec<u64>,
     /// Child arrays (a fixed-size list's values, a struct's columns).
     pub children: Vec<ArrayExport>,
+    /// The dictionary of a dictionary-encoded array (`format` is its index type then).
+    pub dictionary: Option<Box<ArrayExport>>,
     pub owner: Box<dyn std::any::Any + Send>,
 }
 
@@ -81,6 +89,7 @@ fn typed_level<T: Send + Sync + 'static>(
         null_count: 0,
         buffers,
         children,
+        dictionary: None,
         owner: Box::new(Arc::clone(owner)),
     })
 }
@@ -127,10 +136,12 @@ pub fn build_array(export: ArrayExport, event: Option<StreamEvent>) -> (ArrowArr
         .map(|child| build_array(child, None).0)
         .collect();
     let child_pointers = children.iter_mut().map(|c| c as *mut _).collect();
+    let dictionary = export.dictionary.map(|d| Box::new(build_array(*d, None).0));
     let mut private = Box::new(ArrayPrivate {
         buffers: export.buffers.iter().map(|&p| p as *const c_void).collect(),
         children,
         child_pointers,
+        dictionary,
         _event: event,
         event_handle,
         _owner: export.owner,
@@ -152,7 +163,10 @@ pub fn build_array(export: ArrayExport, event: Option<StreamEvent>) -> (ArrowArr
         } else {
             private.child_pointers.as_mut_ptr()
         },
-        dictionary: std::ptr::null_mut(),
+        dictionary: private
+            .dictionary
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |d| &mut **d as *mut ArrowArray),
         release: Some(release_array),
         private_data: Box::into_raw(private).cast(),
     };

@@ -12,6 +12,7 @@ mod batch;
 mod capsule;
 mod export;
 mod ffi;
+mod ipc;
 mod stream;
 mod types;
 
@@ -19,5 +20,6 @@ pub use batch::{batch_arrow, batch_device_meta, batch_schema, BatchDeviceMeta};
 pub use capsule::{array_capsules, check_device_kwargs, device_array_capsules, schema_capsule};
 pub use export::{buffer_export, ArrayExport};
 pub use ffi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA};
-pub use stream::{device_stream_capsule, host_stream_capsule};
+pub use ipc::{read_ipc_table, IpcTable};
+pub use stream::{device_stream_capsule, host_stream_capsule, typed_stream_capsule};
 pub use types::{buffer_type, element_type};

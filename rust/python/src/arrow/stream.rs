@@ -2,6 +2,7 @@
 //! buffers (`iter_chunks`): the callbacks, written once for both stream structs, and their
 //! capsules.
 
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -15,8 +16,8 @@ use pyo3::prelude::*;
 use super::capsule::capsule;
 use super::export::{build_array, ArrayExport};
 use super::ffi::{
-    ArrowArray, ArrowArrayStream, ArrowDeviceArray, ArrowDeviceArrayStream, ARROW_DEVICE_CPU,
-    ARROW_DEVICE_CUDA, DEVICE_ARRAY, DEVICE_STREAM, SCHEMA, STREAM,
+    ArrowArray, ArrowArrayStream, ArrowDeviceArray, ArrowDeviceArrayStream, ARRAY,
+    ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, DEVICE_ARRAY, DEVICE_STREAM, SCHEMA, STREAM,
 };
 
 /// What the two stream structs share, for the callbacks written once for both.
@@ -54,6 +55,8 @@ stream_struct!(ArrowArrayStream, STREAM);
 struct StreamPrivate {
     iterator: Py<PyAny>,
     schema: DataType,
+    /// The schema's key/value metadata (a table's), empty for chunk streams.
+    metadata: HashMap<String, String>,
     last_error: Option<CString>,
 }
 
@@ -82,7 +85,12 @@ unsafe extern "C" fn stream_get_schema<S: StreamStruct>(
         if out.is_null() {
             return EINVAL;
         }
-        match FFI_ArrowSchema::try_from(&private.schema) {
+        let schema = FFI_ArrowSchema::try_from(&private.schema);
+        let schema = match &private.metadata {
+            m if m.is_empty() => schema,
+            m => schema.and_then(|s| s.with_metadata(m.clone())),
+        };
+        match schema {
             // SAFETY: `out` is the consumer's uninitialised schema, which it now owns.
             Ok(schema) => unsafe {
                 std::ptr::write(out, schema);
@@ -229,6 +237,7 @@ fn next_host_array(
             null_count: 0,
             buffers: vec![0],
             children: vec![chunk],
+            dictionary: None,
             owner: Box::new(()),
         },
         _ => chunk,
@@ -237,6 +246,83 @@ fn next_host_array(
     // SAFETY: `out` is the consumer's uninitialised array, which it now owns.
     unsafe { std::ptr::write(out, array) };
     Ok(())
+}
+
+unsafe extern "C" fn table_stream_get_next(
+    stream: *mut ArrowArrayStream,
+    out: *mut ArrowArray,
+) -> c_int {
+    stream_next(stream, out.is_null(), |py, iterator, _| {
+        match next_item(py, iterator)? {
+            Some(item) => move_host_array(py, &item, out),
+            None => {
+                // SAFETY: `out` is the consumer's array to fill; all-zero is a released array.
+                unsafe { std::ptr::write_bytes(out, 0, 1) };
+                Ok(())
+            }
+        }
+    })
+}
+
+/// Move the array of `item`'s `__arrow_c_array__` (a table's record batch) into `out`.
+fn move_host_array(py: Python<'_>, item: &Bound<'_, PyAny>, out: *mut ArrowArray) -> PyResult<()> {
+    let (_, capsule) = item
+        .call_method0("__arrow_c_array__")?
+        .extract::<(Py<PyAny>, Py<PyAny>)>()?;
+    let capsule = capsule.bind(py);
+    // SAFETY: the GIL is held; PyCapsule_GetPointer checks the capsule's name.
+    let p =
+        unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), ARRAY.as_ptr()) }.cast::<ArrowArray>();
+    if p.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: an `arrow_array` capsule holds a live `ArrowArray`, kept alive by `capsule`.
+    let array = unsafe { &mut *p };
+    // SAFETY: `out` is the consumer's array to fill, apart from the capsule's struct.
+    unsafe { std::ptr::copy_nonoverlapping(std::ptr::from_ref(array), out, 1) };
+    // Moved: the capsule's destructor now frees only the emptied struct.
+    array.release = None;
+    array.private_data = std::ptr::null_mut();
+    Ok(())
+}
+
+/// An Arrow C (device) stream capsule of `schema` over `iterator`, whose items export
+/// `__arrow_c_device_array__` (with `device`: a device stream on the GPU when `on_gpu`)
+/// or `__arrow_c_array__` (a host stream).
+pub fn typed_stream_capsule(
+    py: Python<'_>,
+    iterator: Bound<'_, PyAny>,
+    schema: DataType,
+    metadata: HashMap<String, String>,
+    device: bool,
+    on_gpu: bool,
+) -> PyResult<Py<PyAny>> {
+    if device {
+        stream_capsule(py, iterator, schema, metadata, |private_data| {
+            ArrowDeviceArrayStream {
+                device_type: if on_gpu {
+                    ARROW_DEVICE_CUDA
+                } else {
+                    ARROW_DEVICE_CPU
+                },
+                get_schema: Some(stream_get_schema::<ArrowDeviceArrayStream>),
+                get_next: Some(device_stream_get_next),
+                get_last_error: Some(stream_get_last_error::<ArrowDeviceArrayStream>),
+                release: Some(stream_release::<ArrowDeviceArrayStream>),
+                private_data,
+            }
+        })
+    } else {
+        stream_capsule(py, iterator, schema, metadata, |private_data| {
+            ArrowArrayStream {
+                get_schema: Some(stream_get_schema::<ArrowArrayStream>),
+                get_next: Some(table_stream_get_next),
+                get_last_error: Some(stream_get_last_error::<ArrowArrayStream>),
+                release: Some(stream_release::<ArrowArrayStream>),
+                private_data,
+            }
+        })
+    }
 }
 
 unsafe extern "C" fn stream_get_last_error<S: StreamStruct>(stream: *mut S) -> *const c_char {
@@ -291,11 +377,13 @@ fn stream_capsule<S: StreamStruct>(
     py: Python<'_>,
     iterator: Bound<'_, PyAny>,
     schema: DataType,
+    metadata: HashMap<String, String>,
     make: impl FnOnce(*mut c_void) -> S,
 ) -> PyResult<Py<PyAny>> {
     let private = Box::new(StreamPrivate {
         iterator: iterator.unbind(),
         schema,
+        metadata,
         last_error: None,
     });
     let ptr = Box::into_raw(Box::new(make(Box::into_raw(private).cast())));
@@ -319,8 +407,12 @@ pub fn device_stream_capsule(
     iterator: Bound<'_, PyAny>,
     on_gpu: bool,
 ) -> PyResult<Py<PyAny>> {
-    stream_capsule(py, iterator, DataType::UInt8, |private_data| {
-        ArrowDeviceArrayStream {
+    stream_capsule(
+        py,
+        iterator,
+        DataType::UInt8,
+        HashMap::new(),
+        |private_data| ArrowDeviceArrayStream {
             device_type: if on_gpu {
                 ARROW_DEVICE_CUDA
             } else {
@@ -331,8 +423,8 @@ pub fn device_stream_capsule(
             get_last_error: Some(stream_get_last_error::<ArrowDeviceArrayStream>),
             release: Some(stream_release::<ArrowDeviceArrayStream>),
             private_data,
-        }
-    })
+        },
+    )
 }
 
 /// The format string of an `arrow_schema` capsule, or a TypeError for anything else.
@@ -390,11 +482,13 @@ pub fn host_stream_capsule(
         Some(r) if !r.is_none() && requested_format(py, r)? == "C" => DataType::UInt8,
         _ => chunk_struct(),
     };
-    stream_capsule(py, iterator, schema, |private_data| ArrowArrayStream {
-        get_schema: Some(stream_get_schema::<ArrowArrayStream>),
-        get_next: Some(host_stream_get_next),
-        get_last_error: Some(stream_get_last_error::<ArrowArrayStream>),
-        release: Some(stream_release::<ArrowArrayStream>),
-        private_data,
+    stream_capsule(py, iterator, schema, HashMap::new(), |private_data| {
+        ArrowArrayStream {
+            get_schema: Some(stream_get_schema::<ArrowArrayStream>),
+            get_next: Some(host_stream_get_next),
+            get_last_error: Some(stream_get_last_error::<ArrowArrayStream>),
+            release: Some(stream_release::<ArrowArrayStream>),
+            private_data,
+        }
     })
 }

@@ -1,0 +1,461 @@
+"""Arrow tables from IPC files and streams (Feather v2, ``.arrow``, Hugging Face
+``datasets`` cache shards) read straight into GPU or host memory: :func:`read_ipc` gives a
+:class:`Table` whose record batches are Arrow (device) arrays over one allocation."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from kvikpy import _devices, _lib, _paths
+
+__all__ = ["Column", "ColumnChunk", "Table", "read_ipc", "write_ipc"]
+
+
+class ColumnChunk:
+    """One column of one record batch: an Arrow array on the table's device.
+
+    Exports ``__arrow_c_device_array__`` (and ``__arrow_c_array__`` in host memory); a
+    fixed-width column without nulls also exports DLPack, so ``torch.from_dlpack`` and
+    ``cupy.from_dlpack`` take it without a copy (a fixed-size list of such values, an
+    embedding column, as a 2-D tensor). It keeps the table's memory alive.
+
+    Made by :meth:`Table.column` (``table.column(name)[i]``), not directly.
+
+    Parameters
+    ----------
+    table
+        The table's engine object.
+    batch
+        The record batch.
+    column
+        The column's position.
+    """
+
+    def __init__(self, table: _lib.IpcTable, batch: int, column: int) -> None:
+        self._table = table
+        self._batch = batch
+        self._column = column
+
+    def __arrow_c_schema__(self) -> Any:
+        return self._table.column_schema_capsule(self._column)
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
+        return self._table.column_capsules(self._batch, self._column, False)
+
+    def __arrow_c_device_array__(
+        self, requested_schema: Any = None, **kwargs: Any
+    ) -> tuple[Any, Any]:
+        _lib.check_device_kwargs("__arrow_c_device_array__", kwargs)
+        return self._table.column_capsules(self._batch, self._column, True)
+
+    def _values(self) -> _lib.Buffer:
+        found = self._table.column_values(self._batch, self._column)
+        if found is None:
+            name = self._table.column_names[self._column]
+            kind = self._table.column_types[self._column]
+            raise TypeError(
+                f"column {name!r} ({kind}) has nulls or is not fixed-width, so it has no "
+                "DLPack form; use its Arrow export (__arrow_c_device_array__)"
+            )
+        offset, shape, typestr, code, bits = found
+        count = 1
+        for d in shape:
+            count *= d
+        return self._table.buffer.view(typestr, code, bits, shape, offset, count * (bits // 8))
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._values().__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._values().__dlpack_device__()
+
+
+class Column(Sequence[ColumnChunk]):
+    """A column of a :class:`Table`: one :class:`ColumnChunk` per record batch.
+
+    With one record batch, the column itself exports what its chunk does (Arrow device
+    array, DLPack for fixed-width columns without nulls).
+
+    Made by :meth:`Table.column`, not directly.
+
+    Parameters
+    ----------
+    table
+        The table's engine object.
+    column
+        The column's position.
+    """
+
+    def __init__(self, table: _lib.IpcTable, column: int) -> None:
+        self._table = table
+        self._column = column
+        self._chunks = [ColumnChunk(table, b, column) for b in range(len(table.batch_rows))]
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._chunks[i]
+
+    def _only(self) -> ColumnChunk:
+        if len(self._chunks) != 1:
+            raise ValueError(
+                f"the column spans {len(self._chunks)} record batches; export one chunk "
+                "(column[i]) or iterate over the column"
+            )
+        return self._chunks[0]
+
+    def __arrow_c_schema__(self) -> Any:
+        return self._table.column_schema_capsule(self._column)
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
+        return self._only().__arrow_c_array__(requested_schema)
+
+    def __arrow_c_device_array__(
+        self, requested_schema: Any = None, **kwargs: Any
+    ) -> tuple[Any, Any]:
+        return self._only().__arrow_c_device_array__(requested_schema, **kwargs)
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._only().__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._only().__dlpack_device__()
+
+
+class _Batch:
+    """A record batch of a table as a struct array (for the stream exports)."""
+
+    def __init__(self, table: _lib.IpcTable, index: int) -> None:
+        self._table = table
+        self._index = index
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
+        return self._table.batch_capsules(self._index, False)
+
+    def __arrow_c_device_array__(
+        self, requested_schema: Any = None, **kwargs: Any
+    ) -> tuple[Any, Any]:
+        return self._table.batch_capsules(self._index, True)
+
+
+class Table:
+    """An Arrow table read by :func:`read_ipc`: record batches in one allocation.
+
+    ``__arrow_c_device_stream__`` hands out one ``ArrowDeviceArray`` per record batch (a
+    struct of the columns, on the table's device); host tables (``device="cpu"``) also
+    export ``__arrow_c_stream__``, so ``pyarrow.table(t)`` works. The memory lives as
+    long as the table or any array exported from it.
+
+    Made by :func:`read_ipc`, not directly.
+
+    Parameters
+    ----------
+    inner
+        The engine's table: the plan and the allocation.
+    """
+
+    def __init__(self, inner: _lib.IpcTable) -> None:
+        self._inner = inner
+
+    @property
+    def column_names(self) -> list[str]:
+        """The column names, in order."""
+        return self._inner.column_names
+
+    @property
+    def num_rows(self) -> int:
+        """Rows in the table (all record batches read)."""
+        return sum(self._inner.batch_rows)
+
+    @property
+    def num_columns(self) -> int:
+        """Columns in the table."""
+        return len(self._inner.column_names)
+
+    @property
+    def num_batches(self) -> int:
+        """Record batches read."""
+        return len(self._inner.batch_rows)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes read from the file (only the chosen columns' and batches' buffers)."""
+        return self._inner.bytes_read
+
+    @property
+    def device(self) -> str:
+        """``"cuda:N"`` or ``"cpu"``."""
+        ordinal = self._inner.ordinal
+        return "cpu" if ordinal is None else f"cuda:{ordinal}"
+
+    @property
+    def buffer(self) -> _lib.Buffer:
+        """The one allocation holding every buffer of the table."""
+        return self._inner.buffer
+
+    @property
+    def schema(self) -> Any:
+        """The schema: a ``pyarrow.Schema`` when pyarrow is installed, else an object
+        exporting ``__arrow_c_schema__``."""
+        holder = _Schema(self._inner)
+        try:
+            import pyarrow  # type: ignore[import-untyped]
+        except ImportError:
+            return holder
+        return pyarrow.schema(holder)
+
+    def column(self, name: str | int) -> Column:
+        """A column by name or position.
+
+        Parameters
+        ----------
+        name
+            The column's name, or its position.
+
+        Returns
+        -------
+        Column
+            One chunk per record batch.
+
+        Raises
+        ------
+        KeyError
+            For a name the table does not have.
+        IndexError
+            For a position out of range.
+        """
+        names = self._inner.column_names
+        if isinstance(name, bool) or not isinstance(name, (str, int)):
+            raise TypeError(f"a column is named by a str or int, not {name!r}")
+        if isinstance(name, str):
+            if name not in names:
+                raise KeyError(f"the table has no column {name!r}; its columns: {names}")
+            index = names.index(name)
+        else:
+            if not -len(names) <= name < len(names):
+                raise IndexError(
+                    f"column {name} is out of range for a table of {len(names)} columns"
+                )
+            index = name % len(names)
+        return Column(self._inner, index)
+
+    def _batches(self) -> Iterator[_Batch]:
+        return iter([_Batch(self._inner, i) for i in range(self.num_batches)])
+
+    def __arrow_c_schema__(self) -> Any:
+        return self._inner.schema_capsule()
+
+    def __arrow_c_device_stream__(self, requested_schema: Any = None, **kwargs: Any) -> Any:
+        _lib.check_device_kwargs("__arrow_c_device_stream__", kwargs)
+        return self._inner.stream_capsule(self._batches(), True)
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        return self._inner.stream_capsule(self._batches(), False)
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    def to_host(self) -> Table:
+        """The table in host memory: the same layout over a copy of its allocation (itself
+        when it already is on the host).
+
+        Returns
+        -------
+        Table
+            A host table (``device == "cpu"``).
+        """
+        if self._inner.ordinal is None:
+            return self
+        host = _lib.Buffer.allocate(self.buffer.nbytes, None, False)
+        if self.buffer.nbytes:
+            import numpy as np
+
+            np.copyto(np.from_dlpack(host), self.buffer.to_numpy())
+        return Table(self._inner.over_copy(host))
+
+    def __repr__(self) -> str:
+        return (
+            f"<kvikpy.arrow.Table {self.num_rows:,} rows x {self.num_columns} columns "
+            f"in {self.num_batches} batches on {self.device}, {self.nbytes:,} bytes>"
+        )
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{html.escape(n)}</td><td><code>{html.escape(t)}</code></td></tr>"
+            for n, t in zip(self._inner.column_names, self._inner.column_types, strict=True)
+        )
+        return (
+            f"<div><b>kvikpy.arrow.Table</b> {self.num_rows:,} rows &times; "
+            f"{self.num_columns} columns in {self.num_batches} record batches on "
+            f"<b>{html.escape(self.device)}</b> ({self.nbytes:,} bytes read)"
+            f"<table><tr><th>column</th><th>type</th></tr>{rows}</table></div>"
+        )
+
+
+class _Schema:
+    def __init__(self, inner: _lib.IpcTable) -> None:
+        self._inner = inner
+
+    def __arrow_c_schema__(self) -> Any:
+        return self._inner.schema_capsule()
+
+
+def read_ipc(
+    source: _paths.StrPath,
+    *,
+    columns: Iterable[str] | None = None,
+    batches: Iterable[int] | None = None,
+    device: str | int = "cuda",
+) -> Table:
+    """Read an Arrow IPC file or stream into GPU (or host) memory as a :class:`Table`.
+
+    Both IPC formats are read: the file format (Feather v2, ``.arrow``, ``.feather``)
+    and the stream format (Hugging Face ``datasets`` cache shards). The footer or the
+    message headers are read and checked first; then only the buffers of the chosen
+    columns and record batches are read, in one parallel batch read, into one
+    allocation (each buffer 64-byte aligned), with no decoding on the host. Compressed
+    record batches (ZSTD, LZ4) are the exception: they are decoded on the host and moved
+    to the GPU in one copy.
+
+    Parameters
+    ----------
+    source
+        A local path, or a URL kvikpy reads (HTTP(S), S3, WebHDFS).
+    columns
+        Names of the columns to read, in the order wanted; all when None.
+    batches
+        Indices of the record batches to read (negative counts from the end); all when
+        None.
+    device
+        ``"cuda"`` (the current GPU), ``"cuda:N"``, an int, or ``"cpu"``.
+
+    Returns
+    -------
+    Table
+        The chosen columns of the chosen record batches.
+
+    Raises
+    ------
+    TypeError
+        For a column name that is not a str or a batch index that is not an int.
+    ValueError
+        For a file that is not valid Arrow IPC data (the message says what is wrong),
+        or a column the file does not have.
+    IndexError
+        For a record batch index out of range.
+    kvikpy.errors.UnsupportedOperationError
+        For a column of a type kvikpy cannot read (the message names the column and
+        its type), or delta dictionary batches.
+    OSError
+        If the file cannot be opened or read.
+
+    Examples
+    --------
+    >>> t = kvikpy.arrow.read_ipc("train/data-00000-of-00004.arrow")
+    >>> ids = torch.from_dlpack(t.column("label"))
+    >>> host = pyarrow.table(kvikpy.arrow.read_ipc("x.feather", device="cpu"))
+    """
+    names: list[str] | None = None
+    if columns is not None:
+        if isinstance(columns, str):
+            raise TypeError(f"columns is a list of names, not one str; write columns=[{columns!r}]")
+        names = []
+        for c in columns:
+            if not isinstance(c, str):
+                raise TypeError(f"a column is named by a str, not {c!r}")
+            names.append(c)
+    picked: list[int] | None = None
+    if batches is not None:
+        picked = []
+        for b in batches:
+            if isinstance(b, bool) or not hasattr(b, "__index__"):
+                raise TypeError(f"a record batch is chosen by an int index, not {b!r}")
+            picked.append(b.__index__())
+    ordinal = _devices.resolve(device)
+    name = _paths.fspath(source)
+    if picked is not None and any(b < 0 for b in picked):
+        total = _lib.read_ipc_table(name, [], [], None).total_batches
+        picked = [b + total if b < 0 else b for b in picked]
+        if any(b < 0 for b in picked):
+            raise IndexError(f"a record batch index is out of range: the file has {total}")
+    return Table(_lib.read_ipc_table(name, names, picked, ordinal))
+
+
+def write_ipc(
+    path: _paths.StrPath,
+    data: Any,
+    *,
+    compression: str | None = None,
+) -> int:
+    """Write a table as an Arrow IPC file (Feather v2) that pyarrow and kvikpy read.
+
+    Parameters
+    ----------
+    path
+        The file to write (replaced if it exists).
+    data
+        A :class:`Table` (on the GPU or the host), or anything exporting
+        ``__arrow_c_stream__`` or ``__arrow_c_array__`` in host memory (a
+        ``pyarrow.Table``, a record batch, a host ``kvikpy.arrow.Table``).
+    compression
+        ``None`` (uncompressed), ``"zstd"`` or ``"lz4"``: IPC's per-buffer compression.
+
+    Returns
+    -------
+    int
+        The bytes written.
+
+    Raises
+    ------
+    ImportError
+        If pyarrow is not installed (it builds the IPC metadata).
+    TypeError
+        For data that exports no Arrow stream or array, or GPU data other than a
+        :class:`Table`.
+    ValueError
+        For a compression other than those above. Nothing is written on bad input.
+    OSError
+        If the file cannot be written.
+    """
+    if compression not in (None, "zstd", "lz4"):
+        raise ValueError(f"compression must be None, 'zstd' or 'lz4', not {compression!r}")
+    name = _paths.fspath(path)
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc as ipc  # type: ignore[import-untyped]
+    except ImportError:
+        raise ImportError(
+            "kvikpy.arrow.write_ipc needs pyarrow to build the IPC metadata: pip install pyarrow"
+        ) from None
+    if isinstance(data, Table):
+        data = data.to_host()
+    if hasattr(data, "__arrow_c_stream__"):
+        reader = pa.RecordBatchReader.from_stream(data)
+    elif hasattr(data, "__arrow_c_array__"):
+        batch = pa.record_batch(data)
+        reader = pa.RecordBatchReader.from_batches(batch.schema, [batch])
+    elif hasattr(data, "__arrow_c_device_stream__") or hasattr(data, "__arrow_c_device_array__"):
+        raise TypeError(
+            f"{type(data).__name__} is in GPU memory; write_ipc takes GPU data as a "
+            "kvikpy.arrow.Table, other GPU tables in host memory (copy them to the host)"
+        )
+    else:
+        raise TypeError(
+            f"{type(data).__name__} exports no Arrow stream or array "
+            "(__arrow_c_stream__, __arrow_c_array__); pass a table"
+        )
+    sink = pa.BufferOutputStream()
+    options = ipc.IpcWriteOptions(compression=compression)
+    with ipc.new_file(sink, reader.schema, options=options) as writer:
+        for batch in reader:
+            writer.write_batch(batch)
+    body = sink.getvalue()
+    import numpy as np
+
+    from kvikpy import CuFile
+
+    with CuFile(name, "w") as f:  # "w" truncates: an older, longer file leaves nothing
+        return int(f.write(np.frombuffer(body, dtype=np.uint8)))

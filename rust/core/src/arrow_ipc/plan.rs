@@ -1,0 +1,570 @@
+//! The read plan of an IPC file: which byte ranges of which bodies the chosen columns and
+//! record batches need, checked against their bodies, types and row counts, and how each
+//! column's arrays are laid out over those ranges once they are read.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_ipc::{Buffer, FieldNode, RecordBatch};
+use arrow_schema::{DataType, Schema};
+
+use super::compression::Codec;
+use super::framing::{malformed, Kind, Messages};
+use super::schema::{IpcSchema, SchemaNode};
+use crate::error::{Error, Result};
+
+/// One array of a record batch (a column, a child, a dictionary), over the plan's ranges.
+#[derive(Debug, Clone)]
+pub struct Column {
+    /// Its Arrow type (`DataType::Dictionary` for dictionary-encoded arrays).
+    pub data_type: DataType,
+    /// Its length in elements.
+    pub length: i64,
+    /// Its null count.
+    pub null_count: i64,
+    /// Its buffers in the C data interface's order, each an index into
+    /// [`ReadPlan::ranges`], or `None` for a buffer not read (no nulls, or empty).
+    pub buffers: Vec<Option<usize>>,
+    /// Its child arrays.
+    pub children: Vec<Column>,
+    /// The dictionary of a dictionary-encoded array.
+    pub dictionary: Option<Arc<Column>>,
+}
+
+/// One record batch: its row count and its chosen columns.
+#[derive(Debug, Clone)]
+pub struct BatchLayout {
+    /// Rows in the batch.
+    pub num_rows: i64,
+    /// The chosen columns, in the order asked for.
+    pub columns: Vec<Column>,
+}
+
+/// What to read and how it is laid out.
+#[derive(Debug, Clone)]
+pub struct ReadPlan {
+    /// The schema of the chosen columns.
+    pub schema: Schema,
+    /// `(file offset, length)` of every buffer to read, in destination order.
+    pub ranges: Vec<(u64, u64)>,
+    /// Each range's compression (None: read as is).
+    pub codecs: Vec<Option<Codec>>,
+    /// The bytes each range must hold once decoded (checked at once for ranges read as
+    /// they are).
+    pub needs: Vec<u64>,
+    /// The chosen record batches.
+    pub batches: Vec<BatchLayout>,
+    /// Record batches in the file.
+    pub total_batches: usize,
+}
+
+impl ReadPlan {
+    /// The bytes the plan reads.
+    pub fn bytes(&self) -> u64 {
+        self.ranges.iter().map(|r| r.1).sum()
+    }
+
+    /// Whether some buffers are compressed (decoded on the host).
+    pub fn is_compressed(&self) -> bool {
+        self.codecs.iter().any(Option::is_some)
+    }
+}
+
+/// Walks the field nodes and buffers of one record batch message.
+struct Walk<'a> {
+    nodes: flatbuffers::Vector<'a, FieldNode>,
+    buffers: flatbuffers::Vector<'a, Buffer>,
+    node: usize,
+    buffer: usize,
+    body_offset: u64,
+    body_len: u64,
+    what: String,
+    codec: Option<Codec>,
+}
+
+/// Collects the ranges to read, bounded by the file's size.
+struct Ranges {
+    ranges: Vec<(u64, u64)>,
+    codecs: Vec<Option<Codec>>,
+    needs: Vec<u64>,
+    total: u64,
+    limit: u64,
+}
+
+impl Ranges {
+    fn push(&mut self, offset: u64, len: u64, codec: Option<Codec>, need: u64) -> Result<usize> {
+        self.total = self
+            .total
+            .checked_add(len)
+            .filter(|&t| t <= self.limit)
+            .ok_or_else(|| {
+                malformed(format!(
+                    "its buffers add up to more than the file's {} bytes (they overlap)",
+                    self.limit
+                ))
+            })?;
+        self.ranges.push((offset, len));
+        self.codecs.push(codec);
+        self.needs.push(need);
+        Ok(self.ranges.len() - 1)
+    }
+}
+
+impl Walk<'_> {
+    fn next_node(&mut self, path: &str) -> Result<(i64, i64)> {
+        let node = (self.node < self.nodes.len())
+            .then(|| self.nodes.get(self.node))
+            .ok_or_else(|| malformed(format!("{} has no field node for '{path}'", self.what)))?;
+        self.node += 1;
+        let (length, nulls) = (node.length(), node.null_count());
+        if length < 0 || nulls < 0 || nulls > length {
+            return Err(malformed(format!(
+                "{} gives '{path}' {length} elements with {nulls} nulls",
+                self.what
+            )));
+        }
+        Ok((length, nulls))
+    }
+
+    /// The next buffer's `(file offset, length)`, checked to lie inside the body.
+    fn next_buffer(&mut self, path: &str) -> Result<(u64, u64)> {
+        let buffer = (self.buffer < self.buffers.len())
+            .then(|| self.buffers.get(self.buffer))
+            .ok_or_else(|| malformed(format!("{} has too few buffers for '{path}'", self.what)))?;
+        self.buffer += 1;
+        let (offset, len) = (buffer.offset(), buffer.length());
+        let inside = u64::try_from(offset)
+            .ok()
+            .zip(u64::try_from(len).ok())
+            .filter(|&(o, l)| o.checked_add(l).is_some_and(|end| end <= self.body_len));
+        let (o, l) = inside.ok_or_else(|| {
+            malformed(format!(
+                "{}: a buffer of '{path}' (offset {offset}, length {len}) lies outside its \
+                 body of {} bytes",
+                self.what, self.body_len
+            ))
+        })?;
+        Ok((self.body_offset + o, l))
+    }
+}
+
+/// Bytes needed for `count` items of `width` bytes, or of bits when `width` is 0.
+fn needed(count: i64, width: u64, path: &str) -> Result<u64> {
+    let count = count as u64; // checked non-negative by `next_node`
+    let bytes = if width == 0 {
+        Some(count.div_ceil(8))
+    } else {
+        count.checked_mul(width)
+    };
+    bytes.ok_or_else(|| malformed(format!("'{path}' is too long")))
+}
+
+/// Byte width of a fixed-width type's values (0 for bit-packed booleans), or None.
+fn fixed_width(t: &DataType) -> Option<u64> {
+    use DataType::*;
+    Some(match t {
+        Boolean => 0,
+        Int8 | UInt8 => 1,
+        Int16 | UInt16 | Float16 => 2,
+        Int32 | UInt32 | Float32 | Date32 | Time32(_) | Decimal32(..) => 4,
+        Int64 | UInt64 | Float64 | Date64 | Time64(_) | Timestamp(..) | Duration(_)
+        | Decimal64(..) => 8,
+        Decimal128(..) => 16,
+        Decimal256(..) => 32,
+        Interval(arrow_schema::IntervalUnit::YearMonth) => 4,
+        Interval(arrow_schema::IntervalUnit::DayTime) => 8,
+        Interval(arrow_schema::IntervalUnit::MonthDayNano) => 16,
+        FixedSizeBinary(w) => *w as u64,
+        _ => return None,
+    })
+}
+
+/// A dictionary's value field, the message holding its current dictionary, and that
+/// dictionary planned (once a chosen batch needed it).
+type DictionaryState = (SchemaNode, Option<usize>, Option<Arc<Column>>);
+
+/// The planning state shared by all batches: ranges, dictionaries.
+struct Planner<'m> {
+    ranges: Ranges,
+    /// For each dictionary id: its value field, and the message holding its current
+    /// dictionary together with its planned column (once a chosen batch needed it).
+    dictionaries: HashMap<i64, DictionaryState>,
+    messages: &'m Messages,
+}
+
+impl Planner<'_> {
+    /// Walk one array: `keep` plans its buffers, otherwise they are only checked.
+    fn array(
+        &mut self,
+        w: &mut Walk<'_>,
+        node: &SchemaNode,
+        path: &str,
+        keep: bool,
+    ) -> Result<Option<Column>> {
+        let (length, null_count) = w.next_node(path)?;
+        let validity = w.next_buffer_for_validity(path, node)?;
+        let mut buffers = Vec::new();
+        let mut children = Vec::new();
+        let mut dictionary = None;
+        let what = w.what.clone();
+        let codec = w.codec;
+        let add = |planner: &mut Self, range: (u64, u64), need: u64| -> Result<Option<usize>> {
+            if range.1 < need && codec.is_none() {
+                return Err(malformed(format!(
+                    "{what}: a buffer of '{path}' has {} bytes where {length} elements need {need}",
+                    range.1
+                )));
+            }
+            if !keep || range.1 == 0 {
+                return Ok(None);
+            }
+            planner.ranges.push(range.0, range.1, codec, need).map(Some)
+        };
+        // Validity: read only when there are nulls (a null pointer means "all valid").
+        match validity {
+            None => {}
+            Some(v) => {
+                let need = if null_count > 0 {
+                    needed(length, 0, path)?
+                } else {
+                    0
+                };
+                let v = if null_count > 0 { v } else { (v.0, 0) };
+                buffers.push(add(self, v, need)?);
+            }
+        }
+        let data_type = node.field.data_type();
+        match data_type {
+            DataType::Null => {}
+            DataType::Dictionary(index, _) => {
+                let width = fixed_width(index).unwrap_or(8);
+                let b = w.next_buffer(path)?;
+                buffers.push(add(self, b, needed(length, width, path)?)?);
+                if keep {
+                    let id = node.dictionary.unwrap_or_default();
+                    dictionary = Some(self.dictionary(id, path)?);
+                }
+            }
+            t if fixed_width(t).is_some() => {
+                let b = w.next_buffer(path)?;
+                let width = fixed_width(t).unwrap_or_default();
+                buffers.push(add(self, b, needed(length, width, path)?)?);
+            }
+            DataType::Binary | DataType::Utf8 | DataType::LargeBinary | DataType::LargeUtf8 => {
+                let width = if t_large(data_type) { 8 } else { 4 };
+                let offsets = w.next_buffer(path)?;
+                let need = if length > 0 {
+                    needed(length + 1, width, path)?
+                } else {
+                    0
+                };
+                buffers.push(add(self, offsets, need)?);
+                let data = w.next_buffer(path)?;
+                buffers.push(add(self, data, 0)?);
+            }
+            DataType::List(_) | DataType::LargeList(_) | DataType::Map(..) => {
+                let width = if matches!(data_type, DataType::LargeList(_)) {
+                    8
+                } else {
+                    4
+                };
+                let offsets = w.next_buffer(path)?;
+                let need = if length > 0 {
+                    needed(length + 1, width, path)?
+                } else {
+                    0
+                };
+                buffers.push(add(self, offsets, need)?);
+                let c = &node.children[0];
+                children.extend(self.array(w, c, &format!("{path}.{}", c.field.name()), keep)?);
+            }
+            DataType::FixedSizeList(_, size) => {
+                let c = &node.children[0];
+                let need = length
+                    .checked_mul(i64::from(*size))
+                    .ok_or_else(|| malformed(format!("'{path}' is too long")))?;
+                let child = self.array(w, c, &format!("{path}.{}", c.field.name()), keep)?;
+                if let Some(child) = child {
+                    if child.length < need {
+                        return Err(malformed(format!(
+                            "{}: '{path}' holds {length} lists of {size} but its values have {} elements",
+                            w.what, child.length
+                        )));
+                    }
+                    children.push(child);
+                }
+            }
+            DataType::Struct(_) => {
+                for c in &node.children {
+                    let child = self.array(w, c, &format!("{path}.{}", c.field.name()), keep)?;
+                    if let Some(child) = child {
+                        if child.length < length {
+                            return Err(malformed(format!(
+                                "{}: '{path}' has {length} rows but its field '{}' {}",
+                                w.what,
+                                c.field.name(),
+                                child.length
+                            )));
+                        }
+                        children.push(child);
+                    }
+                }
+            }
+            other => {
+                return Err(Error::UnsupportedOperation(format!(
+                    "column '{path}' has Arrow type {other}, which kvikpy cannot read onto \
+                     the device yet; leave the column out (columns=[...]) or read the file \
+                     with pyarrow"
+                )))
+            }
+        }
+        Ok(keep.then(|| Column {
+            data_type: data_type.clone(),
+            length,
+            null_count,
+            buffers,
+            children,
+            dictionary,
+        }))
+    }
+
+    /// The planned dictionary `id` as of the current message.
+    fn dictionary(&mut self, id: i64, path: &str) -> Result<Arc<Column>> {
+        let (node, message, planned) = self.dictionaries.get(&id).cloned().ok_or_else(|| {
+            malformed(format!(
+                "'{path}' refers to dictionary {id}, which the schema lacks"
+            ))
+        })?;
+        if let Some(column) = planned {
+            return Ok(column);
+        }
+        let message = message.ok_or_else(|| {
+            malformed(format!(
+                "'{path}' needs dictionary {id}, which no dictionary batch before it holds"
+            ))
+        })?;
+        let (_, m) = &self.messages.messages[message];
+        let parsed = m.message()?;
+        let batch = parsed
+            .header_as_dictionary_batch()
+            .and_then(|d| d.data())
+            .ok_or_else(|| malformed(format!("dictionary batch {id} holds no data")))?;
+        let what = format!("dictionary batch {id}");
+        let mut walk = walk(batch, m.body_offset, m.body_len, what)?;
+        let column = self
+            .array(&mut walk, &node, path, true)?
+            .ok_or_else(|| malformed("an empty dictionary"))?;
+        let column = Arc::new(column);
+        if let Some(entry) = self.dictionaries.get_mut(&id) {
+            entry.2 = Some(Arc::clone(&column));
+        }
+        Ok(column)
+    }
+}
+
+fn t_large(t: &DataType) -> bool {
+    matches!(t, DataType::LargeBinary | DataType::LargeUtf8)
+}
+
+impl Walk<'_> {
+    /// The validity buffer of a type that has one (all but null).
+    fn next_buffer_for_validity(
+        &mut self,
+        path: &str,
+        node: &SchemaNode,
+    ) -> Result<Option<(u64, u64)>> {
+        if matches!(node.field.data_type(), DataType::Null) {
+            return Ok(None);
+        }
+        self.next_buffer(path).map(Some)
+    }
+}
+
+fn walk(batch: RecordBatch<'_>, body_offset: u64, body_len: u64, what: String) -> Result<Walk<'_>> {
+    let codec = match batch.compression() {
+        None => None,
+        Some(c) if c.method() != arrow_ipc::BodyCompressionMethod::BUFFER => {
+            return Err(malformed(format!(
+                "{what} has body compression method {}",
+                c.method().0
+            )))
+        }
+        Some(c) => Some(match c.codec() {
+            arrow_ipc::CompressionType::LZ4_FRAME => Codec::Lz4Frame,
+            arrow_ipc::CompressionType::ZSTD => Codec::Zstd,
+            other => {
+                return Err(malformed(format!(
+                    "{what} has compression codec {}",
+                    other.0
+                )))
+            }
+        }),
+    };
+    if batch.variadicBufferCounts().is_some_and(|v| !v.is_empty()) {
+        return Err(Error::UnsupportedOperation(format!(
+            "{what} holds view-typed columns (string_view, binary_view), which kvikpy does \
+             not read yet"
+        )));
+    }
+    let nodes = batch
+        .nodes()
+        .ok_or_else(|| malformed(format!("{what} has no field nodes")))?;
+    let buffers = batch
+        .buffers()
+        .ok_or_else(|| malformed(format!("{what} has no buffers")))?;
+    Ok(Walk {
+        nodes,
+        buffers,
+        node: 0,
+        buffer: 0,
+        body_offset,
+        body_len,
+        what,
+        codec,
+    })
+}
+
+fn collect_dictionaries(nodes: &[SchemaNode], out: &mut HashMap<i64, DictionaryState>) {
+    for node in nodes {
+        if let (Some(id), DataType::Dictionary(_, value)) =
+            (node.dictionary, node.field.data_type())
+        {
+            let mut value_node = node.clone();
+            value_node.dictionary = None;
+            value_node.field = node.field.clone().with_data_type(value.as_ref().clone());
+            out.insert(id, (value_node, None, None));
+        }
+        collect_dictionaries(&node.children, out);
+    }
+}
+
+/// Plan reading the columns at `columns` (indices into the schema's fields; all when
+/// `None`) of the record batches at `batches` (all when `None`) of a file of `file_size`
+/// bytes.
+pub fn plan(
+    messages: &Messages,
+    schema: &IpcSchema,
+    columns: Option<&[usize]>,
+    batches: Option<&[usize]>,
+    file_size: u64,
+) -> Result<ReadPlan> {
+    let all: Vec<usize> = (0..schema.fields.len()).collect();
+    let columns = columns.unwrap_or(&all);
+    for &c in columns {
+        if c >= schema.fields.len() {
+            return Err(Error::OutOfRange(format!(
+                "column {c} is out of range: the table has {} columns",
+                schema.fields.len()
+            )));
+        }
+    }
+    let batch_messages: Vec<usize> = messages
+        .messages
+        .iter()
+        .enumerate()
+        .filter(|(_, (k, _))| *k == Kind::RecordBatch)
+        .map(|(i, _)| i)
+        .collect();
+    let total_batches = batch_messages.len();
+    let chosen: Vec<usize> = match batches {
+        None => (0..total_batches).collect(),
+        Some(b) => b.to_vec(),
+    };
+    for &b in &chosen {
+        if b >= total_batches {
+            return Err(Error::OutOfRange(format!(
+                "record batch {b} is out of range: the file has {total_batches}"
+            )));
+        }
+    }
+    let mut dictionaries = HashMap::new();
+    collect_dictionaries(&schema.fields, &mut dictionaries);
+    let mut planner = Planner {
+        ranges: Ranges {
+            ranges: Vec::new(),
+            codecs: Vec::new(),
+            needs: Vec::new(),
+            total: 0,
+            limit: file_size,
+        },
+        dictionaries,
+        messages,
+    };
+    // Batches in file order (dictionaries change along the stream), then as asked.
+    let mut order: Vec<usize> = chosen.clone();
+    order.sort_unstable();
+    order.dedup();
+    let mut planned: HashMap<usize, BatchLayout> = HashMap::new();
+    let mut next = order.iter().peekable();
+    let mut batch_index = 0;
+    for (i, (kind, m)) in messages.messages.iter().enumerate() {
+        if next.peek().is_none() {
+            break;
+        }
+        let parsed = m.message()?;
+        match kind {
+            Kind::Dictionary => {
+                let d = parsed
+                    .header_as_dictionary_batch()
+                    .ok_or_else(|| malformed("a dictionary block holds another message"))?;
+                if d.isDelta() {
+                    return Err(Error::UnsupportedOperation(format!(
+                        "dictionary {} has delta batches, which kvikpy does not read yet",
+                        d.id()
+                    )));
+                }
+                if let Some(entry) = planner.dictionaries.get_mut(&d.id()) {
+                    *entry = (entry.0.clone(), Some(i), None);
+                }
+            }
+            Kind::RecordBatch => {
+                let this = batch_index;
+                batch_index += 1;
+                if next.peek() != Some(&&this) {
+                    continue;
+                }
+                next.next();
+                let batch = parsed
+                    .header_as_record_batch()
+                    .ok_or_else(|| malformed("a record batch block holds another message"))?;
+                let num_rows = batch.length();
+                let what = format!("record batch {this}");
+                let mut w = walk(batch, m.body_offset, m.body_len, what)?;
+                let mut out: Vec<Option<Column>> = vec![None; schema.fields.len()];
+                for (f, node) in schema.fields.iter().enumerate() {
+                    let keep = columns.contains(&f);
+                    let col = planner.array(&mut w, node, node.field.name(), keep)?;
+                    if let Some(col) = &col {
+                        if col.length != num_rows {
+                            return Err(malformed(format!(
+                                "record batch {this} has {num_rows} rows but column '{}' {}",
+                                node.field.name(),
+                                col.length
+                            )));
+                        }
+                    }
+                    out[f] = col;
+                }
+                let columns = columns.iter().filter_map(|&c| out[c].clone()).collect();
+                planned.insert(this, BatchLayout { num_rows, columns });
+            }
+        }
+    }
+    let batches = chosen
+        .iter()
+        .map(|b| {
+            planned
+                .get(b)
+                .cloned()
+                .ok_or_else(|| malformed("a record batch went missing"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ReadPlan {
+        schema: schema.project(columns),
+        ranges: planner.ranges.ranges,
+        codecs: planner.ranges.codecs,
+        needs: planner.ranges.needs,
+        batches,
+        total_batches,
+    })
+}

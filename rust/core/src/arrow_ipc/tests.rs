@@ -1,0 +1,236 @@
+//! Tests of IPC parsing and planning: files and streams written by arrow-rs read back to
+//! the same bytes, and malformed files (cut, flipped, lying lengths) give errors, never a
+//! panic or a plan larger than the file.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{Int64Builder, ListBuilder, StringDictionaryBuilder};
+use arrow_array::types::Int32Type;
+use arrow_array::{Array, ArrayRef, Int32Array, RecordBatch, StringArray, StructArray};
+use arrow_ipc::writer::{FileWriter, StreamWriter};
+use arrow_schema::{DataType, Field};
+use proptest::prelude::*;
+
+use super::*;
+
+fn sample(rows: usize, seed: i32) -> RecordBatch {
+    let ints: ArrayRef = Arc::new(Int32Array::from_iter(
+        (0..rows).map(|i| (i % 3 != 0).then_some(i as i32 * seed)),
+    ));
+    let strings: ArrayRef = Arc::new(StringArray::from_iter_values(
+        (0..rows).map(|i| format!("s{}", i * 7)),
+    ));
+    let mut lists = ListBuilder::new(Int64Builder::new());
+    for i in 0..rows {
+        for j in 0..(i % 4) {
+            lists.values().append_value((i * j) as i64);
+        }
+        lists.append(i % 5 != 1);
+    }
+    let lists: ArrayRef = Arc::new(lists.finish());
+    let mut dict = StringDictionaryBuilder::<Int32Type>::new();
+    for i in 0..rows {
+        dict.append_value(["red", "green", "blue"][i % 3]);
+    }
+    let dict: ArrayRef = Arc::new(dict.finish());
+    let inner: ArrayRef = Arc::new(Int32Array::from_iter_values(0..rows as i32));
+    let structs: ArrayRef = Arc::new(StructArray::from(vec![(
+        Arc::new(Field::new("x", DataType::Int32, false)),
+        inner,
+    )]));
+    RecordBatch::try_from_iter([
+        ("ints", ints),
+        ("strings", strings),
+        ("lists", lists),
+        ("dict", dict),
+        ("structs", structs),
+    ])
+    .unwrap()
+}
+
+fn file_bytes(batches: &[RecordBatch]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut w = FileWriter::try_new(&mut out, &batches[0].schema()).unwrap();
+    for b in batches {
+        w.write(b).unwrap();
+    }
+    w.finish().unwrap();
+    drop(w);
+    out
+}
+
+fn stream_bytes(batches: &[RecordBatch]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut w = StreamWriter::try_new(&mut out, &batches[0].schema()).unwrap();
+    for b in batches {
+        w.write(b).unwrap();
+    }
+    w.finish().unwrap();
+    drop(w);
+    out
+}
+
+/// The bytes of range `i` of `plan` in `bytes`.
+fn range<'a>(bytes: &'a [u8], plan: &ReadPlan, i: usize) -> &'a [u8] {
+    let (o, l) = plan.ranges[i];
+    &bytes[o as usize..(o + l) as usize]
+}
+
+fn check_roundtrip(bytes: &[u8], batches: &[RecordBatch]) {
+    let file = IpcFile::read(bytes).unwrap();
+    assert_eq!(file.schema.fields.len(), 5);
+    let plan = file.plan(None, None).unwrap();
+    assert_eq!(plan.batches.len(), batches.len());
+    assert!(plan.bytes() <= bytes.len() as u64);
+    for (layout, batch) in plan.batches.iter().zip(batches) {
+        assert_eq!(layout.num_rows as usize, batch.num_rows());
+        // ints: validity then values
+        let ints = &layout.columns[0];
+        let want = batch.column(0).to_data();
+        assert_eq!(ints.null_count as usize, want.null_count());
+        let values = range(bytes, &plan, ints.buffers[1].unwrap());
+        assert_eq!(
+            &values[..want.len() * 4],
+            &want.buffers()[0].as_slice()[..want.len() * 4]
+        );
+        // strings: offsets and data
+        let s = &layout.columns[1];
+        let want = batch.column(1).to_data();
+        let offsets = range(bytes, &plan, s.buffers[1].unwrap());
+        assert_eq!(
+            &offsets[..(want.len() + 1) * 4],
+            want.buffers()[0].as_slice()
+        );
+        // lists have a child, dictionaries a dictionary, structs a field
+        assert_eq!(layout.columns[2].children.len(), 1);
+        let d = layout.columns[3].dictionary.as_ref().unwrap();
+        assert_eq!(d.length, 3);
+        assert_eq!(layout.columns[4].children.len(), 1);
+    }
+    // A subset reads only its own bytes.
+    let sub = file.plan(Some(&[1]), Some(&[batches.len() - 1])).unwrap();
+    assert_eq!(sub.batches.len(), 1);
+    assert_eq!(sub.batches[0].columns.len(), 1);
+    assert!(sub.bytes() < plan.bytes());
+    assert_eq!(sub.schema.fields().len(), 1);
+    assert_eq!(sub.schema.field(0).name(), "strings");
+}
+
+#[test]
+fn file_format_roundtrip() {
+    let batches = [sample(100, 1), sample(37, 2), sample(3, 3)];
+    let bytes = file_bytes(&batches);
+    assert_eq!(scan(bytes.as_slice()).unwrap().format, Format::File);
+    check_roundtrip(&bytes, &batches);
+}
+
+#[test]
+fn stream_format_roundtrip() {
+    let batches = [sample(100, 1), sample(37, 2), sample(5, 3)];
+    let bytes = stream_bytes(&batches);
+    assert_eq!(scan(bytes.as_slice()).unwrap().format, Format::Stream);
+    check_roundtrip(&bytes, &batches);
+}
+
+#[test]
+fn errors_name_what_is_wrong() {
+    let bytes = file_bytes(&[sample(10, 1)]);
+    let file = IpcFile::read(bytes.as_slice()).unwrap();
+    let e = file
+        .column_indices(&["nope".to_owned()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("nope") && e.contains("ints"), "{e}");
+    assert!(file.plan(None, Some(&[1])).is_err());
+    assert!(file.plan(Some(&[9]), None).is_err());
+    let e = IpcFile::read(&bytes[..bytes.len() - 3])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Arrow IPC"), "{e}");
+    assert!(IpcFile::read(&[][..]).is_err());
+}
+
+fn check_malformed(bytes: &[u8]) {
+    let Ok(file) = IpcFile::read(bytes) else {
+        return;
+    };
+    if let Ok(plan) = file.plan(None, None) {
+        assert!(plan.bytes() <= bytes.len() as u64);
+        for &(o, l) in &plan.ranges {
+            assert!(o + l <= bytes.len() as u64);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn malformed_files_never_panic(
+        stream in any::<bool>(),
+        cut in any::<prop::sample::Index>(),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+        lie in prop::option::of((any::<prop::sample::Index>(), any::<i64>())),
+    ) {
+        let batches = [sample(20, 1), sample(7, 2)];
+        let mut bytes = if stream { stream_bytes(&batches) } else { file_bytes(&batches) };
+        for (at, value) in edits {
+            let i = at.index(bytes.len());
+            bytes[i] = value;
+        }
+        if let Some((at, value)) = lie {
+            let i = at.index(bytes.len() - 8);
+            bytes[i..i + 8].copy_from_slice(&value.to_le_bytes());
+        }
+        check_malformed(&bytes);
+        let n = cut.index(bytes.len());
+        check_malformed(&bytes[..n]);
+    }
+}
+
+#[test]
+fn decode_checks_declared_lengths() {
+    let mut raw = (-1i64).to_le_bytes().to_vec();
+    raw.extend_from_slice(b"abcd");
+    assert_eq!(decode(Codec::Zstd, &raw, 4, "b").unwrap(), b"abcd");
+    assert!(decode(Codec::Zstd, &raw, 5, "b").is_err());
+    // An LZ4 frame that says it holds more than it does.
+    let mut frame = Vec::new();
+    {
+        use std::io::Write;
+        let mut w = lz4_flex::frame::FrameEncoder::new(&mut frame);
+        w.write_all(&[7u8; 1000]).unwrap();
+        w.finish().unwrap();
+    }
+    let mut good = 1000i64.to_le_bytes().to_vec();
+    good.extend_from_slice(&frame);
+    assert_eq!(
+        decode(Codec::Lz4Frame, &good, 1000, "b").unwrap(),
+        vec![7u8; 1000]
+    );
+    let mut lying = (1i64 << 40).to_le_bytes().to_vec();
+    lying.extend_from_slice(&frame);
+    assert!(decode(Codec::Lz4Frame, &lying, 0, "b").is_err());
+    let mut short = 999i64.to_le_bytes().to_vec();
+    short.extend_from_slice(&frame);
+    assert!(decode(Codec::Lz4Frame, &short, 0, "b").is_err());
+    assert!(decode(Codec::Zstd, &[1, 2, 3], 0, "b").is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn decode_never_panics(
+        zstd in any::<bool>(),
+        declared in prop_oneof![Just(-1i64), 0i64..4096, any::<i64>()],
+        body in prop::collection::vec(any::<u8>(), 0..256),
+    ) {
+        let mut raw = declared.to_le_bytes().to_vec();
+        raw.extend_from_slice(&body);
+        let codec = if zstd { Codec::Zstd } else { Codec::Lz4Frame };
+        if let Ok(out) = decode(codec, &raw, 0, "b") {
+            prop_assert!(declared == -1 || out.len() as i64 == declared);
+        }
+    }
+}

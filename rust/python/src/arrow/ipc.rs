@@ -1,0 +1,413 @@
+//! `kvikpy.arrow.read_ipc`'s engine side: an Arrow IPC file or stream planned by the
+//! engine (`kvikpy_core::arrow_ipc`), its chosen buffers read in one batch into one
+//! allocation, and the record batches exported as Arrow (device) arrays over it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow_schema::ffi::FFI_ArrowSchema;
+use arrow_schema::{DataType, Fields};
+use kvikpy_core::allocation::Placement;
+use kvikpy_core::arrow_ipc::{assemble, Column, IpcFile, ReadPlan, SourceReader};
+use kvikpy_core::batch::plan_ranges_aligned;
+use kvikpy_core::cancel::CancelToken;
+use kvikpy_core::cuda::copy_host_to_device;
+use kvikpy_macros::boundary;
+use pyo3::exceptions::{PyBufferError, PyIndexError, PyRuntimeError};
+use pyo3::prelude::*;
+
+use super::capsule::{array_capsules, capsule, device_array_capsules};
+use super::export::ArrayExport;
+use super::ffi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, SCHEMA};
+use crate::batch::read_plan;
+use crate::blocking::{interruptible_alone, without_gil};
+use crate::buffer::{Buffer, Storage};
+use crate::errors::BindResult;
+
+/// Arrow's buffer alignment: every buffer starts at a multiple of 64 bytes.
+const ALIGN: usize = 64;
+
+/// Where a column's values lie for DLPack: `(offset in the allocation, shape, typestr,
+/// DLPack code, bits)`.
+type ValuesView = (usize, Vec<i64>, String, u8, u8);
+
+/// An IPC table read into one allocation.
+#[pyclass(module = "kvikpy._lib", frozen)]
+pub struct IpcTable {
+    plan: ReadPlan,
+    /// Each range's address in the allocation.
+    addresses: Vec<u64>,
+    /// Each range's offset in the allocation.
+    offsets: Vec<usize>,
+    storage: Arc<Storage>,
+    buffer: Py<Buffer>,
+    ordinal: Option<usize>,
+}
+
+/// Read the chosen `columns` (names; all when None) of the chosen record `batches`
+/// (indices; all when None) of the IPC file or stream at `path` onto device `ordinal`
+/// (the host when None).
+#[boundary]
+#[pyfunction]
+#[pyo3(signature = (path, columns, batches, ordinal))]
+pub fn read_ipc_table(
+    py: Python<'_>,
+    path: PathBuf,
+    columns: Option<Vec<String>>,
+    batches: Option<Vec<usize>>,
+    ordinal: Option<usize>,
+) -> BindResult<IpcTable> {
+    let settings = kvikpy_core::settings::current()?;
+    let meta_path = path.clone();
+    let (plan, decoded) = interruptible_alone(py, &CancelToken::new(), move || {
+        let reader = SourceReader::open(&meta_path, &settings)?;
+        let file = IpcFile::read(&reader)?;
+        let columns = columns.map(|c| file.column_indices(&c)).transpose()?;
+        let plan = file.plan(columns.as_deref(), batches.as_deref())?;
+        // Compressed buffers are decoded on the host, then moved in one copy.
+        let decoded = if plan.is_compressed() {
+            Some(assemble(&reader, &plan, ALIGN)?)
+        } else {
+            None
+        };
+        Ok((plan, decoded))
+    })?;
+    if let Some((bytes, offsets)) = decoded {
+        let buffer = Buffer::allocate_at(py, bytes.len(), Placement::from_ordinal(ordinal), false)?;
+        let (base, _, _) = buffer.parts();
+        if !bytes.is_empty() {
+            match ordinal {
+                // SAFETY: the new buffer holds `bytes.len()` bytes of host memory at `base`,
+                // apart from `bytes`.
+                None => unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), base as *mut u8, bytes.len())
+                },
+                Some(ordinal) => without_gil(py, move || {
+                    // SAFETY: the new buffer holds `bytes.len()` bytes on GPU `ordinal` at
+                    // `base`; `bytes` is readable host memory of that length.
+                    unsafe { copy_host_to_device(ordinal, base, bytes.as_ptr(), bytes.len()) }
+                })?,
+            }
+        }
+        return table(py, plan, buffer, offsets, ordinal);
+    }
+    let ranges = plan.ranges.clone();
+    let batch = interruptible_alone(py, &CancelToken::new(), move || {
+        plan_ranges_aligned(&settings, &path, &ranges, ALIGN)
+    })?;
+    let (buffer, offsets, _, _) = read_plan(py, &settings, batch, ordinal, None)?;
+    let offsets = offsets.iter().map(|&o| o as usize).collect();
+    table(py, plan, buffer, offsets, ordinal)
+}
+
+fn table(
+    py: Python<'_>,
+    plan: ReadPlan,
+    buffer: Buffer,
+    offsets: Vec<usize>,
+    ordinal: Option<usize>,
+) -> BindResult<IpcTable> {
+    let (_, storage) = buffer.span();
+    let (base, _, _) = buffer.parts();
+    let addresses = offsets.iter().map(|&o| base + o as u64).collect();
+    Ok(IpcTable {
+        plan,
+        addresses,
+        offsets,
+        storage,
+        buffer: Py::new(py, buffer)?,
+        ordinal,
+    })
+}
+
+impl IpcTable {
+    fn export(&self, column: &Column) -> ArrayExport {
+        ArrayExport {
+            format: column.data_type.clone(),
+            length: column.length,
+            null_count: column.null_count,
+            buffers: column
+                .buffers
+                .iter()
+                .map(|b| b.map_or(0, |i| self.addresses[i]))
+                .collect(),
+            children: column.children.iter().map(|c| self.export(c)).collect(),
+            dictionary: column.dictionary.as_ref().map(|d| Box::new(self.export(d))),
+            owner: Box::new(Arc::clone(&self.storage)),
+        }
+    }
+
+    fn batch_export(&self, index: usize) -> PyResult<ArrayExport> {
+        let batch = self.plan.batches.get(index).ok_or_else(|| {
+            PyIndexError::new_err(format!(
+                "record batch {index} is out of range: the table holds {}",
+                self.plan.batches.len()
+            ))
+        })?;
+        Ok(ArrayExport {
+            format: DataType::Struct(self.fields()),
+            length: batch.num_rows,
+            null_count: 0,
+            buffers: vec![0],
+            children: batch.columns.iter().map(|c| self.export(c)).collect(),
+            dictionary: None,
+            owner: Box::new(Arc::clone(&self.storage)),
+        })
+    }
+
+    fn column(&self, batch: usize, column: usize) -> PyResult<&Column> {
+        self.plan
+            .batches
+            .get(batch)
+            .and_then(|b| b.columns.get(column))
+            .ok_or_else(|| {
+                PyIndexError::new_err(format!("no column {column} in record batch {batch}"))
+            })
+    }
+
+    fn fields(&self) -> Fields {
+        self.plan.schema.fields().clone()
+    }
+
+    fn capsules(
+        &self,
+        py: Python<'_>,
+        export: ArrayExport,
+        device: bool,
+    ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
+        match (self.ordinal, device) {
+            (Some(ordinal), _) => {
+                device_array_capsules(py, export, ARROW_DEVICE_CUDA, ordinal as i64, None)
+            }
+            (None, true) => device_array_capsules(py, export, ARROW_DEVICE_CPU, -1, None),
+            (None, false) => array_capsules(py, export),
+        }
+    }
+}
+
+#[boundary]
+#[pymethods]
+impl IpcTable {
+    /// The `arrow_schema` capsule of the table (a struct of its columns, with the
+    /// schema's metadata).
+    fn schema_capsule(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let schema = FFI_ArrowSchema::try_from(&self.plan.schema).map_err(|e| {
+            PyRuntimeError::new_err(format!("cannot describe the schema to Arrow: {e}"))
+        })?;
+        let ptr = Box::into_raw(Box::new(schema));
+        capsule(
+            py,
+            ptr.cast(),
+            SCHEMA,
+            super::capsule::destroy_schema,
+            || {
+                // SAFETY: the capsule was not made, so the Box is still ours.
+                drop(unsafe { Box::from_raw(ptr) })
+            },
+        )
+    }
+
+    /// The `arrow_schema` capsule of column `column`.
+    fn column_schema_capsule(&self, py: Python<'_>, column: usize) -> PyResult<Py<PyAny>> {
+        let field = self
+            .plan
+            .schema
+            .fields()
+            .get(column)
+            .ok_or_else(|| PyIndexError::new_err(format!("column {column} is out of range")))?;
+        let schema = FFI_ArrowSchema::try_from(field.as_ref()).map_err(|e| {
+            PyRuntimeError::new_err(format!("cannot describe {field} to Arrow: {e}"))
+        })?;
+        let ptr = Box::into_raw(Box::new(schema));
+        capsule(
+            py,
+            ptr.cast(),
+            SCHEMA,
+            super::capsule::destroy_schema,
+            || {
+                // SAFETY: the capsule was not made, so the Box is still ours.
+                drop(unsafe { Box::from_raw(ptr) })
+            },
+        )
+    }
+
+    /// `(schema, array)` capsules of record batch `index` as a struct array: a device
+    /// array with `device`, else a host array (host tables only).
+    fn batch_capsules(
+        &self,
+        py: Python<'_>,
+        index: usize,
+        device: bool,
+    ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
+        if self.ordinal.is_some() && !device {
+            return Err(host_only());
+        }
+        let export = self.batch_export(index)?;
+        self.capsules(py, export, device)
+    }
+
+    /// `(schema, array)` capsules of column `column` of record batch `batch`.
+    fn column_capsules(
+        &self,
+        py: Python<'_>,
+        batch: usize,
+        column: usize,
+        device: bool,
+    ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
+        if self.ordinal.is_some() && !device {
+            return Err(host_only());
+        }
+        let export = self.export(self.column(batch, column)?);
+        self.capsules(py, export, device)
+    }
+
+    /// For a fixed-width column of record batch `batch` without nulls (or a
+    /// fixed-size list of such values, without nulls at either level): its values'
+    /// `(offset in the allocation, shape, typestr, DLPack code, bits)`; None otherwise.
+    fn column_values(&self, batch: usize, column: usize) -> PyResult<Option<ValuesView>> {
+        let c = self.column(batch, column)?;
+        let (values, shape) = match &c.data_type {
+            DataType::FixedSizeList(_, n) => match c.children.first() {
+                Some(child) if c.null_count == 0 => (child, vec![c.length, i64::from(*n)]),
+                _ => return Ok(None),
+            },
+            _ => (c, vec![c.length]),
+        };
+        let (code, bits, kind) = match values.data_type {
+            DataType::Int8 => (0, 8, "i"),
+            DataType::Int16 => (0, 16, "i"),
+            DataType::Int32 | DataType::Date32 => (0, 32, "i"),
+            DataType::Int64
+            | DataType::Date64
+            | DataType::Timestamp(..)
+            | DataType::Duration(_) => (0, 64, "i"),
+            DataType::UInt8 => (1, 8, "u"),
+            DataType::UInt16 => (1, 16, "u"),
+            DataType::UInt32 => (1, 32, "u"),
+            DataType::UInt64 => (1, 64, "u"),
+            DataType::Float16 => (2, 16, "f"),
+            DataType::Float32 => (2, 32, "f"),
+            DataType::Float64 => (2, 64, "f"),
+            _ => return Ok(None),
+        };
+        if values.null_count > 0 {
+            return Ok(None);
+        }
+        let offset = values
+            .buffers
+            .get(1)
+            .copied()
+            .flatten()
+            .map_or(0, |i| self.offsets[i]);
+        Ok(Some((
+            offset,
+            shape,
+            format!("<{kind}{}", bits / 8),
+            code,
+            bits,
+        )))
+    }
+
+    /// An Arrow C device stream (with `device`) or C stream capsule of the table over
+    /// `iterator`, a Python iterator of its record batches (objects exporting them).
+    fn stream_capsule(
+        &self,
+        py: Python<'_>,
+        iterator: Bound<'_, PyAny>,
+        device: bool,
+    ) -> PyResult<Py<PyAny>> {
+        if self.ordinal.is_some() && !device {
+            return Err(host_only());
+        }
+        super::typed_stream_capsule(
+            py,
+            iterator,
+            DataType::Struct(self.fields()),
+            self.plan.schema.metadata().clone(),
+            device,
+            self.ordinal.is_some(),
+        )
+    }
+
+    /// The same table over `host`, a host copy of this table's allocation (its bytes
+    /// copied back from the GPU).
+    fn over_copy(&self, py: Python<'_>, host: Py<Buffer>) -> PyResult<IpcTable> {
+        let (base, ordinal, _) = host.borrow(py).parts();
+        let (span, storage) = host.borrow(py).span();
+        let size = self.buffer.borrow(py).span().0.len();
+        if ordinal.is_some() || span.len() != size {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "a copy of the table's allocation must be {size} bytes of host memory"
+            )));
+        }
+        let addresses = self.offsets.iter().map(|&o| base + o as u64).collect();
+        Ok(IpcTable {
+            plan: self.plan.clone(),
+            addresses,
+            offsets: self.offsets.clone(),
+            storage,
+            buffer: host,
+            ordinal: None,
+        })
+    }
+
+    /// The allocation holding every buffer.
+    #[getter]
+    fn buffer(&self, py: Python<'_>) -> Py<Buffer> {
+        self.buffer.clone_ref(py)
+    }
+
+    /// The row count of each record batch read.
+    #[getter]
+    fn batch_rows(&self) -> Vec<i64> {
+        self.plan.batches.iter().map(|b| b.num_rows).collect()
+    }
+
+    /// The column names.
+    #[getter]
+    fn column_names(&self) -> Vec<String> {
+        self.plan
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
+    }
+
+    /// The column types, as arrow-rs writes them.
+    #[getter]
+    fn column_types(&self) -> Vec<String> {
+        self.plan
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.data_type().to_string())
+            .collect()
+    }
+
+    /// Record batches in the file.
+    #[getter]
+    fn total_batches(&self) -> usize {
+        self.plan.total_batches
+    }
+
+    /// Bytes read from the file.
+    #[getter]
+    fn bytes_read(&self) -> u64 {
+        self.plan.bytes()
+    }
+
+    /// The GPU, or None for host memory.
+    #[getter]
+    fn ordinal(&self) -> Option<usize> {
+        self.ordinal
+    }
+}
+
+fn host_only() -> PyErr {
+    PyBufferError::new_err(
+        "this table is in GPU memory, which the Arrow C data interface cannot describe; use \
+         __arrow_c_device_stream__ (or column(...).__arrow_c_device_array__), or read with \
+         device=\"cpu\"",
+    )
+}

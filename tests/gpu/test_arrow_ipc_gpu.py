@@ -1,0 +1,120 @@
+"""kvikpy.arrow.read_ipc onto the GPU: the table's record batches are CUDA device arrays
+(read as a C consumer does, and by nanoarrow.device when it is installed), their bytes
+equal pyarrow's reading of the same file (copied back with CuPy), fixed-width columns are
+DLPack tensors for CuPy and torch, and the memory outlives the table while an export
+holds it. pylibcudf is not tested: it is not installable on the GPU machine."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kvikpy
+import kvikpy.arrow
+
+cupy = pytest.importorskip("cupy")
+pa = pytest.importorskip("pyarrow")
+ipc = pytest.importorskip("pyarrow.ipc")
+
+from test_arrow_ipc import every_type_table  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def write_file(path: Path, table: pa.Table, stream: bool, chunk: int) -> None:
+    opener = ipc.new_stream if stream else ipc.new_file
+    with opener(path, table.schema) as w:
+        for batch in table.to_batches(max_chunksize=chunk):
+            w.write_batch(batch)
+
+
+def host_copy(table: kvikpy.arrow.Table) -> np.ndarray:
+    buf = table.buffer
+    return cupy.asnumpy(cupy.from_dlpack(buf)) if buf.nbytes else np.zeros(0, np.uint8)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_gpu_table_equals_host_table(tmp_path: Path, stream: bool) -> None:
+    table = every_type_table(64)
+    path = tmp_path / "t.arrow"
+    write_file(path, table, stream, 20)
+    gpu = kvikpy.arrow.read_ipc(path)
+    cpu = kvikpy.arrow.read_ipc(path, device="cpu")
+    assert gpu.device.startswith("cuda") and gpu.num_rows == 64
+    assert gpu.nbytes == cpu.nbytes
+    assert pa.table(cpu).equals(table)
+    # The GPU table's bytes, copied back, are the same table.
+    assert pa.table(gpu.to_host()).equals(table)
+    assert len(host_copy(gpu)) == gpu.buffer.nbytes
+
+
+def test_device_stream_is_cuda(tmp_path: Path) -> None:
+    from test_chunks import consume_device_stream
+
+    table = every_type_table(30)
+    path = tmp_path / "t.arrow"
+    write_file(path, table, False, 10)
+    t = kvikpy.arrow.read_ipc(path)
+    device_type, _, fmt, devices = consume_device_stream(
+        t.__arrow_c_device_stream__(), read=lambda p, n: b""
+    )
+    assert (device_type, fmt) == (2, "+s")  # ARROW_DEVICE_CUDA, a struct per batch
+    assert devices == [(2, cupy.cuda.runtime.getDevice(), 1)] * t.num_batches
+    with pytest.raises(BufferError, match="__arrow_c_device_stream__"):
+        t.__arrow_c_stream__()
+    nd = pytest.importorskip("nanoarrow.device")
+    for i in range(t.num_batches):
+        arr = nd.c_device_array(t.column("i64")[i])
+        assert arr.device_type == nd.DeviceType.CUDA
+        assert arr.device_id == cupy.cuda.runtime.getDevice()
+
+
+def test_dlpack_columns_for_cupy_and_torch(tmp_path: Path) -> None:
+    table = pa.table({"ids": pa.array(np.arange(1000, dtype=np.int32)), "x": np.ones(1000)})
+    path = tmp_path / "t.arrow"
+    write_file(path, table, True, 1000)
+    t = kvikpy.arrow.read_ipc(path)
+    ids = cupy.from_dlpack(t.column("ids"))
+    assert ids.dtype == np.int32 and cupy.asnumpy(ids).tolist() == list(range(1000))
+    del t
+    gc.collect()
+    # The export keeps the memory alive after the table is gone.
+    assert int(ids.sum()) == sum(range(1000))
+    torch = pytest.importorskip("torch")
+    t = kvikpy.arrow.read_ipc(path, columns=["x"])
+    x = torch.from_dlpack(t.column("x"))
+    assert x.is_cuda and float(x.sum()) == 1000.0
+
+
+def test_write_ipc_from_the_gpu(tmp_path: Path) -> None:
+    table = every_type_table(50)
+    src = tmp_path / "in.arrow"
+    write_file(src, table, False, 20)
+    gpu = kvikpy.arrow.read_ipc(src)
+    out = tmp_path / "out.arrow"
+    kvikpy.arrow.write_ipc(out, gpu, compression="zstd")
+    assert pa.ipc.open_file(out).read_all().equals(table)
+
+
+def test_compressed_file_onto_the_gpu(tmp_path: Path) -> None:
+    table = every_type_table(80)
+    path = tmp_path / "z.arrow"
+    with ipc.new_file(path, table.schema, options=ipc.IpcWriteOptions(compression="zstd")) as w:
+        for batch in table.to_batches(max_chunksize=30):
+            w.write_batch(batch)
+    gpu = kvikpy.arrow.read_ipc(path)
+    assert pa.table(gpu.to_host()).equals(table)
+
+
+def test_embeddings_to_torch(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    values = np.random.default_rng(0).random((256, 8), dtype=np.float32)
+    table = pa.table({"emb": pa.FixedSizeListArray.from_arrays(pa.array(values.ravel()), 8)})
+    path = tmp_path / "e.arrow"
+    write_file(path, table, False, 256)
+    emb = torch.from_dlpack(kvikpy.arrow.read_ipc(path).column("emb"))
+    assert emb.is_cuda and tuple(emb.shape) == (256, 8)
+    assert np.array_equal(emb.cpu().numpy(), values)

@@ -1,0 +1,340 @@
+"""kvikpy.arrow.read_ipc against pyarrow: IPC files and streams (as pyarrow and Hugging Face
+``datasets`` write them) read into host memory equal pyarrow's own reading, for every type
+kvikpy places, column and batch subsets read only their bytes, and malformed files give a
+clear error."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+import kvikpy
+import kvikpy.arrow
+
+pa = pytest.importorskip("pyarrow")
+ipc = pytest.importorskip("pyarrow.ipc")
+feather = pytest.importorskip("pyarrow.feather")
+
+
+def every_type_table(rows: int = 50) -> pa.Table:
+    r = random.Random(rows)
+
+    def maybe(v: object, i: int) -> object:
+        return None if i % 7 == 3 else v
+
+    cols = {
+        "i8": pa.array([maybe(r.randint(-128, 127), i) for i in range(rows)], pa.int8()),
+        "i16": pa.array([r.randint(-(2**15), 2**15 - 1) for _ in range(rows)], pa.int16()),
+        "i32": pa.array([maybe(i * 3, i) for i in range(rows)], pa.int32()),
+        "i64": pa.array(range(rows), pa.int64()),
+        "u8": pa.array([i % 256 for i in range(rows)], pa.uint8()),
+        "u16": pa.array([i for i in range(rows)], pa.uint16()),
+        "u32": pa.array([maybe(i, i) for i in range(rows)], pa.uint32()),
+        "u64": pa.array([2**63 + i for i in range(rows)], pa.uint64()),
+        "f16": pa.array([float(i) / 4 for i in range(rows)], pa.float16()),
+        "f32": pa.array([maybe(i / 3, i) for i in range(rows)], pa.float32()),
+        "f64": pa.array([i / 7 for i in range(rows)], pa.float64()),
+        "bool": pa.array([maybe(i % 3 == 0, i) for i in range(rows)], pa.bool_()),
+        "date32": pa.array([datetime.date(2020, 1, 1 + i % 28) for i in range(rows)]),
+        "date64": pa.array([maybe(i * 86_400_000, i) for i in range(rows)], pa.date64()),
+        "time32": pa.array([i for i in range(rows)], pa.time32("ms")),
+        "time64": pa.array([maybe(i, i) for i in range(rows)], pa.time64("ns")),
+        "ts": pa.array([i for i in range(rows)], pa.timestamp("us", tz="Europe/Paris")),
+        "ts_naive": pa.array([maybe(i, i) for i in range(rows)], pa.timestamp("s")),
+        "dur": pa.array([i for i in range(rows)], pa.duration("ms")),
+        "dec128": pa.array(
+            [maybe(decimal.Decimal(f"{i}.{i % 100:02d}"), i) for i in range(rows)],
+            pa.decimal128(10, 2),
+        ),
+        "dec256": pa.array([decimal.Decimal(i) for i in range(rows)], pa.decimal256(50, 0)),
+        "fsb": pa.array([bytes([i % 256] * 3) for i in range(rows)], pa.binary(3)),
+        "utf8": pa.array([maybe(f"s{'x' * (i % 5)}", i) for i in range(rows)]),
+        "large_utf8": pa.array([f"L{i}" for i in range(rows)], pa.large_string()),
+        "binary": pa.array([maybe(bytes(i % 4), i) for i in range(rows)], pa.binary()),
+        "large_binary": pa.array([bytes(i % 3) for i in range(rows)], pa.large_binary()),
+        "list": pa.array([maybe(list(range(i % 4)), i) for i in range(rows)], pa.list_(pa.int64())),
+        "large_list": pa.array(
+            [[f"{i}"] * (i % 3) for i in range(rows)], pa.large_list(pa.string())
+        ),
+        "embedding": pa.array(
+            [[float(i), float(-i), 0.5, 1.0] for i in range(rows)],
+            pa.list_(pa.float32(), 4),
+        ),
+        "struct": pa.array(
+            [maybe({"a": i, "b": f"{i}"}, i) for i in range(rows)],
+            pa.struct([("a", pa.int32()), ("b", pa.string())]),
+        ),
+        "map": pa.array(
+            [[(f"k{j}", j) for j in range(i % 3)] for i in range(rows)],
+            pa.map_(pa.string(), pa.int32()),
+        ),
+        "dict": pa.array(
+            [maybe(["red", "green", "blue"][i % 3], i) for i in range(rows)]
+        ).dictionary_encode(),
+        "nulls": pa.nulls(rows),
+    }
+    return pa.table(cols, metadata={"origin": "kvikpy tests"})
+
+
+def read_back(path: Path, **kwargs: object) -> pa.Table:
+    t = kvikpy.arrow.read_ipc(path, device="cpu", **kwargs)
+    return pa.table(t)
+
+
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_file_format_every_type(tmp_path: Path, chunks: int) -> None:
+    table = every_type_table()
+    path = tmp_path / "t.arrow"
+    with ipc.new_file(path, table.schema) as w:
+        for batch in table.to_batches(max_chunksize=(len(table) + chunks - 1) // chunks):
+            w.write_batch(batch)
+    got = read_back(path)
+    assert got.schema.equals(table.schema, check_metadata=True), got.schema
+    assert got.equals(table)
+    for name in table.column_names:
+        assert got.column(name).equals(table.column(name)), name
+
+
+def test_stream_format_every_type(tmp_path: Path) -> None:
+    table = every_type_table(33)
+    path = tmp_path / "t.stream"
+    with ipc.new_stream(path, table.schema) as w:
+        for batch in table.to_batches(max_chunksize=10):
+            w.write_batch(batch)
+    assert read_back(path).equals(table)
+
+
+def test_feather_v2_uncompressed(tmp_path: Path) -> None:
+    table = every_type_table(20)
+    path = tmp_path / "t.feather"
+    feather.write_feather(table, path, compression="uncompressed")
+    assert read_back(path).equals(table)
+
+
+def test_datasets_style_shard(tmp_path: Path) -> None:
+    """A shard as Hugging Face ``datasets`` writes its cache: the IPC stream format, batches
+    of 1000 rows, its features in the schema metadata under ``huggingface``."""
+    rows = 2500
+    table = pa.table(
+        {
+            "input_ids": pa.array([list(range(i % 9)) for i in range(rows)], pa.list_(pa.int32())),
+            "label": pa.array([i % 2 for i in range(rows)], pa.int64()),
+            "text": pa.array([f"row {i}" for i in range(rows)]),
+        },
+        metadata={"huggingface": json.dumps({"info": {"features": {}}})},
+    )
+    path = tmp_path / "data-00000-of-00001.arrow"
+    with ipc.new_stream(path, table.schema) as w:
+        for batch in table.to_batches(max_chunksize=1000):
+            w.write_batch(batch)
+    t = kvikpy.arrow.read_ipc(path, device="cpu")
+    assert (t.num_rows, t.num_batches, t.column_names) == (
+        rows,
+        3,
+        ["input_ids", "label", "text"],
+    )
+    got = pa.table(t)
+    assert got.equals(table)
+    assert got.schema.metadata[b"huggingface"] == table.schema.metadata[b"huggingface"]
+    # One batch of a fixed-width column is a DLPack tensor.
+    np = pytest.importorskip("numpy")
+    one = kvikpy.arrow.read_ipc(path, columns=["label"], batches=[-1], device="cpu")
+    values = np.from_dlpack(one.column("label"))
+    assert values.tolist() == table.column("label").to_pylist()[2000:]
+
+
+def test_subsets_read_only_their_bytes(tmp_path: Path) -> None:
+    table = every_type_table(200)
+    path = tmp_path / "t.arrow"
+    with ipc.new_file(path, table.schema) as w:
+        for batch in table.to_batches(max_chunksize=50):
+            w.write_batch(batch)
+    whole = kvikpy.arrow.read_ipc(path, device="cpu")
+    sub = kvikpy.arrow.read_ipc(path, columns=["utf8", "i32"], batches=[1, 3], device="cpu")
+    assert sub.nbytes < whole.nbytes / 5
+    assert whole.nbytes <= path.stat().st_size
+    got = pa.table(sub)
+    assert got.column_names == ["utf8", "i32"]
+    want = pa.Table.from_batches([table.to_batches(max_chunksize=50)[i] for i in (1, 3)]).select(
+        ["utf8", "i32"]
+    )
+    assert got.equals(want)
+
+
+def test_table_surface(tmp_path: Path) -> None:
+    table = every_type_table(10)
+    path = tmp_path / "t.arrow"
+    feather.write_feather(table, path, compression="uncompressed")
+    t = kvikpy.arrow.read_ipc(path, device="cpu")
+    assert t.num_rows == len(t) == 10
+    assert t.schema.equals(table.schema)
+    assert "10 rows" in repr(t) and "cpu" in repr(t)
+    assert "<table>" in t._repr_html_() and "dict" in t._repr_html_()
+    assert pa.array(t.column("utf8")).equals(table.column("utf8").chunk(0))
+    assert pa.array(t.column(0)).equals(table.column(0).chunk(0))
+    with pytest.raises(KeyError, match="nope"):
+        t.column("nope")
+    with pytest.raises(IndexError):
+        t.column(99)
+    with pytest.raises(TypeError, match="DLPack"):
+        t.column("utf8").__dlpack__()
+
+
+def test_bad_arguments(tmp_path: Path) -> None:
+    path = tmp_path / "t.arrow"
+    feather.write_feather(every_type_table(5), path, compression="uncompressed")
+    with pytest.raises(ValueError, match=r"no column .zz."):
+        kvikpy.arrow.read_ipc(path, columns=["zz"], device="cpu")
+    with pytest.raises(TypeError):
+        kvikpy.arrow.read_ipc(path, columns="i8", device="cpu")
+    with pytest.raises(TypeError):
+        kvikpy.arrow.read_ipc(path, batches=[1.0], device="cpu")  # type: ignore[list-item]
+    with pytest.raises(IndexError):
+        kvikpy.arrow.read_ipc(path, batches=[5], device="cpu")
+    with pytest.raises(FileNotFoundError):
+        kvikpy.arrow.read_ipc(tmp_path / "missing.arrow", device="cpu")
+
+
+def test_unsupported_types_name_the_column(tmp_path: Path) -> None:
+    union = pa.UnionArray.from_sparse(
+        pa.array([0, 1], pa.int8()), [pa.array([1, 2]), pa.array(["a", "b"])]
+    )
+    table = pa.table({"ok": [1, 2], "u": union})
+    path = tmp_path / "t.arrow"
+    feather.write_feather(table, path, compression="uncompressed")
+    with pytest.raises(kvikpy.errors.UnsupportedOperationError, match=r"'u'.*Union"):
+        kvikpy.arrow.read_ipc(path, device="cpu")
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_compressed_bodies(tmp_path: Path, codec: str, stream: bool) -> None:
+    table = every_type_table(300)
+    path = tmp_path / "t.arrow"
+    options = ipc.IpcWriteOptions(compression=codec)
+    opener = ipc.new_stream if stream else ipc.new_file
+    with opener(path, table.schema, options=options) as w:
+        for batch in table.to_batches(max_chunksize=100):
+            w.write_batch(batch)
+    assert read_back(path).equals(table)
+    sub = read_back(path, columns=["utf8", "list"], batches=[2])
+    assert sub.equals(
+        pa.Table.from_batches([table.to_batches(max_chunksize=100)[2]]).select(["utf8", "list"])
+    )
+
+
+@pytest.mark.parametrize("codec", [None, "zstd", "lz4"])
+def test_malformed_files_give_clear_errors(tmp_path: Path, codec: str | None) -> None:
+    path = tmp_path / "t.arrow"
+    options = ipc.IpcWriteOptions(compression=codec)
+    with ipc.new_file(path, every_type_table(30).schema, options=options) as w:
+        for batch in every_type_table(30).to_batches(max_chunksize=10):
+            w.write_batch(batch)
+    data = path.read_bytes()
+    r = random.Random(7)
+    bad = tmp_path / "bad.arrow"
+    outcomes = set()
+    for case in range(150):
+        mutated = bytearray(data)
+        if case % 3 == 0:
+            mutated = mutated[: r.randrange(len(mutated))]
+        else:
+            for _ in range(r.randint(1, 4)):
+                mutated[r.randrange(len(mutated))] = r.randrange(256)
+        bad.write_bytes(bytes(mutated))
+        try:
+            t = kvikpy.arrow.read_ipc(bad, device="cpu")
+        except (ValueError, OSError, IndexError) as e:
+            outcomes.add(type(e).__name__)
+            continue
+        assert t.nbytes <= len(mutated)
+        outcomes.add("read")
+    assert "ValueError" in outcomes
+
+
+def test_remote_http(tmp_path: Path) -> None:
+    table = every_type_table(40)
+    path = tmp_path / "t.arrow"
+    with ipc.new_file(path, table.schema) as w:
+        for batch in table.to_batches(max_chunksize=16):
+            w.write_batch(batch)
+    stream = tmp_path / "s.arrow"
+    with ipc.new_stream(stream, table.schema) as w:
+        for batch in table.to_batches(max_chunksize=16):
+            w.write_batch(batch)
+    with kvikpy.utils.LocalHttpServer(tmp_path, max_lifetime=60) as server:
+        for name in ("t.arrow", "s.arrow"):
+            got = pa.table(kvikpy.arrow.read_ipc(f"{server.url}/{name}", device="cpu"))
+            assert got.equals(table)
+
+
+@pytest.mark.parametrize("compression", [None, "zstd", "lz4"])
+def test_write_ipc_roundtrip(tmp_path: Path, compression: str | None) -> None:
+    table = every_type_table(40)
+    path = tmp_path / "out.arrow"
+    path.write_bytes(b"x" * 10_000_000)  # an older, longer file is replaced whole
+    n = kvikpy.arrow.write_ipc(path, table, compression=compression)
+    assert n == path.stat().st_size
+    assert feather.read_table(path).equals(table)
+    # A kvikpy table goes back out as it came in.
+    again = tmp_path / "again.arrow"
+    kvikpy.arrow.write_ipc(again, kvikpy.arrow.read_ipc(path, device="cpu"))
+    assert feather.read_table(again).equals(table)
+
+
+def test_write_ipc_bad_input_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "out.arrow"
+    with pytest.raises(ValueError, match="compression"):
+        kvikpy.arrow.write_ipc(path, every_type_table(3), compression="gzip")
+    with pytest.raises(TypeError, match="exports no Arrow"):
+        kvikpy.arrow.write_ipc(path, [1, 2, 3])
+    assert not path.exists()
+
+
+def test_device_stream_on_the_host_and_lifetimes(tmp_path: Path) -> None:
+    import gc
+
+    from test_chunks import consume_device_stream
+
+    from kvikpy import _lib
+
+    table = every_type_table(30)
+    path = tmp_path / "t.arrow"
+    with ipc.new_file(path, table.schema) as w:
+        for batch in table.to_batches(max_chunksize=10):
+            w.write_batch(batch)
+    gc.collect()
+    base = _lib.live_buffers()
+    t = kvikpy.arrow.read_ipc(path, device="cpu")
+    device_type, _, fmt, devices = consume_device_stream(
+        t.__arrow_c_device_stream__(), read=lambda p, n: b""
+    )
+    assert (device_type, fmt) == (1, "+s")  # ARROW_DEVICE_CPU, a struct per batch
+    assert devices == [(1, -1, 1)] * 3
+    # An exported column keeps the allocation after the table is gone.
+    column = pa.array(t.column("utf8")[2])
+    reader = pa.RecordBatchReader.from_stream(t)
+    del t
+    gc.collect()
+    assert _lib.live_buffers() > base
+    assert column.equals(table.column("utf8").chunk(0).slice(20, 10))
+    assert pa.Table.from_batches(list(reader)).equals(table)
+    del column, reader
+    gc.collect()
+    assert _lib.live_buffers() == base
+
+
+def test_embedding_columns_are_2d_dlpack(tmp_path: Path) -> None:
+    np = pytest.importorskip("numpy")
+    values = np.arange(40, dtype=np.float32).reshape(10, 4)
+    table = pa.table({"emb": pa.FixedSizeListArray.from_arrays(pa.array(values.ravel()), 4)})
+    path = tmp_path / "e.arrow"
+    feather.write_feather(table, path, compression="uncompressed")
+    t = kvikpy.arrow.read_ipc(path, device="cpu")
+    got = np.from_dlpack(t.column("emb"))
+    assert got.shape == (10, 4) and (got == values).all()

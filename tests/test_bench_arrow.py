@@ -1,0 +1,49 @@
+"""``python -m benchmarks arrow --device cpu``: the Arrow tables benchmark runs end to end
+on the host with a small file (its GPU run is on the GPU machine), reading fewer bytes for
+2 of 10 columns than for the whole table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyarrow")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_arrow_benchmark_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "arrow.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "arrow",
+            "--device",
+            "cpu",
+            "--size-mib",
+            "24",
+            "--runs",
+            "1",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    rows = {(r["cache"], r["columns"]): r for r in result["results"]}
+    assert len(rows) == 4
+    whole = rows["warm", "whole table"]["kvikpy"]["bytes"]
+    subset = rows["warm", "2 of 10 columns"]["kvikpy"]["bytes"]
+    assert 0 < subset < whole / 2
+    assert whole <= result["file_bytes"]
+    assert "kvikpy" in done.stdout and "pyarrow" in done.stdout
