@@ -455,7 +455,7 @@ def write_ipc(
     body = sink.getvalue()
     import numpy as np
 
-    from kvikpy import CuFile
+    from kvikpy.cufile import CuFile
 
     with CuFile(name, "w") as f:  # "w" truncates: an older, longer file leaves nothing
         return int(f.write(np.frombuffer(body, dtype=np.uint8)))

@@ -5,15 +5,27 @@ on the host with a small file (its GPU run is on the GPU machine), reading fewer
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import kvikpy
+
 pytest.importorskip("pyarrow")
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _env() -> dict[str, str]:
+    """The kvikpy under test first (an installed wheel on the GPU machine, the source
+    tree here), then the benchmarks, from a folder that holds neither."""
+    tested = Path(kvikpy.__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tested), str(ROOT)])
+    return env
 
 
 def test_arrow_benchmark_smoke(tmp_path: Path) -> None:
@@ -33,7 +45,8 @@ def test_arrow_benchmark_smoke(tmp_path: Path) -> None:
             "--out",
             str(out),
         ],
-        cwd=ROOT,
+        cwd=tmp_path,
+        env=_env(),
         capture_output=True,
         text=True,
         timeout=240,

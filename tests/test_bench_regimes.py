@@ -6,12 +6,16 @@ rows; bad arguments are refused. The GPU run is ``make gpu-bench-regimes``."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from conftest import clean_env
+
+import kvikpy
 
 REPO = Path(__file__).resolve().parent.parent
 # Appended, not put first (see tests/test_bench_wheels.py).
@@ -27,9 +31,14 @@ TINY += ["--files", "8", "--rounds", "1", "--write-rounds", "2", "--runs", "1"]
 def regimes_run(*args: str) -> subprocess.CompletedProcess[str]:
     env = clean_env()
     env.pop("PYTHONSAFEPATH", None)
+    # The kvikpy under test first (an installed wheel on the GPU machine, the source tree
+    # here), then the benchmarks; run from elsewhere, so that `-m` and `-c` children do
+    # not put the source tree's kvikpy first.
+    tested = Path(kvikpy.__file__).resolve().parent.parent
+    env["PYTHONPATH"] = os.pathsep.join([str(tested), str(REPO)])
     return subprocess.run(
         [sys.executable, "-m", "benchmarks", "regimes", *args],
-        cwd=REPO,
+        cwd=tempfile.mkdtemp(prefix="kvikpy-regimes-test-"),
         env=env,
         capture_output=True,
         text=True,

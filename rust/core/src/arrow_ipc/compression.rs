@@ -5,19 +5,11 @@
 
 use std::io::Read;
 
+pub use super::framing::Codec;
 use super::framing::{malformed, ReadAt};
 use super::plan::ReadPlan;
 use crate::batch::layout_aligned;
 use crate::error::Result;
-
-/// A record batch's buffer compression.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Codec {
-    /// LZ4 frame format.
-    Lz4Frame,
-    /// Zstandard.
-    Zstd,
-}
 
 /// Decode one compressed buffer (`raw`, its 8-byte length prefix first) that must hold at
 /// least `need` bytes once decoded.

@@ -351,3 +351,12 @@ fn scan_stream(reader: &(impl ReadAt + ?Sized), size: u64) -> Result<Messages> {
         messages,
     })
 }
+
+/// A record batch's buffer compression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    /// LZ4 frame format.
+    Lz4Frame,
+    /// Zstandard.
+    Zstd,
+}

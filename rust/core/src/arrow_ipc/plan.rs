@@ -8,8 +8,7 @@ use std::sync::Arc;
 use arrow_ipc::{Buffer, FieldNode, RecordBatch};
 use arrow_schema::{DataType, Schema};
 
-use super::compression::Codec;
-use super::framing::{malformed, Kind, Messages};
+use super::framing::{malformed, Codec, Kind, Messages};
 use super::schema::{IpcSchema, SchemaNode};
 use crate::error::{Error, Result};
 
