@@ -87,6 +87,11 @@ pub fn capsule(
 pub fn schema_capsule(py: Python<'_>, format: &DataType) -> PyResult<Py<PyAny>> {
     let schema = FFI_ArrowSchema::try_from(format)
         .map_err(|e| PyRuntimeError::new_err(format!("cannot describe {format} to Arrow: {e}")))?;
+    ffi_schema_capsule(py, schema)
+}
+
+/// An `arrow_schema` capsule owning `schema` (released by the capsule's destructor).
+pub fn ffi_schema_capsule(py: Python<'_>, schema: FFI_ArrowSchema) -> PyResult<Py<PyAny>> {
     let ptr = Box::into_raw(Box::new(schema));
     capsule(py, ptr.cast(), SCHEMA, destroy_schema, || {
         // SAFETY: the capsule was not made, so the Box is still ours.

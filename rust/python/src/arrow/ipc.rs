@@ -16,9 +16,9 @@ use kvikpy_macros::boundary;
 use pyo3::exceptions::{PyBufferError, PyIndexError, PyRuntimeError};
 use pyo3::prelude::*;
 
-use super::capsule::{array_capsules, capsule, device_array_capsules};
+use super::capsule::{array_capsules, device_array_capsules, ffi_schema_capsule};
 use super::export::ArrayExport;
-use super::ffi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, SCHEMA};
+use super::ffi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA};
 use crate::batch::read_plan;
 use crate::blocking::{interruptible_alone, without_gil};
 use crate::buffer::{Buffer, Storage};
@@ -194,17 +194,7 @@ impl IpcTable {
         let schema = FFI_ArrowSchema::try_from(&self.plan.schema).map_err(|e| {
             PyRuntimeError::new_err(format!("cannot describe the schema to Arrow: {e}"))
         })?;
-        let ptr = Box::into_raw(Box::new(schema));
-        capsule(
-            py,
-            ptr.cast(),
-            SCHEMA,
-            super::capsule::destroy_schema,
-            || {
-                // SAFETY: the capsule was not made, so the Box is still ours.
-                drop(unsafe { Box::from_raw(ptr) })
-            },
-        )
+        ffi_schema_capsule(py, schema)
     }
 
     /// The `arrow_schema` capsule of column `column`.
@@ -218,17 +208,7 @@ impl IpcTable {
         let schema = FFI_ArrowSchema::try_from(field.as_ref()).map_err(|e| {
             PyRuntimeError::new_err(format!("cannot describe {field} to Arrow: {e}"))
         })?;
-        let ptr = Box::into_raw(Box::new(schema));
-        capsule(
-            py,
-            ptr.cast(),
-            SCHEMA,
-            super::capsule::destroy_schema,
-            || {
-                // SAFETY: the capsule was not made, so the Box is still ours.
-                drop(unsafe { Box::from_raw(ptr) })
-            },
-        )
+        ffi_schema_capsule(py, schema)
     }
 
     /// `(schema, array)` capsules of record batch `index` as a struct array: a device

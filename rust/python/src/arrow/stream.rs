@@ -299,18 +299,7 @@ pub fn typed_stream_capsule(
 ) -> PyResult<Py<PyAny>> {
     if device {
         stream_capsule(py, iterator, schema, metadata, |private_data| {
-            ArrowDeviceArrayStream {
-                device_type: if on_gpu {
-                    ARROW_DEVICE_CUDA
-                } else {
-                    ARROW_DEVICE_CPU
-                },
-                get_schema: Some(stream_get_schema::<ArrowDeviceArrayStream>),
-                get_next: Some(device_stream_get_next),
-                get_last_error: Some(stream_get_last_error::<ArrowDeviceArrayStream>),
-                release: Some(stream_release::<ArrowDeviceArrayStream>),
-                private_data,
-            }
+            device_stream(private_data, on_gpu)
         })
     } else {
         stream_capsule(py, iterator, schema, metadata, |private_data| {
@@ -412,18 +401,7 @@ pub fn device_stream_capsule(
         iterator,
         DataType::UInt8,
         HashMap::new(),
-        |private_data| ArrowDeviceArrayStream {
-            device_type: if on_gpu {
-                ARROW_DEVICE_CUDA
-            } else {
-                ARROW_DEVICE_CPU
-            },
-            get_schema: Some(stream_get_schema::<ArrowDeviceArrayStream>),
-            get_next: Some(device_stream_get_next),
-            get_last_error: Some(stream_get_last_error::<ArrowDeviceArrayStream>),
-            release: Some(stream_release::<ArrowDeviceArrayStream>),
-            private_data,
-        },
+        |private_data| device_stream(private_data, on_gpu),
     )
 }
 
@@ -491,4 +469,20 @@ pub fn host_stream_capsule(
             private_data,
         }
     })
+}
+
+/// A device stream over `private_data` whose arrays live on the GPU (`on_gpu`) or the host.
+fn device_stream(private_data: *mut std::ffi::c_void, on_gpu: bool) -> ArrowDeviceArrayStream {
+    ArrowDeviceArrayStream {
+        device_type: if on_gpu {
+            ARROW_DEVICE_CUDA
+        } else {
+            ARROW_DEVICE_CPU
+        },
+        get_schema: Some(stream_get_schema::<ArrowDeviceArrayStream>),
+        get_next: Some(device_stream_get_next),
+        get_last_error: Some(stream_get_last_error::<ArrowDeviceArrayStream>),
+        release: Some(stream_release::<ArrowDeviceArrayStream>),
+        private_data,
+    }
 }
