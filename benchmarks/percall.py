@@ -69,6 +69,20 @@ def timed(name, fn, verify=None):
 work = []
 work.append(("read torch", lambda i: f.read(t, PAGE, i * PAGE), lambda: t.cpu().numpy()))
 work.append(("read cupy", lambda i: f.read(c, PAGE, i * PAGE), lambda: cupy.asnumpy(c)))
+tv = torch.zeros(slots * PAGE, dtype=torch.uint8, device="cuda")
+views = [tv[k * PAGE:(k + 1) * PAGE] for k in range(slots)]
+work.append((
+    "read torch views",
+    lambda i: f.read(views[i], PAGE, i * PAGE),
+    lambda: views[(calls - 1) % slots].cpu().numpy(),
+))
+cv = cupy.zeros(slots * PAGE, dtype=cupy.uint8)
+cviews = [cv[k * PAGE:(k + 1) * PAGE] for k in range(slots)]
+work.append((
+    "read cupy views",
+    lambda i: f.read(cviews[i], PAGE, i * PAGE),
+    lambda: cupy.asnumpy(cviews[(calls - 1) % slots]),
+))
 work.append(("read numpy", lambda i: f.read(h, PAGE, i * PAGE), lambda: h.copy()))
 if lib == "kvikpy":
     b = mod.read(path, size=PAGE)

@@ -28,7 +28,10 @@ Rows (``--only`` takes names or the groups ``percall``, ``large``):
   and forced direct (``=1``), and by kvikio buffered and direct (its tasks
   ``--kvikio-task-mib``). Warm: the file in the page cache (the median of 3 passes);
   cold: ``sync; echo 3 > /proc/sys/vm/drop_caches`` before the one timed pass; half warm:
-  dropped, then the first half read through the page cache. Each process first reads a
+  dropped, then the first half read through the page cache and what the kernel read
+  ahead past it evicted again (``posix_fadvise(DONTNEED)`` on the second half), so the
+  second half is cold; the resident share of each half is recorded before the clock.
+  ``--disk-rounds`` rounds of the half, cold and disk rows. Each process first reads a
   separate 64 MiB file (pools and pinned buffers warm). Dropping the page cache needs
   root: without it the cold and half rows are skipped with the reason (``--evict
   fadvise`` evicts the file alone with ``posix_fadvise`` instead);
@@ -49,7 +52,7 @@ writes ``regimes.json`` and ``regimes.md`` into ``$(BENCH_OUT)`` (about 6 minute
 H100 at the defaults).
 
 Usage: python -m benchmarks regimes [--device cuda|cpu] [--only write,percall]
-    [--rounds 3] [--write-rounds 5] [--size-mib 4096] [--write-mib 2048]
+    [--rounds 3] [--write-rounds 5] [--disk-rounds 5] [--size-mib 4096] [--write-mib 2048]
     [--out regimes.json] [--markdown regimes.md]
 """
 
@@ -239,6 +242,38 @@ def _read_buffered(path: str, nbytes: int) -> None:
             left -= len(got)
 
 
+def _evict_range(path: str, offset: int, length: int) -> None:
+    """Drop ``length`` bytes at ``offset`` of ``path`` from the page cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _resident(path: str, offset: int, length: int) -> float:
+    """The share of the pages of ``length`` bytes at ``offset`` of ``path`` in the page
+    cache (``mincore`` on a private mapping, which touches no page)."""
+    import ctypes
+
+    page = mmap.PAGESIZE
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    with (
+        open(path, "rb") as fh,
+        mmap.mmap(fh.fileno(), length, access=mmap.ACCESS_COPY, offset=offset) as m,
+    ):
+        pages = (length + page - 1) // page
+        vec = (ctypes.c_ubyte * pages)()
+        anchor = ctypes.c_char.from_buffer(m)
+        try:
+            if libc.mincore(ctypes.addressof(anchor), length, vec) != 0:
+                raise OSError(ctypes.get_errno(), "mincore")
+        finally:
+            del anchor
+        return sum(v & 1 for v in vec) / pages
+
+
 def _ceiling(spec: dict[str, Any]) -> float:
     """O_DIRECT ``pread`` of the cold file by 16 threads, 4 MiB requests: GB/s."""
     path, n = spec["path"], spec["bytes"]
@@ -335,6 +370,7 @@ def child_main() -> None:
     if spec.get("settings"):
         lib.defaults.set(spec["settings"])
     value: float
+    extra: dict[str, Any] = {}
     if row.startswith("percall"):
         count, size = spec["count"], spec["size"]
         buf = mem.empty(count * size)
@@ -374,8 +410,8 @@ def child_main() -> None:
     elif row in ("write", "write-sweep"):
         value = _write(lib, mem, spec)
     else:
-        value = _large(lib, mem, spec)
-    print(json.dumps({"value": value, "info": _info(lib, mem)}))
+        value = _large(lib, mem, spec, extra)
+    print(json.dumps({"value": value, "info": _info(lib, mem) | extra}))
 
 
 def _info(lib: Any, mem: _Mem) -> dict[str, Any]:
@@ -415,8 +451,9 @@ def _write(lib: Any, mem: _Mem, spec: dict[str, Any]) -> float:
     return n / dt / 1e9
 
 
-def _large(lib: Any, mem: _Mem, spec: dict[str, Any]) -> float:
-    """GB/s of reading the large file in state ``spec["row"]`` (see the module docs)."""
+def _large(lib: Any, mem: _Mem, spec: dict[str, Any], info: dict[str, Any]) -> float:
+    """GB/s of reading the large file in state ``spec["row"]`` (see the module docs); the
+    resident share of each half before the (last) timed pass goes into ``info``."""
     path, n, state = spec["path"], spec["bytes"], spec["row"]
     warm = mem.empty(spec["warmup_bytes"])
     with lib.CuFile(spec["warmup"], "r") as f:
@@ -435,6 +472,11 @@ def _large(lib: Any, mem: _Mem, spec: dict[str, Any]) -> float:
             _evict(path, spec["evict"])
             if state == "half":
                 _read_buffered(path, n // 2)
+                _evict_range(path, n // 2, n - n // 2)
+            info["resident_halves"] = [
+                round(_resident(path, 0, n // 2), 4),
+                round(_resident(path, n // 2, n - n // 2), 4),
+            ]
         mem.sync()
         t = time.perf_counter()
         with lib.CuFile(path, "r") as f:
@@ -691,6 +733,17 @@ def markdown(report: dict[str, Any]) -> str:
             cells.append(f"{ratio(d, best_k, True):.2f}x" if best_k else "-")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+        for r in states:
+            halves = rows[r].get("resident_halves")
+            if halves:
+                first = [h[0] for h in halves]
+                second = [h[1] for h in halves]
+                lines += [
+                    f"`{r}`: resident before the clock, first half "
+                    f"{min(first):.1%}-{max(first):.1%}, second half "
+                    f"{min(second):.1%}-{max(second):.1%}.",
+                    "",
+                ]
     if "disk" in rows:
         s = rows["disk"]["configs"]["O_DIRECT pread"]
         lines += [f"Disk ceiling ({rows['disk']['what']}): {cell(s)} GB/s.", ""]
@@ -733,6 +786,9 @@ def main() -> int:
     parser.add_argument("--only", default=None, help="rows or groups, comma-separated")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of most rows")
     parser.add_argument("--write-rounds", type=int, default=5, help="rounds of write rows")
+    parser.add_argument(
+        "--disk-rounds", type=int, default=5, help="rounds of the half, cold and disk rows"
+    )
     parser.add_argument("--runs", type=int, default=5, help="timed passes per process")
     parser.add_argument("--size-mib", type=int, default=4096, help="the large file")
     parser.add_argument("--write-mib", type=int, default=2048)
@@ -749,7 +805,14 @@ def main() -> int:
         todo = select(args.only, args.device)
     except ValueError as e:
         parser.error(str(e))
-    counts = (args.rounds, args.write_rounds, args.runs, args.size_mib, args.write_mib)
+    counts = (
+        args.rounds,
+        args.write_rounds,
+        args.disk_rounds,
+        args.runs,
+        args.size_mib,
+        args.write_mib,
+    )
     if min(*counts, args.calls, args.files, args.kvikio_task_mib) < 1:
         parser.error("every count and size must be at least 1")
     started = time.time()
@@ -765,12 +828,19 @@ def main() -> int:
     print(f"data written in {time.time() - started:.0f} s", file=sys.stderr, flush=True)
     results: dict[str, dict[str, list[float]]] = {r: {} for r in todo}
     infos: dict[str, dict[str, Any]] = {}
+    resident: dict[str, list[list[float]]] = {}
     machine = ""
-    for k in range(max(args.rounds, args.write_rounds)):
+
+    def rounds_of(row: str) -> int:
+        if row in ("write", "write-sweep", "first-read"):
+            return int(args.write_rounds)
+        if row in ("half", "cold", "disk"):
+            return int(args.disk_rounds)
+        return int(args.rounds)
+
+    for k in range(max(rounds_of(r) for r in todo) if todo else 0):
         for row in todo:
-            if k >= (
-                args.write_rounds if row in ("write", "write-sweep", "first-read") else args.rounds
-            ):
+            if k >= rounds_of(row):
                 continue
             todo_configs = list(configs(row, args.device, args).items())
             for label, config in todo_configs if k % 2 == 0 else reversed(todo_configs):
@@ -779,6 +849,8 @@ def main() -> int:
                 if got["info"]:
                     infos[f"{row}/{label}"] = got["info"]
                     machine = got["info"]["machine"]
+                    if "resident_halves" in got["info"]:
+                        resident.setdefault(row, []).append(got["info"]["resident_halves"])
         print(f"round {k + 1}: {time.time() - started:.0f} s", file=sys.stderr, flush=True)
     rows = {
         r: {
@@ -787,6 +859,7 @@ def main() -> int:
             "configs": {label: summary_of(v) for label, v in results[r].items()},
             "values": results[r],
         }
+        | ({"resident_halves": resident[r]} if r in resident else {})
         for r in todo
     }
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M")
@@ -797,7 +870,8 @@ def main() -> int:
         f"{vers.get('kvikio-cu13', vers.get('libkvikio-cu13', 'not installed'))}; every "
         "measurement in its own fresh process, the libraries alternating, a verified warm-up "
         "first, the bytes of every timed pass verified; the median of "
-        f"{args.rounds} rounds ({args.write_rounds} for writes and the first read), lowest "
+        f"{args.rounds} rounds ({args.write_rounds} for writes and the first read, "
+        f"{args.disk_rounds} for the half-warm, cold and disk rows), lowest "
         f"and highest in brackets; cold: {how}."
     )
     report = {"intro": intro, "rows": rows, "skipped": skipped}
