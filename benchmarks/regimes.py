@@ -19,6 +19,9 @@ Rows (``--only`` takes names or the groups ``percall``, ``large``):
 * ``write``: ``CuFile.write`` of 2 GiB of a CuPy array to a new file, then ``os.sync()``,
   both inside the clock, 16 threads (kvikio with ``--kvikio-task-mib`` tasks, kvikpy at its
   default task size); ``--write-rounds`` rounds; the written file's checksum is verified;
+* ``write-mem``: the same write to a file in ``/dev/shm`` (a tmpfs, where O_DIRECT is
+  refused and both libraries write through memory): the write pipeline's own speed,
+  which a disk at its ceiling hides;
 * ``first-read``: a fresh process imports CuPy and starts CUDA (context, a 1 MiB
   destination array, a synchronisation) before the clock, so the CUDA context's start-up
   is outside it for both; the clock covers ``import kvikpy`` (or ``kvikio``), opening
@@ -59,6 +62,7 @@ Usage: python -m benchmarks regimes [--device cuda|cpu] [--only write,percall]
 from __future__ import annotations
 
 import argparse
+import atexit
 import concurrent.futures
 import datetime
 import itertools
@@ -66,8 +70,10 @@ import json
 import mmap
 import os
 import shlex
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -82,6 +88,7 @@ THREADS = 16
 CEILING_REQUEST = 4 << 20
 WARMUP_BYTES = 64 << 20
 DROP_CACHES = "/proc/sys/vm/drop_caches"
+SHM = "/dev/shm"  # a tmpfs on Linux: writes there cost the pipeline, not a disk
 
 # name -> (unit, higher is better); the order is the report's.
 ROWS: dict[str, tuple[str, bool]] = {
@@ -90,6 +97,7 @@ ROWS: dict[str, tuple[str, bool]] = {
     "percall-host": ("calls/s", True),
     "files": ("files/s", True),
     "write": ("GB/s", True),
+    "write-mem": ("GB/s", True),
     "first-read": ("ms", False),
     "warm": ("GB/s", True),
     "half": ("GB/s", True),
@@ -407,7 +415,7 @@ def child_main() -> None:
             lambda: mem.zero(buf),
         )
         value = len(paths) / t
-    elif row in ("write", "write-sweep"):
+    elif row in ("write", "write-sweep", "write-mem"):
         value = _write(lib, mem, spec)
     else:
         value = _large(lib, mem, spec, extra)
@@ -547,7 +555,7 @@ def configs(row: str, device: str, args: argparse.Namespace) -> dict[str, dict[s
         }
     if row == "disk":
         return {"O_DIRECT pread": {"lib": "none", "settings": {}, "env": {}}}
-    if row == "write":
+    if row in ("write", "write-mem"):
         return {
             lib: {
                 "lib": lib,
@@ -642,6 +650,13 @@ def make_data(folder: str, args: argparse.Namespace, todo: list[str]) -> dict[st
         warm_page_cache(warm)
     if "write" in todo or "write-sweep" in todo:
         data["write"] = {"path": os.path.join(folder, "written.bin"), "bytes": args.write_mib << 20}
+    if "write-mem" in todo:
+        shm = tempfile.mkdtemp(prefix="kvikpy-regimes-", dir=SHM)
+        atexit.register(shutil.rmtree, shm, ignore_errors=True)
+        data["write-mem"] = {
+            "path": os.path.join(shm, "written.bin"),
+            "bytes": args.write_mib << 20,
+        }
     return data
 
 
@@ -655,6 +670,8 @@ def child_spec(row: str, config: dict[str, Any], data: dict[str, Any], args: Any
         spec |= data["files"] | {"runs": args.runs}
     elif row == "first-read":
         spec |= data["first-read"]
+    elif row == "write-mem":
+        spec |= data["write-mem"]
     elif row in ("write", "write-sweep"):
         spec |= data["write"]
         if "raw" in config:
@@ -767,6 +784,9 @@ def describe(row: str, args: argparse.Namespace, data: dict[str, Any]) -> str:
         "files": f"{args.files:,} files of 4 KiB: open, read into {mem} memory, close",
         "write": f"{args.write_mib} MiB from {mem} memory to a new file incl. `os.sync()`, "
         f"{THREADS} threads (kvikio {args.kvikio_task_mib} MiB tasks)",
+        "write-mem": f"{args.write_mib} MiB from {mem} memory to a new file in {SHM} (tmpfs: "
+        f"the write pipeline without the disk) incl. `os.sync()`, {THREADS} threads (kvikio "
+        f"{args.kvikio_task_mib} MiB tasks)",
         "first-read": "import, open, first 1 MiB onto the GPU (CUDA started before the clock)"
         if args.device == "cuda"
         else "import, open, first 1 MiB into host memory",
@@ -832,7 +852,7 @@ def main() -> int:
     machine = ""
 
     def rounds_of(row: str) -> int:
-        if row in ("write", "write-sweep", "first-read"):
+        if row in ("write", "write-mem", "write-sweep", "first-read"):
             return int(args.write_rounds)
         if row in ("half", "cold", "disk"):
             return int(args.disk_rounds)
