@@ -112,11 +112,11 @@ def info() -> dict[str, Any]:
     Returns
     -------
     dict
-        See :func:`kvikpy._cli.info.collect_info` for the keys; ``gds`` says which path
+        See :func:`kvikpy._info.collect_info` for the keys; ``gds`` says which path
         GPU reads take (``gds["usable"]``, ``gds["reason"]``, the libcufile loaded and
         its version, the driver properties).
     """
-    from kvikpy._cli.info import collect_info
+    from kvikpy._info import collect_info
 
     return collect_info()
 

@@ -158,7 +158,7 @@ impl Error {
     /// and `message` is redacted (`user:***@host`), so that no password reaches an
     /// exception, its `filename` or a log.
     pub fn remote(kind: RemoteFailure, url: &str, message: impl Into<String>) -> Self {
-        use crate::source::redact;
+        use crate::redact::redact;
         let message = message.into();
         Self::Remote {
             kind,

@@ -21,8 +21,12 @@ pub mod file;
 pub mod fork;
 pub mod future;
 pub mod memory;
+pub mod mmap_handle;
 pub mod page_cache;
 pub mod pool;
+pub mod redact;
+#[cfg(test)]
+mod remote_cancel_tests;
 pub mod request;
 pub mod ring;
 pub mod settings;

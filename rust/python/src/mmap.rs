@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use kvikpy_core::source::mmap::{MmapHandle as Mapped, MmapOptions};
+use kvikpy_core::mmap_handle::{MmapHandle as Mapped, MmapOptions};
 use kvikpy_core::{Completion, IoFuture};
 use kvikpy_macros::boundary;
 use pyo3::exceptions::PyValueError;

@@ -1,0 +1,59 @@
+"""What ``kvikpy.info()`` and ``python -m kvikpy info`` report: versions, platform, CUDA
+devices, the GPU I/O path, settings and the library's location, as a dict."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any
+
+from kvikpy import _devices, _display, _gds, _lib, defaults
+from kvikpy._api import cuda_available, device_count
+
+__all__ = ["collect_info"]
+
+
+def _setting_value(name: str) -> Any:
+    """A setting as JSON can hold it (``compat_mode`` by its name)."""
+    value = defaults.get(name)
+    return value.name if isinstance(value, defaults.CompatMode) else value
+
+
+def collect_info() -> dict[str, Any]:
+    """Versions, platform, CUDA devices, settings and library location, as a dict.
+
+    Returns
+    -------
+    dict
+        ``kvikpy``, ``python``, ``python_implementation``, ``executable``, ``platform``,
+        ``cuda_available``, ``cuda_unavailable_reason``, ``device_count``, ``devices``
+        (``"cuda:N"`` labels: the engine does not report device names), ``compat_mode``
+        (whether I/O resolves to POSIX rather than cuFile), ``gpu_io`` (which path GPU
+        reads take), ``cufile`` (one line: whether cuFile is usable, why not, and what
+        ``compat_mode`` then does), ``gds`` (see :func:`kvikpy._gds.gds_status`: usable,
+        the first reason it is not, the libcufile loaded, stand-in or not, its version,
+        nvidia-fs, the driver properties), ``settings`` and ``library`` (the path of the
+        loaded extension module).
+    """
+    available = cuda_available()
+    gds = _gds.gds_status()
+    mode = str(_setting_value("compat_mode"))
+    count = device_count() if available else 0
+    return {
+        "kvikpy": _lib.__version__,
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "cuda_available": available,
+        "cuda_unavailable_reason": None if available else _lib.cuda_unavailable_reason(),
+        "device_count": count,
+        "devices": [_devices.label(i) for i in range(count)],
+        "compat_mode_preferred": defaults.is_compat_mode_preferred(),
+        "gpu_io": _display.gpu_io(gds, mode, available),
+        "cufile": _display.cufile_note(gds, mode),
+        "gds": gds,
+        "settings": {name: _setting_value(name) for name in _lib.setting_names()},
+        "library": os.path.abspath(str(_lib.__file__)),
+    }
