@@ -151,3 +151,37 @@ def test_ctrl_c_interrupts_a_large_local_scattered_read(tmp_path: Path) -> None:
         latency = interrupt_latency(lambda: _lib.read_scattered([str(path)], items, out))
         assert latency < BOUND
         assert_abandoned_work_stops()
+
+
+def test_load_into_reads_a_sharded_checkpoint_with_one_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_load_into import write_safetensors
+
+    import kvikpy.safetensors as kst
+
+    rng = np.random.default_rng(1)
+    shards = [tmp_path / "a.safetensors", tmp_path / "b.safetensors"]
+    tensors = [
+        {
+            f"a{k}": rng.standard_normal(n).astype(np.float32)
+            for k, n in enumerate((3, 5000, 70_000))
+        },
+        {f"b{k}": rng.integers(0, 9, n).astype(np.int64) for k, n in enumerate((1, 300_000))},
+    ]
+    for shard, part in zip(shards, tensors, strict=True):
+        write_safetensors(shard, part)
+    calls: list[int] = []
+    real = _lib.read_scattered
+
+    def spy(paths: list[str], items: Any, keep: Any, progress: Any = None) -> Any:
+        calls.append(len(items))
+        return real(paths, items, keep, progress)
+
+    monkeypatch.setattr(_lib, "read_scattered", spy)
+    want = {**tensors[0], **tensors[1]}
+    target = {name: np.zeros_like(a) for name, a in want.items()}
+    kst.load_into(target, shards)
+    assert calls == [len(want)], "every read of the load in one call"
+    for name, a in want.items():
+        np.testing.assert_array_equal(target[name], a)
