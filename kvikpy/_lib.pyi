@@ -54,6 +54,7 @@ __all__ = [
     "read_files_batch",
     "read_ipc_table",
     "read_ranges_batch",
+    "read_scattered",
     "set_settings",
     "setting_names",
     "stream_deregister",
@@ -264,6 +265,12 @@ def read_ranges_batch(
     ordinal: int | None,
     progress: Progress | None = None,
 ) -> tuple[Buffer, list[int], list[tuple[int, BaseException]]]: ...
+def read_scattered(
+    paths: list[str],
+    items: list[tuple[int, int, int, int, int | None]],
+    keepalive: object,
+    progress: Progress | None = None,
+) -> list[tuple[int, BaseException]]: ...
 def read_ipc_table(
     path: str,
     columns: list[str] | None,

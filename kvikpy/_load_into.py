@@ -9,9 +9,9 @@ The plan: every target is described once (where its bytes are, how many, of what
 and shape); targets that share their memory (tied weights) are read once; each
 checkpoint tensor becomes one ``(file, offset, destination address, length)`` read, and
 reads that follow each other both in a file and in memory are merged into one. All the
-reads then run at once on kvikpy's pool, each straight into its destination (GPU targets
-through kvikpy's bounded pinned staging): nothing the size of the checkpoint is
-allocated.
+reads then run as one scattered read on kvikpy's pool (``_lib.read_scattered``, the
+engine's batch request), each straight into its destination (GPU targets through
+kvikpy's bounded pinned staging): nothing the size of the checkpoint is allocated.
 """
 
 from __future__ import annotations
@@ -307,7 +307,8 @@ def _check(
 @dataclass(frozen=True)
 class _Read:
     """One read: ``length`` bytes of ``path`` at ``offset`` to address ``ptr`` on
-    ``device``; ``names`` are the targets it fills."""
+    ``device``; ``names`` are the targets it fills, ``owners`` the objects whose memory
+    it writes (held until the read has stopped)."""
 
     path: str
     offset: int
@@ -316,6 +317,7 @@ class _Read:
     length: int
     names: tuple[str, ...]
     block: int = 0  # reads into GPU memory merge only within one allocation
+    owners: tuple[Any, ...] = field(default=(), compare=False, repr=False)
 
 
 def _merged(reads: list[_Read]) -> list[_Read]:
@@ -343,96 +345,55 @@ def _merged(reads: list[_Read]) -> list[_Read]:
                 last.length + r.length,
                 last.names + r.names,
                 r.block,
+                last.owners + r.owners,
             )
         else:
             out.append(r)
     return out
 
 
-class _DeviceSpan:
-    """``length`` bytes of GPU memory at ``ptr``, as a ``__cuda_array_interface__``
-    (the targets it covers are alive for the whole load; ``stream: None`` because the
-    load synchronises their devices before reading)."""
-
-    def __init__(self, ptr: int, length: int) -> None:
-        self.__cuda_array_interface__ = {
-            "shape": (length,),
-            "typestr": "|u1",
-            "data": (ptr, False),
-            "version": 3,
-            "strides": None,
-            "stream": None,
-        }
-
-
-class _HostSpan:
-    """``length`` bytes of host memory at ``ptr``, as an ``__array_interface__``."""
-
-    def __init__(self, ptr: int, length: int) -> None:
-        self.__array_interface__ = {
-            "shape": (length,),
-            "typestr": "|u1",
-            "data": (ptr, False),
-            "version": 3,
-        }
+def _address(buf: Any) -> tuple[int, int | None]:
+    """The address of ``buf`` (a torch tensor or numpy array) and its CUDA device (None
+    for host memory)."""
+    module = type(buf).__module__ or ""
+    if module.startswith("torch"):
+        return buf.data_ptr(), (buf.device.index or 0) if buf.device.type == "cuda" else None
+    return buf.__array_interface__["data"][0], None
 
 
 def _run(reads: Sequence[_Read], dest: Callable[[_Read], Any] | None = None) -> list[str]:
-    """Run ``reads`` at once on kvikpy's pool, each straight into its memory (or into
-    ``dest(read)``); wait for all, then raise :class:`LoadIntoError` naming what was
-    written if any failed. Returns the names written."""
-    import numpy as np
+    """Run ``reads`` as one scattered read on kvikpy's pool, each straight into its memory
+    (or into ``dest(read)``; GPU memory through kvikpy's bounded pinned staging); wait for
+    all, then raise :class:`LoadIntoError` naming what was written if any failed. Returns
+    the names written."""
+    from kvikpy import _lib
 
-    from kvikpy.cufile import CuFile
-
-    files: dict[str, CuFile] = {}
-    written: list[str] = []
-    errors: list[tuple[_Read, BaseException]] = []
-    try:
-        futures = []
-        for r in reads:
-            f = files.get(r.path)
-            if f is None:
-                f = files[r.path] = CuFile(r.path, "r")
-            if dest is not None:
-                buf = dest(r)
-            elif r.device is None:
-                buf = np.asarray(_HostSpan(r.ptr, r.length))
-            else:
-                buf = _DeviceSpan(r.ptr, r.length)
-            futures.append((r, f.pread(buf, r.length, r.offset)))
-        for r, future in futures:
-            try:
-                got = future.get()
-            except BaseException as e:  # wait for every read before raising
-                errors.append((r, e))
-                continue
-            if got != r.length:
-                errors.append(
-                    (
-                        r,
-                        EOFError(
-                            f"{r.path}: {r.length} bytes at offset {r.offset} were asked "
-                            f"for and only {got} read; the file is shorter than its header "
-                            "says"
-                        ),
-                    )
-                )
-            else:
-                written.extend(r.names)
-    finally:
-        for f in files.values():
-            f.close()
-    if errors:
-        r, first = errors[0]
-        failed = sorted({n for r, _ in errors for n in r.names})
+    files: dict[str, int] = {}
+    items: list[tuple[int, int, int, int, int | None]] = []
+    owners: list[Any] = []
+    for r in reads:
+        f = files.setdefault(r.path, len(files))
+        if dest is not None:
+            buf = dest(r)
+            owners.append(buf)
+            ptr, device = _address(buf)
+        else:
+            owners.append(r.owners)
+            ptr, device = r.ptr, r.device
+        items.append((f, r.offset, r.length, ptr, device))
+    failures = _lib.read_scattered(list(files), items, owners) if items else []
+    if failures:
+        failed_at = {i for i, _ in failures}
+        written = [n for i, r in enumerate(reads) if i not in failed_at for n in r.names]
+        first = failures[0][1]
+        failed = sorted({n for i, _ in failures for n in reads[i].names})
         raise LoadIntoError(
             f"reading the checkpoint into its target failed ({first}); "
             f"{len(written)} tensor(s) were written, {len(failed)} were not or only in "
             f"part: {', '.join(failed[:20])}{' ...' if len(failed) > 20 else ''}",
             written=written,
         ) from first
-    return written
+    return [n for r in reads for n in r.names]
 
 
 def _chunks(total: int, step: int) -> Iterator[tuple[int, int]]:
@@ -600,7 +561,7 @@ def load(
 
     def read_alone(names: Sequence[str]) -> None:
         reads = [
-            _Read(s.span.path, s.span.offset, t.device, t.ptr, s.span.size, (n,), t.block)
+            _Read(s.span.path, s.span.offset, t.device, t.ptr, s.span.size, (n,), t.block, (t.obj,))
             for n in names
             for s, t in [(by_name[n], described[n])]
             if s.span.size

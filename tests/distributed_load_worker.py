@@ -5,18 +5,18 @@ Usage: python distributed_load_worker.py BACKEND DEVICE FILTER OUT SHARD [SHARD 
 
 FILTER is ``all``, ``odd`` (a callable: tensors whose name ends in an odd digit on rank 1,
 the rest on rank 0, plus every tensor named ``shared*`` on both) or ``map`` (the same as a
-rank-to-names mapping). Writes ``{name: bytes of the tensor}`` plus dtype and shape to
-OUT as JSON with hex strings, and exits 0.
+rank-to-names mapping). Writes each tensor's device, dtype, shape and bytes to OUT as
+JSON (see worker_results.py), and exits 0.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import torch
 import torch.distributed as dist
+import worker_results
 
 import kvikpy.safetensors as kst
 
@@ -46,19 +46,7 @@ def main() -> None:
         state = kst.load_file(
             shards, device, process_group=dist.group.WORLD, tensor_filter=tensor_filter
         )
-        result = {
-            name: {
-                "device": str(t.device),
-                "dtype": str(t.dtype),
-                "shape": list(t.shape),
-                "hex": t.contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes().hex()
-                if t.numel()
-                else "",
-            }
-            for name, t in state.items()
-        }
-        with open(out, "w") as fh:
-            json.dump(result, fh)
+        worker_results.write(out, state)
     finally:
         dist.destroy_process_group()
 

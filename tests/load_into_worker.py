@@ -6,18 +6,18 @@ Usage: python load_into_worker.py BACKEND DEVICE HOW OUT SHARD [SHARD ...]
 HOW is ``all`` (every rank loads every tensor), ``odd`` (each rank its half plus the
 ``shared*`` tensors) or ``bad`` (rank 1's target has a tensor of the wrong shape: every
 rank must raise, none may hang). The shared read runs in rounds of 200 bytes, so a
-checkpoint of a few KiB takes many rounds. Writes ``{name: {device, hex}}`` (or
-``{"error": message}``) to OUT as JSON.
+checkpoint of a few KiB takes many rounds. Writes each tensor (or ``{"error": message}``)
+to OUT as JSON (see worker_results.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import torch
 import torch.distributed as dist
+import worker_results
 
 import kvikpy._load_into as li
 import kvikpy.safetensors as kst
@@ -42,19 +42,9 @@ def main() -> None:
         try:
             kst.load_into(target, shards, process_group=dist.group.WORLD, strict=False)
         except kst.LoadIntoError as e:
-            result: dict[str, object] = {"error": str(e)}
+            worker_results.write_error(out, str(e))
         else:
-            result = {
-                name: {
-                    "device": str(t.device),
-                    "hex": t.contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes().hex()
-                    if t.numel()
-                    else "",
-                }
-                for name, t in target.items()
-            }
-        with open(out, "w") as fh:
-            json.dump(result, fh)
+            worker_results.write(out, target)
     finally:
         dist.destroy_process_group()
 

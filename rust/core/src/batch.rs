@@ -1,33 +1,24 @@
-//! Batch reads: many files, or many byte ranges of one file, into one allocation in one
-//! pass on the pool.
+//! Batch reads: many files, or many byte ranges of one file, into one allocation.
 //!
-//! Elements are laid end to end in the destination. Neighbouring small elements are
-//! grouped into segments; a pool task reads a segment's elements one after another
-//! (opening and closing each file itself) and, for GPU memory, gathers them in one pinned
-//! bounce buffer and moves the whole segment with one DMA, so thousands of small files
-//! cost tens of DMAs rather than one each. An element larger than a segment is cut into
-//! segment-sized pieces (each opening the file itself), so that one large file is still
-//! read by many threads. Each element's outcome is reported separately, so a
-//! caller can fail the batch on the first error or skip the failed elements.
+//! This module plans: it sizes the files (in parallel on the pool), lays the elements
+//! end to end (each at a multiple of an alignment, if asked) and reports each input's
+//! place, length and outcome. The reads themselves are one batch request
+//! ([`crate::request::submit_batch`]), the request path's form for many reads, which cuts,
+//! groups and schedules them and reports each element's outcome, so that a caller can
+//! fail the batch on the first error or skip the failed elements.
 
-use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicU64;
 
 use rayon::prelude::*;
 
-use crate::cancel::{self, CancelToken};
+use crate::cancel;
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
-use crate::future::run_caught;
-use crate::memory::{DeviceSpan, HostSpan, Span};
-use crate::ring::Ring;
+use crate::memory::Span;
+use crate::request::{submit_batch, BatchRequest, Item, ItemSource};
 use crate::settings::Settings;
-use crate::source::{self, truncated, unsized_file, Source};
-
-/// Smallest segment: below it, the per-segment DMA and its wait cost more than they save.
-const MIN_SEGMENT: usize = 256 << 10;
+use crate::source::{self, unsized_file};
 
 /// Where one element of a batch comes from.
 #[derive(Debug, Clone)]
@@ -285,6 +276,34 @@ impl Plan {
         })
     }
 
+    /// The plan's elements as the items of one batch request into `dest`: each file its
+    /// own source (opened by the task that reads it), or the shared file for ranges.
+    fn items(&mut self, dest: Span) -> Result<(Vec<ItemSource>, Vec<Item>)> {
+        let mut sources = Vec::new();
+        if let Some(file) = &self.shared {
+            sources.push(ItemSource::Open(file.get()?));
+        }
+        let mut items = Vec::with_capacity(self.elements.len());
+        for element in self.elements.drain(..) {
+            let (source, file_offset) = match element.origin {
+                Origin::Range(offset) => (0, offset),
+                Origin::File(path, offset) => {
+                    // A whole file, sized when the batch was planned: a remote one opens
+                    // with no second size request.
+                    let size = (offset == 0).then_some(element.len as u64);
+                    sources.push(ItemSource::Path { path, size });
+                    (sources.len() - 1, offset)
+                }
+            };
+            items.push(Item {
+                source,
+                file_offset,
+                dest: dest.sub(element.dst, element.len),
+            });
+        }
+        Ok((sources, items))
+    }
+
     /// The bytes the batch reads: the size its destination needs.
     pub fn total(&self) -> usize {
         self.offsets.last().copied().unwrap_or(0)
@@ -294,7 +313,7 @@ impl Plan {
     /// the pool; blocks until all are done. Without `skip`, the first failed input (in
     /// input order) is the error.
     pub fn read(
-        self,
+        mut self,
         settings: &Settings,
         dest: Span,
         progress: Option<&AtomicU64>,
@@ -306,14 +325,14 @@ impl Plan {
                 dest.len()
             )));
         }
-        let errors = read_elements(
-            settings,
-            self.shared.as_ref(),
-            &self.elements,
-            dest,
-            progress,
-            !self.skip,
-        )?;
+        let (sources, items) = self.items(dest)?;
+        let request = BatchRequest {
+            sources,
+            items,
+            fail_fast: !self.skip,
+            gaps_writable: true,
+        };
+        let errors = submit_batch(settings, request, progress)?;
         let mut failures = self.failures;
         for (i, e) in self.indices.into_iter().zip(errors) {
             if let Some(e) = e {
@@ -363,368 +382,9 @@ pub fn layout_aligned(sizes: &[usize], align: usize) -> Result<(Vec<usize>, usiz
     Ok((starts, total))
 }
 
-/// The segment size for `total` bytes on `threads` threads: about two segments per thread,
-/// at least [`MIN_SEGMENT`], at most one bounce buffer.
-pub fn segment_size(total: usize, threads: usize, bounce_buffer_size: usize) -> usize {
-    let share = total.div_ceil(2 * threads.max(1));
-    share.max(MIN_SEGMENT).min(bounce_buffer_size.max(1))
-}
-
-/// Group consecutive lengths (in destination order) into segments of at most `cap`
-/// bytes; a length over `cap` is a segment by itself.
-pub fn segments(lengths: &[usize], cap: usize) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let mut start = 0usize;
-    let mut bytes = 0usize;
-    for (i, &len) in lengths.iter().enumerate() {
-        if i > start && bytes + len > cap {
-            out.push(start..i);
-            start = i;
-            bytes = 0;
-        }
-        bytes += len;
-    }
-    if start < lengths.len() {
-        out.push(start..lengths.len());
-    }
-    out
-}
-
-/// A piece of an element: elements larger than a segment are cut into segment-sized
-/// pieces so that one large file is still read by many threads.
-#[derive(Debug, Clone)]
-struct Piece {
-    element: usize,
-    offset: u64,
-    len: usize,
-    dst: usize,
-}
-
-fn pieces(elements: &[Element], cap: usize) -> Vec<Piece> {
-    let mut out = Vec::with_capacity(elements.len());
-    for (i, e) in elements.iter().enumerate() {
-        let base = match e.origin {
-            Origin::File(_, offset) | Origin::Range(offset) => offset,
-        };
-        let mut done = 0usize;
-        loop {
-            let len = cap.min(e.len - done);
-            out.push(Piece {
-                element: i,
-                offset: base + done as u64,
-                len,
-                dst: e.dst + done,
-            });
-            done += len;
-            if done >= e.len {
-                break;
-            }
-        }
-    }
-    out
-}
-
-/// Read every element into `dest` (one allocation at least as long as the elements'
-/// total), in parallel on the pool; blocks until all are done. Returns each element's
-/// error, `None` where it succeeded. `shared` is the file of `Origin::Range` elements.
-fn read_elements(
-    settings: &Settings,
-    shared: Option<&FileHandle>,
-    elements: &[Element],
-    dest: Span,
-    progress: Option<&AtomicU64>,
-    fail_fast: bool,
-) -> Result<Vec<Option<Error>>> {
-    let shared = shared.map(FileHandle::get).transpose()?;
-    if let Some(file) = &shared {
-        file.check_access(crate::request::Direction::Read)?;
-    }
-    let total: usize = elements.iter().map(|e| e.len).sum();
-    let cap = segment_size(total, settings.num_threads, settings.bounce_buffer_size);
-    let work = pieces(elements, cap);
-    // Each piece's length plus the alignment gap before it, so that a segment's span in
-    // the destination (what a bounce buffer stages) stays within the cap.
-    let mut end = 0usize;
-    let lengths: Vec<usize> = work
-        .iter()
-        .map(|p| {
-            let span = p.dst + p.len - end.min(p.dst);
-            end = p.dst + p.len;
-            span
-        })
-        .collect();
-    let errors: Vec<Mutex<Option<Error>>> = elements.iter().map(|_| Mutex::new(None)).collect();
-    if let (Some(file), Span::Device(device)) = (&shared, dest) {
-        // The shared file's own batch transfers (cuFile's batch API), where it has them.
-        let reads: Vec<(u64, DeviceSpan)> = work
-            .iter()
-            .map(|p| (p.offset, device.sub(p.dst, p.len)))
-            .collect();
-        if let Some(outcome) = file.device_batch(&reads, settings) {
-            let counts = outcome?;
-            for (p, got) in work.iter().zip(counts) {
-                let failed = match got {
-                    Ok(n) if n == p.len => None,
-                    Ok(n) => Some(truncated(file.path(), p.offset, p.len, n)),
-                    Err(e) => Some(e),
-                };
-                if let Some(e) = failed {
-                    let mut slot = errors[p.element].lock().unwrap_or_else(|x| x.into_inner());
-                    slot.get_or_insert(e);
-                }
-            }
-            if let Some(progress) = progress {
-                progress.fetch_add(total as u64, Ordering::Relaxed);
-            }
-            return Ok(errors
-                .into_iter()
-                .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
-                .collect());
-        }
-    }
-    let pool = crate::pool::pool(settings.num_threads)?;
-    let segments = segments(&lengths, cap);
-    // Pieces watch the caller's cancellation (a pooled call that was interrupted) and,
-    // with `fail_fast`, the batch's first error: those not yet read are skipped, remote
-    // ones stop waiting for their server (a stalled file fails the batch in one
-    // request's time, not once per piece).
-    let outer = cancel::carry();
-    let stop = CancelToken::new();
-    let carried = if fail_fast {
-        outer.and(&stop)
-    } else {
-        outer.clone()
-    };
-    let job = Job {
-        settings,
-        shared: shared.as_ref(),
-        elements,
-        dest,
-        errors: &errors,
-        progress,
-        stop: fail_fast.then_some(&stop),
-    };
-    pool.install(|| {
-        segments.par_iter().for_each(|range| {
-            let part = &work[range.clone()];
-            if carried.cancelled() {
-                return; // skipped: the whole batch fails below
-            }
-            if let Err(e) = carried.run(|| run_caught(|| job.segment(part))) {
-                // The segment as a whole failed (its DMA, a panic): blame each of its
-                // elements that has no error of its own.
-                for p in part {
-                    job.record(p, e.clone());
-                }
-            }
-        })
-    });
-    if outer.cancelled() {
-        // Interrupted: no element's outcome is worth reporting (nor the time to build it).
-        return Err(cancel::error(&job.what()));
-    }
-    Ok(errors
-        .into_iter()
-        .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
-        .collect())
-}
-
-/// Everything a segment task needs.
-struct Job<'a> {
-    settings: &'a Settings,
-    shared: Option<&'a Arc<dyn Source>>,
-    elements: &'a [Element],
-    dest: Span,
-    errors: &'a [Mutex<Option<Error>>],
-    /// Bytes of pieces finished so far, for a caller's progress bar.
-    progress: Option<&'a AtomicU64>,
-    /// Cancelled by the first failure, for a batch that fails as a whole.
-    stop: Option<&'a CancelToken>,
-}
-
-impl Job<'_> {
-    fn record(&self, piece: &Piece, e: Error) {
-        let mut slot = self.errors[piece.element]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let real = !cancel::is_cancellation(&e);
-        slot.get_or_insert(e);
-        drop(slot);
-        if let (Some(stop), true) = (self.stop, real) {
-            stop.cancel();
-        }
-    }
-
-    /// What the batch reads, for the error of a cancelled one.
-    fn what(&self) -> String {
-        self.shared.map_or_else(
-            || format!("a batch of {} files", self.elements.len()),
-            |f| f.path().to_string_lossy().into_owned(),
-        )
-    }
-
-    /// Open the piece's file (or share the batch's).
-    fn open_piece(&self, piece: &Piece) -> Result<Arc<dyn Source>> {
-        let element = &self.elements[piece.element];
-        match &element.origin {
-            // A whole file, sized when the batch was planned: a remote one opens with no
-            // second size request. A range of one (at an offset) is opened as any file is.
-            Origin::File(path, 0) => {
-                source::open_sized(path, Some(element.len as u64), self.settings)
-            }
-            Origin::File(path, _) => FileHandle::open_with(path, "r", self.settings)?.get(),
-            Origin::Range(_) => Ok(Arc::clone(self.shared.ok_or_else(|| {
-                Error::InvalidArgument("a range element needs the batch's file".into())
-            })?)),
-        }
-    }
-
-    /// Open the piece's file (or share the batch's) and read its bytes into `span`.
-    fn read_piece(&self, piece: &Piece, span: HostSpan) -> Result<()> {
-        self.read_piece_from(&self.open_piece(piece)?, piece, span)
-    }
-
-    /// Read the piece's bytes from `file` into `span`.
-    fn read_piece_from(&self, file: &Arc<dyn Source>, piece: &Piece, span: HostSpan) -> Result<()> {
-        let got = file.read_host(span, piece.offset, self.settings)?;
-        if got == piece.len {
-            return Ok(());
-        }
-        Err(truncated(file.path(), piece.offset, piece.len, got))
-    }
-
-    fn segment(&self, part: &[Piece]) -> Result<()> {
-        let result = self.segment_inner(part);
-        if let Some(progress) = self.progress {
-            let bytes: usize = part.iter().map(|p| p.len).sum();
-            progress.fetch_add(bytes as u64, Ordering::Relaxed);
-        }
-        result
-    }
-
-    fn segment_inner(&self, part: &[Piece]) -> Result<()> {
-        let (Some(first), Some(last)) = (part.first(), part.last()) else {
-            return Ok(());
-        };
-        match self.dest {
-            Span::Host(host) => {
-                for p in part {
-                    if cancel::cancelled() {
-                        break; // the whole batch fails (see `read_elements`)
-                    }
-                    if let Err(e) = self.read_piece(p, host.sub(p.dst, p.len)) {
-                        self.record(p, e);
-                    }
-                }
-                Ok(())
-            }
-            Span::Device(device) => self.gather(part, device, first.dst, last.dst + last.len),
-        }
-    }
-
-    /// Read a segment's pieces into one pinned bounce buffer, then move it in one DMA.
-    /// Pieces of files whose source has its own batch transfers (cuFile) go straight to
-    /// the device instead, and the rest is then moved piece by piece.
-    fn gather(&self, part: &[Piece], device: DeviceSpan, start: usize, end: usize) -> Result<()> {
-        let context = crate::cuda::bind(device.ordinal)?;
-        let lane = crate::cuda::thread_stream(&context)?;
-        let mut ring = Ring::pinned(lane, 1, self.settings)?;
-        let staged = ring.stage(0, 0, end - start);
-        let mut direct = vec![false; part.len()];
-        for (k, p) in part.iter().enumerate() {
-            if cancel::cancelled() {
-                return Err(cancel::error(&self.what()));
-            }
-            let outcome = self.open_piece(p).and_then(|file| {
-                let reads = [(p.offset, device.sub(p.dst, p.len))];
-                match file.device_batch(&reads, self.settings) {
-                    Some(counts) => {
-                        direct[k] = true;
-                        let got = counts?.pop().unwrap_or(Ok(0))?;
-                        if got == p.len {
-                            return Ok(());
-                        }
-                        Err(truncated(file.path(), p.offset, p.len, got))
-                    }
-                    None => self.read_piece_from(&file, p, staged.sub(p.dst - start, p.len)),
-                }
-            });
-            if let Err(e) = outcome {
-                self.record(p, e);
-            }
-        }
-        if !direct.iter().any(|&d| d) {
-            // SAFETY: `staged` lies in the ring's pinned buffer, held until the ring has
-            // drained below; the destination `start..end` lies inside `device`.
-            unsafe { ring.upload(0, device.ptr + start as u64, staged.as_ptr(), end - start)? };
-            return ring.drain();
-        }
-        for (p, _) in part.iter().zip(&direct).filter(|(_, &d)| !d) {
-            let from = staged.sub(p.dst - start, p.len);
-            // SAFETY: as above, for this piece's part of the buffer and the destination.
-            unsafe { ring.upload(0, device.ptr + p.dst as u64, from.as_ptr(), p.len)? };
-        }
-        ring.drain()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
-
-    fn elements(sizes: &[usize]) -> Vec<Element> {
-        let (starts, _) = layout(sizes).unwrap();
-        sizes
-            .iter()
-            .zip(starts)
-            .map(|(&len, dst)| Element {
-                origin: Origin::Range(7),
-                len,
-                dst,
-            })
-            .collect()
-    }
-
-    proptest! {
-        #[test]
-        fn segments_cover_every_element_once_within_the_cap(
-            sizes in proptest::collection::vec(0usize..(3 << 20), 0..300),
-            cap in (1usize << 10)..(8 << 20),
-        ) {
-            let els = elements(&sizes);
-            let work = pieces(&els, cap);
-            // Pieces tile every element, in order, none over the cap.
-            let mut at = 0usize;
-            for p in &work {
-                prop_assert_eq!(p.dst, at);
-                prop_assert!(p.len <= cap);
-                let e = &els[p.element];
-                prop_assert_eq!(p.offset, 7 + (p.dst - e.dst) as u64);
-                at += p.len;
-            }
-            prop_assert_eq!(at, sizes.iter().sum::<usize>());
-            let lengths: Vec<usize> = work.iter().map(|p| p.len).collect();
-            let segs = segments(&lengths, cap);
-            let mut next = 0;
-            for seg in &segs {
-                prop_assert_eq!(seg.start, next);
-                prop_assert!(seg.end > seg.start);
-                let bytes: usize = lengths[seg.clone()].iter().sum();
-                prop_assert!(bytes <= cap);
-                next = seg.end;
-            }
-            prop_assert_eq!(next, lengths.len());
-        }
-
-        #[test]
-        fn segment_size_is_bounded(total in 0usize..(1 << 40), threads in 1usize..64,
-                                   bounce in (1usize << 20)..(64 << 20)) {
-            let s = segment_size(total, threads, bounce);
-            prop_assert!(s <= bounce);
-            prop_assert!(s >= MIN_SEGMENT.min(bounce));
-        }
-    }
 
     #[test]
     fn layout_lays_elements_end_to_end() {

@@ -5,7 +5,7 @@
 use crate::cuda::{self, Lane};
 use crate::error::Result;
 use crate::future::{run_caught, IoFuture};
-use crate::memory::DeviceSpan;
+use crate::memory::{DeviceSpan, Span};
 use crate::ring::{pinned_buffers, stage, staging_capacity, Chunk, Chunks, Ring, MAX_SLOTS};
 use crate::settings::Settings;
 use crate::source::{Direct, Keepalive, Ordered, Source};
@@ -54,6 +54,22 @@ fn chunk_size(len: usize, settings: &Settings, source_min: usize, direction: Dir
         .max(source_min)
         .min(staging_capacity(settings))
         .max(1)
+}
+
+/// Move `span.len()` bytes between `source` at `offset` and host or device memory, in
+/// the calling thread: one task of a request, or one piece of a batch request. The count
+/// is short only where a read reaches the end of the file.
+pub fn transfer_span(
+    source: &(dyn Source + 'static),
+    direction: Direction,
+    span: Span,
+    offset: u64,
+    settings: &Settings,
+) -> Result<usize> {
+    match span {
+        Span::Host(host) => source.transfer_host(direction, host, offset, settings),
+        Span::Device(device) => transfer(source, direction, device, offset, settings),
+    }
 }
 
 /// Move `span.len()` bytes between `source` at `offset` and device memory, in the calling

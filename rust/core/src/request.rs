@@ -17,6 +17,9 @@ use crate::source::{truncated, Keepalive, Ordered, Source};
 use crate::tasks::{align_up, split_tasks, Task, DIRECT_IO_ALIGNMENT};
 pub use crate::vocab::Direction;
 
+mod batch;
+pub use batch::{segment_size, submit_batch, BatchRequest, Item, ItemSource};
+
 /// One read or write of a file.
 pub struct Request {
     /// Which way the bytes move.
@@ -315,21 +318,13 @@ impl Job {
     fn run(&self, task: Task) -> Result<usize> {
         run_caught(|| {
             let part = self.span.sub(task.buf_offset, task.len);
-            let n = match part {
-                Span::Host(host) => self.source.transfer_host(
-                    self.direction,
-                    host,
-                    task.file_offset,
-                    &self.settings,
-                ),
-                Span::Device(device) => crate::device_io::transfer(
-                    &*self.source,
-                    self.direction,
-                    device,
-                    task.file_offset,
-                    &self.settings,
-                ),
-            }?;
+            let n = crate::device_io::transfer_span(
+                &*self.source,
+                self.direction,
+                part,
+                task.file_offset,
+                &self.settings,
+            )?;
             if self.exact && n < task.len {
                 return Err(truncated(self.source.path(), task.file_offset, task.len, n));
             }

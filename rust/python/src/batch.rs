@@ -1,5 +1,6 @@
 //! `read_many` and `read_ranges`: many files or byte ranges into one new allocation, with
-//! the element boundaries and each element's error.
+//! the element boundaries and each element's error; and `read_scattered`: many byte
+//! ranges of files, each into memory the caller owns, as one batch request.
 
 use kvikpy_macros::boundary;
 use std::path::PathBuf;
@@ -8,8 +9,13 @@ use std::sync::Arc;
 
 use kvikpy_core::allocation::Placement;
 use kvikpy_core::batch::{plan_file_ranges, plan_files, plan_ranges, Plan, Start};
+use kvikpy_core::file::FileHandle;
+use kvikpy_core::memory::{DeviceSpan, HostSpan, Span};
+use kvikpy_core::request::{submit_batch, BatchRequest, Item, ItemSource};
 use kvikpy_core::{Error, Settings};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt, PyTuple};
 
 use kvikpy_core::cancel::CancelToken;
 
@@ -195,4 +201,175 @@ pub(crate) fn read_plan(
         .map(|(i, e)| (i, to_py(e)))
         .collect();
     Ok((buffer, offsets, outcome.lengths, failures))
+}
+
+/// One scattered read as the caller gave it: file index, file offset, length, address,
+/// device (`None` for host memory).
+type Scattered = (usize, u64, usize, u64, Option<usize>);
+
+/// Field `k` of item `i`, a non-negative integer (not a bool) below 2**64.
+fn field(item: &Bound<'_, PyTuple>, i: usize, k: usize, name: &str) -> PyResult<u64> {
+    let value = item.get_item(k)?;
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "item {i}: {name} must be an integer, not {}",
+            value.get_type().name()?
+        )));
+    }
+    value.extract::<u64>().map_err(|_| {
+        PyValueError::new_err(format!(
+            "item {i}: {name} must be a non-negative integer below 2**64, got {value}"
+        ))
+    })
+}
+
+/// Item `i` checked: a 5-tuple of integers (the device may be `None`) whose file index is
+/// below `files`, whose address range fits in 64 bits and whose address is not null.
+fn scattered_item(obj: &Bound<'_, PyAny>, i: usize, files: usize) -> PyResult<Scattered> {
+    let item = obj.cast::<PyTuple>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "item {i} must be a tuple (file, offset, length, address, device), not {}",
+            obj.get_type()
+                .name()
+                .map_or_else(|_| "?".into(), |n| n.to_string())
+        ))
+    })?;
+    if item.len() != 5 {
+        return Err(PyValueError::new_err(format!(
+            "item {i} must be a tuple (file, offset, length, address, device), got {} fields",
+            item.len()
+        )));
+    }
+    let file = field(item, i, 0, "file")?;
+    let offset = field(item, i, 1, "offset")?;
+    let length = field(item, i, 2, "length")?;
+    let address = field(item, i, 3, "address")?;
+    let device = if item.get_item(4)?.is_none() {
+        None
+    } else {
+        Some(field(item, i, 4, "device")?)
+    };
+    let file = usize::try_from(file)
+        .ok()
+        .filter(|&f| f < files)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "item {i} reads file {file}, but only {files} file(s) were given"
+            ))
+        })?;
+    let length = usize::try_from(length)
+        .map_err(|_| PyValueError::new_err(format!("item {i}: length {length} is too large")))?;
+    if offset
+        .checked_add(length as u64)
+        .is_none_or(|end| end > i64::MAX as u64)
+    {
+        return Err(PyValueError::new_err(format!(
+            "item {i}: offset {offset} + length {length} is past the largest file offset"
+        )));
+    }
+    if address.checked_add(length as u64).is_none() {
+        return Err(PyValueError::new_err(format!(
+            "item {i}: address {address:#x} + length {length} overflows 64 bits"
+        )));
+    }
+    if address == 0 && length > 0 {
+        return Err(PyValueError::new_err(format!(
+            "item {i}: address 0 (a null pointer) cannot receive {length} bytes"
+        )));
+    }
+    let device = device
+        .map(|d| {
+            usize::try_from(d)
+                .map_err(|_| PyValueError::new_err(format!("item {i}: device {d} is too large")))
+        })
+        .transpose()?;
+    Ok((file, offset, length, address, device))
+}
+
+/// Read many byte ranges of `paths` straight into memory the caller owns, as one batch
+/// request (the I/O pool reads them all at once; GPU memory through pinned bounce
+/// buffers). Each item is `(file, offset, length, address, device)`: `length` bytes of
+/// `paths[file]` at `offset` to `address`, in host memory (`device` `None`) or in the
+/// memory of CUDA device `device`. The memory must stay valid until the call returns:
+/// `keepalive` (the objects owning it) is held until the last read has stopped, even
+/// when the call is interrupted. Every item is attempted; returns the failed ones as
+/// `(index, exception)`, in item order. A file that cannot be opened raises, and nothing
+/// is read.
+#[boundary]
+#[pyfunction]
+#[pyo3(signature = (paths, items, keepalive, progress=None))]
+pub fn read_scattered(
+    py: Python<'_>,
+    paths: Vec<PathBuf>,
+    items: Vec<Bound<'_, PyAny>>,
+    keepalive: Py<PyAny>,
+    progress: Option<&Progress>,
+) -> PyResult<Vec<(usize, PyErr)>> {
+    let checked = items
+        .iter()
+        .enumerate()
+        .map(|(i, obj)| scattered_item(obj, i, paths.len()))
+        .collect::<PyResult<Vec<Scattered>>>()?;
+    if let Some(device) = checked.iter().filter_map(|item| item.4).max() {
+        let count = crate::blocking::without_gil_value(py, kvikpy_core::cuda::device_count)?;
+        if device >= count {
+            return Err(PyValueError::new_err(format!(
+                "an item names CUDA device {device}, but this machine has {count} CUDA \
+                 device(s)"
+            )));
+        }
+    }
+    let settings = kvikpy_core::settings::current().map_err(to_py)?;
+    let total = checked
+        .iter()
+        .try_fold(0u64, |sum, item| sum.checked_add(item.2 as u64))
+        .ok_or_else(|| PyValueError::new_err("the items' lengths add up past 2**64 bytes"))?;
+    if let Some(p) = progress {
+        p.total.store(total, Ordering::Relaxed);
+    }
+    let counter = progress.map(|p| Arc::clone(&p.bytes));
+    let items = checked
+        .into_iter()
+        .map(|(source, file_offset, len, address, device)| {
+            let dest = match device {
+                Some(ordinal) => Span::Device(DeviceSpan {
+                    ptr: address,
+                    len,
+                    ordinal,
+                }),
+                // SAFETY: the caller promises (see the docstring) that `address..+len` is
+                // writable host memory owned by `keepalive`, which the closure below holds
+                // until every read has stopped; no other code writes it meanwhile.
+                None => Span::Host(unsafe { HostSpan::new(address as *mut u8, len) }),
+            };
+            Item {
+                source,
+                file_offset,
+                dest,
+            }
+        })
+        .collect();
+    let errors = interruptible(py, &token_of(progress), move || {
+        let _memory = keepalive;
+        let sources = paths
+            .iter()
+            .map(|path| {
+                Ok(ItemSource::Open(
+                    FileHandle::open_with(path, "r", &settings)?.get()?,
+                ))
+            })
+            .collect::<kvikpy_core::Result<Vec<_>>>()?;
+        let request = BatchRequest {
+            sources,
+            items,
+            fail_fast: false,
+            gaps_writable: false,
+        };
+        submit_batch(&settings, request, counter.as_deref())
+    })?;
+    Ok(errors
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, e)| e.map(|e| (i, to_py(e))))
+        .collect())
 }

@@ -46,6 +46,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<batch::Progress>()?;
     m.add_function(wrap_pyfunction!(batch::read_ranges_batch, m)?)?;
     m.add_function(wrap_pyfunction!(batch::read_file_ranges_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(batch::read_scattered, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::batch_arrow, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::read_ipc_table, m)?)?;
     m.add_class::<arrow::IpcTable>()?;
