@@ -1,11 +1,12 @@
 """Where the microseconds of a small blocking read go: the per-call cost of 4 KiB
 ``CuFile.read`` calls into a torch tensor, a CuPy array, a numpy array and a kvikpy
-buffer, beside the cost of each step such a call takes (the consumer's interface
+buffer, and of the file-per-call loop (open a 4 KiB file, read it whole into one of
+them, close), beside the cost of each step such a call takes (the consumer's interface
 lookups, the ordering handshake, the file read, the copy to the GPU, the wait).
 
 Each library runs in its own fresh process (kvikpy, kvikio in compat mode); every
-measurement is ``--calls`` calls at consecutive 4 KiB offsets of one warm file, timed
-after a warm-up and a device synchronisation, repeated ``--repeats`` times in
+measurement is ``--calls`` calls at consecutive 4 KiB offsets of one warm file (or over
+2,048 warm 4 KiB files, the file rows), timed after a warm-up and a device synchronisation, repeated ``--repeats`` times in
 alternating order; the table shows the median and the range in microseconds per call.
 The last call of each row is checked against the file's bytes.
 
@@ -29,6 +30,8 @@ lib, path, calls, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.
 import numpy as np
 import torch, cupy
 PAGE = 4096
+NFILES = 2048  # divides the big file's page count: file k holds its page k
+fpaths = [os.path.join(os.path.dirname(path), "files", f"{k:05d}.bin") for k in range(NFILES)]
 size = os.path.getsize(path)
 truth = np.fromfile(path, dtype=np.uint8)
 slots = size // PAGE
@@ -63,7 +66,10 @@ def timed(name, fn, verify=None):
     sync()
     us = (time.perf_counter() - t0) / calls * 1e6
     if verify is not None:
-        check(name, verify(), (calls - 1) % slots)
+        got, at = verify(), (calls - 1) % slots
+        if isinstance(got, tuple):  # (bytes, the slot they came from)
+            got, at = got
+        check(name, got, at)
     rows.setdefault(name, []).append(us)
 
 work = []
@@ -84,6 +90,17 @@ work.append((
     lambda: cupy.asnumpy(cviews[(calls - 1) % slots]),
 ))
 work.append(("read numpy", lambda i: f.read(h, PAGE, i * PAGE), lambda: h.copy()))
+
+def file_loop(buf):
+    def one(i):
+        with mod.CuFile(fpaths[i % NFILES], "r") as g:
+            g.read(buf)
+    return one
+
+last_file = (calls - 1) % NFILES
+work.append(("files torch: open + read 4 KiB + close", file_loop(t), lambda: (t.cpu().numpy(), last_file)))
+work.append(("files cupy: open + read 4 KiB + close", file_loop(c), lambda: (cupy.asnumpy(c), last_file)))
+work.append(("files numpy: open + read 4 KiB + close", file_loop(h), lambda: (h.copy(), last_file)))
 if lib == "kvikpy":
     b = mod.read(path, size=PAGE)
     bc = cupy.from_dlpack(b)
@@ -143,6 +160,12 @@ def main() -> None:
     folder = scratch_dir("kvikpy-percall-")
     path = os.path.join(folder, "percall.bin")
     write_random_file(path, 64 << 20, seed=7)
+    # The file rows' 4 KiB files: file k holds page k of the big file.
+    os.makedirs(os.path.join(folder, "files"))
+    with open(path, "rb") as whole:
+        for k in range(2048):
+            with open(os.path.join(folder, "files", f"{k:05d}.bin"), "wb") as out:
+                out.write(whole.read(4096))
     warm_page_cache(path)
     env_note = os.environ.get("KVIKIO_COMPAT_MODE")
     os.environ["KVIKIO_COMPAT_MODE"] = "ON"

@@ -309,7 +309,8 @@ class CuFile(ClosedOnExit):
         name = _paths.fspath(file)
         self._handle = _lib.FileHandle(name, flags)
         self._flags: OpenMode = flags
-        if _paths.is_url(name):
+        # Every URL has "://"; the substring test spares local paths the scheme check.
+        if "://" in name and _paths.is_url(name):
             self._url = name
 
     @classmethod

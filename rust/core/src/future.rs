@@ -24,10 +24,15 @@ type Callback = Box<dyn FnOnce() + Send>;
 /// Python: before the interpreter finalises, when a thread touching it would abort).
 /// Counted without a lock; [`IDLE`] is only taken when the count reaches zero and by
 /// [`wait_idle`].
+///
+/// Wake-ups (here and of a future's waiters) go only to sleepers that are there: a
+/// condition variable's `notify_all` is a `futex` system call even when nobody waits, and
+/// a small read made twice of them per call.
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
-/// Where [`wait_idle`] sleeps until [`IN_FLIGHT`] reaches zero.
-static IDLE: ForkLocal<(Mutex<()>, Condvar)> = ForkLocal::new(|| (Mutex::new(()), Condvar::new()));
+/// Where [`wait_idle`] sleeps until [`IN_FLIGHT`] reaches zero; the count of its sleepers.
+static IDLE: ForkLocal<(Mutex<usize>, Condvar)> =
+    ForkLocal::new(|| (Mutex::new(0), Condvar::new()));
 
 /// Wait until no operation is in flight, at most `timeout`; whether none is.
 pub fn wait_idle(timeout: Duration) -> bool {
@@ -39,10 +44,12 @@ pub fn wait_idle(timeout: Duration) -> bool {
         if left.is_zero() {
             return false;
         }
+        *guard += 1;
         guard = all_idle
             .wait_timeout(guard, left)
             .unwrap_or_else(|e| e.into_inner())
             .0;
+        *guard -= 1;
     }
     true
 }
@@ -57,9 +64,11 @@ fn leave_flight() {
     if before == 1 {
         let (lock, all_idle) = IDLE.get();
         // Taking the lock after the count changed means a waiter has either not checked
-        // the count yet or is already asleep: it cannot miss this wake-up.
-        drop(lock.lock().unwrap_or_else(|e| e.into_inner()));
-        all_idle.notify_all();
+        // the count yet or is already counted as asleep: it cannot miss this wake-up.
+        let sleepers = *lock.lock().unwrap_or_else(|e| e.into_inner());
+        if sleepers > 0 {
+            all_idle.notify_all();
+        }
     }
 }
 
@@ -73,6 +82,9 @@ pub(crate) fn forget_in_child() {
 #[derive(Default)]
 struct Completion {
     done: bool,
+    /// Threads asleep on `State::finished` (counted under this lock): the last report
+    /// wakes them only if there are any.
+    waiters: usize,
     error: Option<Error>,
     callbacks: Vec<Callback>,
 }
@@ -222,11 +234,13 @@ impl IoFuture {
         }
         let mut guard = self.lock();
         while !guard.done {
+            guard.waiters += 1;
             guard = self
                 .state
                 .finished
                 .wait(guard)
                 .unwrap_or_else(|e| e.into_inner());
+            guard.waiters -= 1;
         }
         self.result_locked(&guard)
     }
@@ -236,13 +250,26 @@ impl IoFuture {
         if let Some(outcome) = self.forked_outcome() {
             return Some(outcome);
         }
-        let guard = self.lock();
-        let (guard, _) = self
-            .state
-            .finished
-            .wait_timeout_while(guard, timeout, |c| !c.done)
-            .unwrap_or_else(|e| e.into_inner());
-        guard.done.then(|| self.result_locked(&guard))
+        let deadline = Instant::now().checked_add(timeout);
+        let mut guard = self.lock();
+        while !guard.done {
+            let left = match deadline {
+                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+                None => Duration::MAX, // beyond any clock: as good as forever
+            };
+            if left.is_zero() {
+                return None;
+            }
+            guard.waiters += 1;
+            guard = self
+                .state
+                .finished
+                .wait_timeout(guard, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            guard.waiters -= 1;
+        }
+        Some(self.result_locked(&guard))
     }
 
     /// Bytes moved by the tasks finished so far (progress; final once done).
@@ -321,12 +348,16 @@ fn finish(state: &State, result: Result<usize>) -> bool {
     if state.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
         return false;
     }
-    let callbacks = {
+    let (callbacks, sleepers) = {
         let mut c = state.completion.lock().unwrap_or_else(|e| e.into_inner());
         c.done = true;
-        std::mem::take(&mut c.callbacks)
+        (std::mem::take(&mut c.callbacks), c.waiters)
     };
-    state.finished.notify_all();
+    // A waiter counts itself under the lock before it sleeps, so one not counted here
+    // sees `done` before it would sleep.
+    if sleepers > 0 {
+        state.finished.notify_all();
+    }
     for callback in callbacks {
         let _ = catch_unwind(AssertUnwindSafe(callback));
     }
@@ -420,6 +451,46 @@ mod tests {
         });
         assert!(wait_idle(Duration::from_secs(10)));
         t.join().unwrap();
+    }
+
+    #[test]
+    fn every_waiter_wakes_whenever_it_started_waiting() {
+        // Waiters counted under the lock are the ones woken: a report racing a waiter
+        // that is just going to sleep must still wake it. Many rounds of the race, each
+        // bounded: a lost wake-up fails the round instead of hanging the test.
+        for round in 0..300 {
+            let (f, mut reporters) = IoFuture::new(1, None);
+            let reporter = reporters.pop().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            for i in 0..3 {
+                let (f, tx) = (f.clone(), tx.clone());
+                std::thread::spawn(move || {
+                    let got = if i == 0 {
+                        f.wait().ok()
+                    } else {
+                        f.wait_timeout(Duration::from_secs(60)).and_then(|r| r.ok())
+                    };
+                    let _ = tx.send(got);
+                });
+            }
+            if round % 2 == 0 {
+                std::thread::yield_now();
+            }
+            reporter.report(Ok(round));
+            for _ in 0..3 {
+                let got = rx.recv_timeout(Duration::from_secs(20));
+                assert_eq!(
+                    got,
+                    Ok(Some(round)),
+                    "round {round}: a waiter was not woken"
+                );
+            }
+        }
+        let (f, _reporters) = IoFuture::new(1, None);
+        let started = Instant::now();
+        assert!(f.wait_timeout(Duration::ZERO).is_none());
+        assert!(f.wait_timeout(Duration::from_millis(30)).is_none());
+        assert!(started.elapsed() >= Duration::from_millis(30));
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! object that also speaks DLPack, torch's, is taken through DLPack so that its pending
 //! work is waited for); objects whose `__dlpack_device__` is a CUDA device (torch, CuPy,
 //! JAX); anything exporting the buffer protocol (host memory). Plain torch CUDA tensors
-//! skip both interfaces (see [`crate::torch`]): the same ordering, a fraction of the cost.
+//! and plain CuPy arrays skip the interfaces (see [`crate::torch`] and [`crate::cupy`]):
+//! the same ordering, a fraction of the cost.
 //! Pointers are routed by the driver's view of them, so pinned host memory takes the host
 //! path and managed memory the device path.
 
@@ -24,6 +25,7 @@ use pyo3::types::{PyBool, PyDict, PyTuple};
 
 use crate::blocking::without_gil;
 use crate::buffer::Buffer;
+use crate::cupy;
 use crate::dlpack::{self, DEVICE_CPU, DEVICE_CUDA, DEVICE_CUDA_HOST, DEVICE_CUDA_MANAGED};
 use crate::torch;
 
@@ -160,6 +162,13 @@ pub fn intake_with(obj: &Bound<'_, PyAny>, access: Access, pending: Pending) -> 
             span,
             keepalive: Box::new(storage),
         });
+    }
+    // Plain CuPy arrays before the buffer protocol, whose slot on a CuPy array raises for
+    // device memory (an exception per call); a type comparison for everything else.
+    if let Some(array) = cupy::view(obj) {
+        if let Some(taken) = from_cupy(obj, array, pending)? {
+            return Ok(taken);
+        }
     }
     // Host memory first: numpy arrays, bytearrays and memoryviews export a buffer, and
     // probing them for GPU interfaces first would cost a failed attribute lookup (an
@@ -500,6 +509,42 @@ fn from_torch(
         span,
         keepalive: Box::new(obj.clone().unbind()),
     })
+}
+
+/// A plain CuPy array ([`cupy::view`]): device memory, ordered after the work queued on
+/// its device's current stream, as its `__cuda_array_interface__` orders it. `None` when
+/// the driver says the memory is not plain device memory (managed or host memory, which
+/// the general path routes as it always has).
+fn from_cupy(
+    obj: &Bound<'_, PyAny>,
+    array: cupy::CupyView,
+    pending: Pending,
+) -> PyResult<Option<Intake>> {
+    let py = obj.py();
+    plausible_extent(array.ptr, array.nbytes)?;
+    if array.nbytes == 0 {
+        return Ok(Some(Intake {
+            span: Span::Host(HostSpan::from_slice(&mut [])),
+            keepalive: Box::new(obj.clone().unbind()),
+        }));
+    }
+    if !array.known_device {
+        let ptr = array.ptr;
+        match without_gil(py, move || cuda::memory_kind(ptr))? {
+            MemoryKind::Device { .. } => {}
+            _ => return Ok(None),
+        }
+    }
+    let span = Span::Device(DeviceSpan {
+        ptr: array.ptr,
+        len: array.nbytes,
+        ordinal: array.device,
+    });
+    order_pending(py, span, array.stream, pending)?;
+    Ok(Some(Intake {
+        span,
+        keepalive: Box::new(obj.clone().unbind()),
+    }))
 }
 
 fn from_cuda_array_interface(

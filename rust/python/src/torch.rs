@@ -17,7 +17,9 @@
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyType};
+use pyo3::types::PyType;
+
+use crate::modules::{self, Watch};
 
 /// A plain CUDA tensor's memory and the stream its pending work is queued on.
 pub struct TorchView {
@@ -36,19 +38,16 @@ struct Torch {
 }
 
 static TORCH: PyOnceLock<Option<Torch>> = PyOnceLock::new();
+static WATCH: Watch = Watch::new();
 
-/// torch's pieces, or `None` while torch is not imported (asked again next time: a
-/// program may import torch after kvikpy) or lacks them (then never asked again).
+/// torch's pieces, or `None` while torch is not imported (looked for again once more
+/// modules are: a program may import torch after kvikpy) or lacks them (then never
+/// looked for again).
 fn torch(py: Python<'_>) -> Option<&'static Torch> {
     if let Some(found) = TORCH.get(py) {
         return found.as_ref();
     }
-    let modules = py
-        .import(intern!(py, "sys"))
-        .ok()?
-        .getattr(intern!(py, "modules"))
-        .ok()?;
-    let torch = modules.cast::<PyDict>().ok()?.get_item("torch").ok()??;
+    let torch = modules::loaded(py, intern!(py, "torch"), &WATCH)?;
     let found = (|| -> PyResult<Option<Torch>> {
         let tensor = torch.getattr("Tensor")?.cast_into::<PyType>()?.unbind();
         let parameter = torch
