@@ -12,8 +12,8 @@ use std::path::Path;
 
 use arrow_ipc::convert::IpcSchemaEncoder;
 use arrow_ipc::{
-    Block, Buffer, FieldNode, FooterBuilder, MessageBuilder,
-    MessageHeader, MetadataVersion, RecordBatchBuilder,
+    Block, Buffer, FieldNode, FooterBuilder, MessageBuilder, MessageHeader, MetadataVersion,
+    RecordBatchBuilder,
 };
 use arrow_schema::{DataType, Field, IntervalUnit, Schema};
 use flatbuffers::FlatBufferBuilder;
@@ -289,7 +289,12 @@ impl FileEncoder {
         rb.add_buffers(buffers);
         let rb = rb.finish();
         let body_len = i64::try_from(body.len).map_err(|_| bad("it is too large"))?;
-        let m = message(&mut fbb, MessageHeader::RecordBatch, rb.as_union_value(), body_len);
+        let m = message(
+            &mut fbb,
+            MessageHeader::RecordBatch,
+            rb.as_union_value(),
+            body_len,
+        );
         fbb.finish(m, None);
         let start = self.at;
         let meta_len = self.message(fbb.finished_data())?;
@@ -442,8 +447,7 @@ fn array(
     match data_type {
         DataType::Boolean => body.push(a.buffers[1], bitmap_len(length), path)?,
         DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary => {
-            let width: u64 = if matches!(data_type, DataType::LargeUtf8 | DataType::LargeBinary)
-            {
+            let width: u64 = if matches!(data_type, DataType::LargeUtf8 | DataType::LargeBinary) {
                 8
             } else {
                 4
@@ -655,7 +659,12 @@ mod tests {
     fn sample() -> RecordBatch {
         let ints: ArrayRef = Arc::new(Int32Array::from(vec![Some(1), None, Some(3), Some(4)]));
         let floats: ArrayRef = Arc::new(Float64Array::from(vec![0.5, 1.5, 2.5, 3.5]));
-        let text: ArrayRef = Arc::new(StringArray::from(vec![Some("a"), Some("bcd"), None, Some("")]));
+        let text: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("a"),
+            Some("bcd"),
+            None,
+            Some(""),
+        ]));
         let flags: ArrayRef = Arc::new(BooleanArray::from(vec![true, false, true, true]));
         let lists: ArrayRef = Arc::new(ListArray::from_iter_primitive::<
             arrow_array::types::Int32Type,
