@@ -62,6 +62,8 @@ __all__ = [
     "thread_pool_size",
     "url_schemes",
     "wait_for_io",
+    "write_ipc_array",
+    "write_ipc_stream",
 ]
 
 __git_commit__: str
@@ -277,6 +279,8 @@ def read_ipc_table(
     batches: list[int] | None,
     ordinal: int | None,
 ) -> IpcTable: ...
+def write_ipc_stream(path: str, stream: Any) -> int: ...
+def write_ipc_array(path: str, schema: Any, array: Any) -> int: ...
 def read_file_ranges_batch(
     ranges: list[tuple[str, int, bool, int | None]],
     ordinal: int | None,

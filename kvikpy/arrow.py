@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from kvikpy import _devices, _lib, _paths
+from kvikpy.errors import UnsupportedOperationError
 
 __all__ = ["Column", "ColumnChunk", "Table", "read_ipc", "write_ipc"]
 
@@ -392,14 +393,26 @@ def write_ipc(
 ) -> int:
     """Write a table as an Arrow IPC file (Feather v2) that pyarrow and kvikpy read.
 
+    Uncompressed, the file is written by kvikpy itself: the IPC metadata (schema,
+    record batch headers, footer) is encoded on the host from the data's Arrow C
+    description, and each buffer's bytes are written from the memory they lie in, GPU
+    or host, through kvikpy's parallel write path (device buffers through the pinned
+    staging buffers; no host copy of the table is made). Each buffer starts at a
+    multiple of 64 bytes in the file. Compressed files, and columns kvikpy's writer does
+    not handle (dictionary-encoded, union, view and run-end encoded types, sliced
+    arrays), are written through pyarrow from host memory (a GPU :class:`Table` is
+    copied to the host first).
+
     Parameters
     ----------
     path
         The file to write (replaced if it exists).
     data
-        A :class:`Table` (on the GPU or the host), or anything exporting
-        ``__arrow_c_stream__`` or ``__arrow_c_array__`` in host memory (a
-        ``pyarrow.Table``, a record batch, a host ``kvikpy.arrow.Table``).
+        A :class:`Table` (on the GPU or the host), or anything exporting an Arrow
+        table or record batch: ``__arrow_c_device_stream__`` or
+        ``__arrow_c_device_array__`` (GPU or host memory), ``__arrow_c_stream__`` or
+        ``__arrow_c_array__`` (host memory), such as a ``pyarrow.Table``, a
+        ``pyarrow.RecordBatch`` or a cuDF table's device export.
     compression
         ``None`` (uncompressed), ``"zstd"`` or ``"lz4"``: IPC's per-buffer compression.
 
@@ -411,24 +424,80 @@ def write_ipc(
     Raises
     ------
     ImportError
-        If pyarrow is not installed (it builds the IPC metadata).
+        If pyarrow is not installed where it is needed (compression, or a column type
+        kvikpy's writer does not handle).
     TypeError
-        For data that exports no Arrow stream or array, or GPU data other than a
-        :class:`Table`.
+        For data that exports no Arrow table or record batch.
     ValueError
-        For a compression other than those above. Nothing is written on bad input.
+        For a compression other than those above, or Arrow data that contradicts its
+        own schema. Nothing is written on bad input.
+    kvikpy.errors.UnsupportedOperationError
+        For GPU data (other than a :class:`Table`) with a column kvikpy's writer does
+        not handle.
     OSError
         If the file cannot be written.
+
+    Examples
+    --------
+    >>> t = kvikpy.arrow.read_ipc("train.arrow", columns=["input_ids", "label"])
+    >>> kvikpy.arrow.write_ipc("subset.arrow", t)  # from GPU memory
     """
     if compression not in (None, "zstd", "lz4"):
         raise ValueError(f"compression must be None, 'zstd' or 'lz4', not {compression!r}")
     name = _paths.fspath(path)
+    exports = (
+        "__arrow_c_device_stream__",
+        "__arrow_c_device_array__",
+        "__arrow_c_stream__",
+        "__arrow_c_array__",
+    )
+    if not any(hasattr(data, e) for e in exports):
+        raise TypeError(
+            f"{type(data).__name__} exports no Arrow table or record batch "
+            "(__arrow_c_device_stream__, __arrow_c_device_array__, __arrow_c_stream__, "
+            "__arrow_c_array__); pass a table"
+        )
+    if compression is None:
+        try:
+            return _write_own(name, data)
+        except UnsupportedOperationError:
+            # Columns kvikpy's writer does not handle: pyarrow writes what the host holds.
+            on_host = isinstance(data, Table) or not (
+                hasattr(data, "__arrow_c_device_stream__")
+                or hasattr(data, "__arrow_c_device_array__")
+            )
+            if not on_host and not _host_exports(data):
+                raise
+    return _write_pyarrow(name, data, compression)
+
+
+def _host_exports(data: Any) -> bool:
+    """Whether ``data`` also exports host memory (pyarrow's objects do, a GPU table not)."""
+    return hasattr(data, "__arrow_c_stream__") or hasattr(data, "__arrow_c_array__")
+
+
+def _write_own(name: str, data: Any) -> int:
+    """Write ``data`` with kvikpy's IPC writer, from the memory it lies in."""
+    if hasattr(data, "__arrow_c_device_stream__"):
+        return _lib.write_ipc_stream(name, data.__arrow_c_device_stream__())
+    if hasattr(data, "__arrow_c_stream__"):
+        return _lib.write_ipc_stream(name, data.__arrow_c_stream__())
+    if hasattr(data, "__arrow_c_device_array__"):
+        schema, array = data.__arrow_c_device_array__()
+        return _lib.write_ipc_array(name, schema, array)
+    schema, array = data.__arrow_c_array__()
+    return _lib.write_ipc_array(name, schema, array)
+
+
+def _write_pyarrow(name: str, data: Any, compression: str | None) -> int:
+    """Write ``data`` (host memory, or a kvikpy :class:`Table`) through pyarrow."""
     try:
         import pyarrow as pa
         import pyarrow.ipc as ipc  # type: ignore[import-untyped]
     except ImportError:
         raise ImportError(
-            "kvikpy.arrow.write_ipc needs pyarrow to build the IPC metadata: pip install pyarrow"
+            "kvikpy.arrow.write_ipc needs pyarrow to write compressed files or columns of "
+            "this type: pip install pyarrow"
         ) from None
     if isinstance(data, Table):
         data = data.to_host()
@@ -437,15 +506,11 @@ def write_ipc(
     elif hasattr(data, "__arrow_c_array__"):
         batch = pa.record_batch(data)
         reader = pa.RecordBatchReader.from_batches(batch.schema, [batch])
-    elif hasattr(data, "__arrow_c_device_stream__") or hasattr(data, "__arrow_c_device_array__"):
-        raise TypeError(
-            f"{type(data).__name__} is in GPU memory; write_ipc takes GPU data as a "
-            "kvikpy.arrow.Table, other GPU tables in host memory (copy them to the host)"
-        )
     else:
         raise TypeError(
-            f"{type(data).__name__} exports no Arrow stream or array "
-            "(__arrow_c_stream__, __arrow_c_array__); pass a table"
+            f"{type(data).__name__} is in GPU memory; write_ipc compresses GPU data only "
+            "from a kvikpy.arrow.Table (copy other GPU tables to the host, or write them "
+            "uncompressed)"
         )
     sink = pa.BufferOutputStream()
     options = ipc.IpcWriteOptions(compression=compression)

@@ -44,6 +44,8 @@ def test_arrow_benchmark_smoke(tmp_path: Path) -> None:
             "1",
             "--out",
             str(out),
+            "--markdown",
+            str(tmp_path / "arrow.md"),
         ],
         cwd=tmp_path,
         env=_env(),
@@ -60,3 +62,9 @@ def test_arrow_benchmark_smoke(tmp_path: Path) -> None:
     assert 0 < subset < whole / 2
     assert whole <= result["file_bytes"]
     assert "kvikpy" in done.stdout and "pyarrow" in done.stdout
+    # The table for the docs, and where the whole-table read's time goes.
+    table = (tmp_path / "arrow.md").read_text()
+    assert "| warm, whole table |" in table and "| cold, 2 of 10 columns |" in table
+    assert set(result["phases"]) == {"metadata", "read", "export_columns"}
+    assert 0 < result["phases"]["metadata"] <= result["phases"]["read"]
+    assert result["first_call_seconds"] > 0

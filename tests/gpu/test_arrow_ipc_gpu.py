@@ -118,3 +118,55 @@ def test_embeddings_to_torch(tmp_path: Path) -> None:
     emb = torch.from_dlpack(kvikpy.arrow.read_ipc(path).column("emb"))
     assert emb.is_cuda and tuple(emb.shape) == (256, 8)
     assert np.array_equal(emb.cpu().numpy(), values)
+
+
+def test_write_ipc_straight_from_gpu_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Uncompressed, a GPU table is written by kvikpy's own writer from device memory:
+    no host copy of the table, no pyarrow; pyarrow reads the file back equal."""
+    table = every_type_table(70).drop_columns(["dict"])
+    src = tmp_path / "in.arrow"
+    write_file(src, table, False, 30)
+    gpu = kvikpy.arrow.read_ipc(src)
+    assert gpu.device.startswith("cuda")
+
+    def refuse(*args: object) -> object:
+        raise AssertionError("the GPU table went through the host")
+
+    monkeypatch.setattr(kvikpy.arrow, "_write_pyarrow", refuse)
+    monkeypatch.setattr(kvikpy.arrow.Table, "to_host", refuse)
+    out = tmp_path / "out.arrow"
+    n = kvikpy.arrow.write_ipc(out, gpu)
+    assert n == out.stat().st_size
+    got = pa.ipc.open_file(out).read_all()
+    assert got.schema.equals(table.schema, check_metadata=True)
+    assert got.equals(table)
+    assert pa.ipc.open_file(out).num_record_batches == 3
+    # One record batch handed over as a device array (__arrow_c_device_array__).
+
+    class OneBatch:
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+
+        def __arrow_c_device_array__(self, requested_schema: object = None, **kw: object) -> object:
+            return self.inner.__arrow_c_device_array__()  # type: ignore[attr-defined]
+
+    one = tmp_path / "one.arrow"
+    kvikpy.arrow.write_ipc(one, OneBatch(next(gpu._batches())))
+    assert pa.ipc.open_file(one).read_all().equals(table.slice(0, 30))
+    # And back onto the GPU by kvikpy.
+    monkeypatch.undo()
+    again = kvikpy.arrow.read_ipc(out)
+    assert pa.table(again.to_host()).equals(table)
+
+
+def test_write_ipc_gpu_table_with_dictionaries_falls_back(tmp_path: Path) -> None:
+    """A column kvikpy's writer does not handle (dictionary) sends a GPU kvikpy table
+    through the host and pyarrow, as before."""
+    table = every_type_table(40).select(["dict", "i32", "utf8"])
+    src = tmp_path / "in.arrow"
+    write_file(src, table, False, 20)
+    out = tmp_path / "out.arrow"
+    kvikpy.arrow.write_ipc(out, kvikpy.arrow.read_ipc(src))
+    assert pa.ipc.open_file(out).read_all().equals(table)

@@ -9,14 +9,18 @@
 mod compression;
 mod framing;
 mod plan;
+mod runs;
 mod schema;
+mod write;
 
 use std::path::Path;
 
 pub use compression::{assemble, decode, Codec};
 pub use framing::{scan, Format, Kind, MessageRef, Messages, ReadAt, SchemaBytes, MAGIC};
 pub use plan::{plan, BatchLayout, Column, ReadPlan};
+pub use runs::{coalesce, Runs};
 pub use schema::{convert, IpcSchema, SchemaNode};
+pub use write::{check_schema, write_file, ArrayIn, Encoded, FileEncoder, Memory, Piece};
 
 use crate::error::{Error, Result};
 use crate::file::FileHandle;

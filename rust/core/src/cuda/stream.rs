@@ -43,6 +43,12 @@ impl Stream {
 pub struct Event(usize);
 
 impl Event {
+    /// The event whose raw `CUevent` value is `handle` (one an Arrow producer hands over
+    /// as its `sync_event`, to wait on; kvikpy never destroys it).
+    pub fn from_raw(handle: usize) -> Self {
+        Self(handle)
+    }
+
     fn cu(self) -> sys::CUevent {
         self.0 as sys::CUevent
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use arrow_schema::ffi::FFI_ArrowSchema;
 use arrow_schema::{DataType, Fields};
 use kvikpy_core::allocation::Placement;
-use kvikpy_core::arrow_ipc::{assemble, Column, IpcFile, ReadPlan, SourceReader};
+use kvikpy_core::arrow_ipc::{assemble, coalesce, Column, IpcFile, ReadPlan, Runs, SourceReader};
 use kvikpy_core::batch::plan_ranges_aligned;
 use kvikpy_core::cancel::CancelToken;
 use kvikpy_core::cuda::copy_host_to_device;
@@ -91,12 +91,16 @@ pub fn read_ipc_table(
         }
         return table(py, plan, buffer, offsets, ordinal);
     }
-    let ranges = plan.ranges.clone();
+    // Neighbouring buffers of a body are read as one run where their alignment allows.
+    let Runs { runs, place } = coalesce(&plan.ranges, ALIGN as u64);
     let batch = interruptible_alone(py, &CancelToken::new(), move || {
-        plan_ranges_aligned(&settings, &path, &ranges, ALIGN)
+        plan_ranges_aligned(&settings, &path, &runs, ALIGN)
     })?;
-    let (buffer, offsets, _, _) = read_plan(py, &settings, batch, ordinal, None)?;
-    let offsets = offsets.iter().map(|&o| o as usize).collect();
+    let (buffer, starts, _, _) = read_plan(py, &settings, batch, ordinal, None)?;
+    let offsets = place
+        .iter()
+        .map(|&(run, within)| starts[run] as usize + within as usize)
+        .collect();
     table(py, plan, buffer, offsets, ordinal)
 }
 
