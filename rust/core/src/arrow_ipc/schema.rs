@@ -110,13 +110,13 @@ fn int_type(bits: i32, signed: bool, path: &str) -> Result<DataType> {
 
 /// A union's type ids (0, 1, ... when the schema gives none), one per child, each in
 /// 0..=127 and distinct, as the format requires.
-fn union_type_ids(
-    given: Option<flatbuffers::Vector<'_, i32>>,
+pub(super) fn union_type_ids(
+    given: Option<Vec<i32>>,
     children: usize,
     path: &str,
 ) -> Result<Vec<i8>> {
     let ids: Vec<i32> = match given {
-        Some(v) => v.iter().collect(),
+        Some(v) => v,
         None => (0..i32::try_from(children).unwrap_or(i32::MAX)).collect(),
     };
     if ids.len() != children {
@@ -266,7 +266,8 @@ fn convert_field(f: arrow_ipc::Field<'_>, path: &str) -> Result<SchemaNode> {
                 FbUnionMode::Dense => UnionMode::Dense,
                 m => return Err(malformed(format!("column '{path}' has union mode {}", m.0))),
             };
-            let ids = union_type_ids(u.typeIds(), children.len(), path)?;
+            let given = u.typeIds().map(|v| v.iter().collect());
+            let ids = union_type_ids(given, children.len(), path)?;
             let fields = children.iter().map(|c| c.field.clone());
             DataType::Union(UnionFields::new(ids, fields), mode)
         }
