@@ -333,6 +333,33 @@ def test_view_and_union_device_stream_on_the_host(tmp_path: Path) -> None:
     assert feather.read_table(tmp_path / "out.arrow").equals(table)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_delta_dictionaries_name_their_column(tmp_path: Path, stream: bool) -> None:
+    kind = pa.dictionary(pa.int32(), pa.string())
+    schema = pa.schema([("d", kind), ("i", pa.int64())])
+    batches = [
+        pa.record_batch(
+            [
+                pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int32()), pa.array(values)),
+                pa.array([1, 2, 3]),
+            ],
+            schema=schema,
+        )
+        for values in (["a", "b"], ["a", "b", "c"])
+    ]
+    path = tmp_path / "t.arrow"
+    opener = ipc.new_stream if stream else ipc.new_file
+    with opener(path, schema, options=ipc.IpcWriteOptions(emit_dictionary_deltas=True)) as w:
+        for batch in batches:
+            w.write_batch(batch)
+    with pytest.raises(kvikpy.errors.UnsupportedOperationError, match=r"'d'.*delta"):
+        kvikpy.arrow.read_ipc(path, device="cpu")
+    assert read_back(path, columns=["i"]).column("i").to_pylist() == [1, 2, 3] * 2
+    if stream:  # before the delta, the dictionary is whole
+        first = read_back(path, batches=[0])
+        assert first.equals(pa.Table.from_batches(batches[:1]))
+
+
 @pytest.mark.parametrize("codec", ["zstd", "lz4"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_compressed_bodies(tmp_path: Path, codec: str, stream: bool) -> None:

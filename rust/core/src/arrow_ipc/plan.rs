@@ -218,6 +218,9 @@ struct Planner<'m> {
     /// For each dictionary id: its value field, and the message holding its current
     /// dictionary together with its planned column (once a chosen batch needed it).
     dictionaries: HashMap<i64, DictionaryState>,
+    /// The dictionaries a delta batch has extended so far (not read yet: an error for the
+    /// columns that need them).
+    deltas: std::collections::HashSet<i64>,
     messages: &'m Messages,
 }
 
@@ -417,6 +420,13 @@ impl Planner<'_> {
                 "'{path}' refers to dictionary {id}, which the schema lacks"
             ))
         })?;
+        if self.deltas.contains(&id) {
+            return Err(Error::UnsupportedOperation(format!(
+                "column '{path}' is dictionary-encoded with delta dictionary batches \
+                 (dictionary {id}), which kvikpy cannot read onto the device yet; leave the \
+                 column out (columns=[...]) or read the file with pyarrow"
+            )));
+        }
         if let Some(column) = planned {
             return Ok(column);
         }
@@ -581,6 +591,7 @@ pub fn plan(
             limit: file_size,
         },
         dictionaries,
+        deltas: std::collections::HashSet::new(),
         messages,
     };
     // Batches in file order (dictionaries change along the stream), then as asked.
@@ -600,14 +611,19 @@ pub fn plan(
                 let d = parsed
                     .header_as_dictionary_batch()
                     .ok_or_else(|| malformed("a dictionary block holds another message"))?;
+                let known = planner.dictionaries.contains_key(&d.id());
                 if d.isDelta() {
-                    return Err(Error::UnsupportedOperation(format!(
-                        "dictionary {} has delta batches, which kvikpy does not read yet",
-                        d.id()
-                    )));
-                }
-                if let Some(entry) = planner.dictionaries.get_mut(&d.id()) {
+                    if !known {
+                        return Err(malformed(format!(
+                            "a delta dictionary batch extends dictionary {}, which the \
+                             schema lacks",
+                            d.id()
+                        )));
+                    }
+                    planner.deltas.insert(d.id());
+                } else if let Some(entry) = planner.dictionaries.get_mut(&d.id()) {
                     *entry = (entry.0.clone(), Some(i), None);
+                    planner.deltas.remove(&d.id());
                 }
             }
             Kind::RecordBatch => {

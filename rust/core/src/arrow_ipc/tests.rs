@@ -15,6 +15,7 @@ use arrow_schema::{DataType, Field, UnionFields};
 use proptest::prelude::*;
 
 use super::*;
+use crate::error::Error;
 
 fn sample(rows: usize, seed: i32) -> RecordBatch {
     let ints: ArrayRef = Arc::new(Int32Array::from_iter(
@@ -486,4 +487,98 @@ proptest! {
         let n = cut.index(bytes.len());
         check_malformed(&bytes[..n]);
     }
+}
+
+/// `bytes` (an IPC stream) with its dictionary batches marked as deltas of dictionary `id`.
+fn as_deltas(bytes: &[u8], id: i64) -> Vec<u8> {
+    use arrow_ipc::{DictionaryBatchArgs, MessageArgs, MessageHeader};
+    let messages = scan(bytes).unwrap();
+    let SchemaBytes::Message(schema) = &messages.schema else {
+        panic!("a stream")
+    };
+    let mut out = Vec::new();
+    let mut frame = |meta: &[u8], body: &[u8]| {
+        let padded = meta.len().div_ceil(8) * 8;
+        out.extend_from_slice(&u32::MAX.to_le_bytes());
+        out.extend_from_slice(&(padded as i32).to_le_bytes());
+        out.extend_from_slice(meta);
+        out.resize(out.len() + padded - meta.len(), 0);
+        out.extend_from_slice(body);
+    };
+    frame(schema, &[]);
+    for (kind, m) in &messages.messages {
+        let body = &bytes[m.body_offset as usize..(m.body_offset + m.body_len) as usize];
+        if *kind != Kind::Dictionary {
+            frame(&m.metadata, body);
+            continue;
+        }
+        let parsed = m.message().unwrap();
+        let d = parsed.header_as_dictionary_batch().unwrap();
+        let rb = d.data().unwrap();
+        let mut fbb = flatbuffers::FlatBufferBuilder::new();
+        let nodes: Vec<_> = rb.nodes().unwrap().iter().copied().collect();
+        let buffers: Vec<_> = rb.buffers().unwrap().iter().copied().collect();
+        let nodes = fbb.create_vector(&nodes);
+        let buffers = fbb.create_vector(&buffers);
+        let data = arrow_ipc::RecordBatch::create(
+            &mut fbb,
+            &arrow_ipc::RecordBatchArgs {
+                length: rb.length(),
+                nodes: Some(nodes),
+                buffers: Some(buffers),
+                compression: None,
+                variadicBufferCounts: None,
+            },
+        );
+        let batch = arrow_ipc::DictionaryBatch::create(
+            &mut fbb,
+            &DictionaryBatchArgs {
+                id,
+                data: Some(data),
+                isDelta: true,
+            },
+        );
+        let message = arrow_ipc::Message::create(
+            &mut fbb,
+            &MessageArgs {
+                version: parsed.version(),
+                header_type: MessageHeader::DictionaryBatch,
+                header: Some(batch.as_union_value()),
+                bodyLength: parsed.bodyLength(),
+                custom_metadata: None,
+            },
+        );
+        fbb.finish(message, None);
+        frame(fbb.finished_data(), body);
+    }
+    out.extend_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0]);
+    out
+}
+
+#[test]
+fn delta_dictionaries_are_refused_for_their_columns_only() {
+    let bytes = stream_bytes(&[sample(10, 1)]);
+    let file = IpcFile::read(bytes.as_slice()).unwrap();
+    let id = file.schema.fields[3].dictionary.unwrap();
+    // Every dictionary batch a delta: the column that needs it is refused by name...
+    let deltas = as_deltas(&bytes, id);
+    let file = IpcFile::read(deltas.as_slice()).unwrap();
+    let e = file.plan(None, None).unwrap_err();
+    assert!(
+        matches!(e, Error::UnsupportedOperation(_)) && e.to_string().contains("'dict'"),
+        "{e}"
+    );
+    // ...and the other columns read.
+    let plan = file.plan(Some(&[0, 1, 4]), None).unwrap();
+    assert_eq!(plan.batches[0].columns.len(), 3);
+    // A delta of a dictionary the schema lacks is malformed.
+    let unknown = as_deltas(&bytes, id + 1000);
+    let e = IpcFile::read(unknown.as_slice())
+        .unwrap()
+        .plan(Some(&[0]), None)
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument(_)) && e.to_string().contains("lacks"),
+        "{e}"
+    );
 }
