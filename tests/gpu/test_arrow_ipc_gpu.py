@@ -19,7 +19,7 @@ cupy = pytest.importorskip("cupy")
 pa = pytest.importorskip("pyarrow")
 ipc = pytest.importorskip("pyarrow.ipc")
 
-from test_arrow_ipc import every_type_table  # noqa: E402
+from test_arrow_ipc import every_type_table, view_union_table  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -170,3 +170,53 @@ def test_write_ipc_gpu_table_with_dictionaries_falls_back(tmp_path: Path) -> Non
     out = tmp_path / "out.arrow"
     kvikpy.arrow.write_ipc(out, kvikpy.arrow.read_ipc(src))
     assert pa.ipc.open_file(out).read_all().equals(table)
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_views_and_unions_onto_the_gpu(
+    tmp_path: Path, stream: bool, compression: str | None
+) -> None:
+    import ctypes
+
+    table = view_union_table(2000)
+    path = tmp_path / "v.arrow"
+    opener = ipc.new_stream if stream else ipc.new_file
+    with opener(path, table.schema, options=ipc.IpcWriteOptions(compression=compression)) as w:
+        for batch in table.to_batches(max_chunksize=800):
+            w.write_batch(batch)
+    gpu = kvikpy.arrow.read_ipc(path)
+    assert gpu.device.startswith("cuda")
+    # The GPU table's bytes, copied back, are the same table.
+    assert pa.table(gpu.to_host()).equals(table)
+    nd = pytest.importorskip("nanoarrow.device")
+    written = table.to_batches(max_chunksize=800)
+    for i in range(gpu.num_batches):
+        for name in ("sv", "bv", "sparse", "dense", "lv", "llv", "nested"):
+            arr = nd.c_device_array(gpu.column(name)[i])
+            assert arr.device_type == nd.DeviceType.CUDA, name
+            assert arr.device_id == cupy.cuda.runtime.getDevice()
+        # A view array: validity, views and data buffers on the GPU, then the data
+        # buffers' sizes in host memory.
+        data = written[i].column("sv").buffers()[2:]
+        sv = nd.c_device_array(gpu.column("sv")[i]).array
+        assert sv.n_buffers == 2 + len(data) + 1
+        sizes = (ctypes.c_int64 * len(data)).from_address(sv.buffers[-1])
+        assert list(sizes) == [b.size for b in data]
+        for j, b in enumerate(data):
+            if b.size:
+                attrs = cupy.cuda.runtime.pointerGetAttributes(sv.buffers[2 + j])
+                assert attrs.type == cupy.cuda.runtime.memoryTypeDevice
+                got = cupy.asnumpy(
+                    cupy.ndarray(
+                        (b.size,),
+                        cupy.uint8,
+                        cupy.cuda.MemoryPointer(
+                            cupy.cuda.UnownedMemory(sv.buffers[2 + j], b.size, gpu), 0
+                        ),
+                    )
+                )
+                assert got.tobytes() == b.to_pybytes()
+        # Unions export no validity buffer.
+        assert nd.c_device_array(gpu.column("sparse")[i]).array.n_buffers == 1
+        assert nd.c_device_array(gpu.column("dense")[i]).array.n_buffers == 2

@@ -65,12 +65,12 @@ pub fn decode(codec: Codec, raw: &[u8], need: u64, what: &str) -> Result<Vec<u8>
 }
 
 /// Read every range of `plan` from `reader` and decode the compressed ones, laid out at
-/// multiples of `align`: the bytes, and each range's offset in them.
+/// multiples of `align`: the bytes, and each range's offset and decoded size in them.
 pub fn assemble(
     reader: &(impl ReadAt + ?Sized),
     plan: &ReadPlan,
     align: usize,
-) -> Result<(Vec<u8>, Vec<usize>)> {
+) -> Result<(Vec<u8>, Vec<usize>, Vec<usize>)> {
     let mut pieces = Vec::with_capacity(plan.ranges.len());
     for (i, &(offset, len)) in plan.ranges.iter().enumerate() {
         let len = usize::try_from(len).map_err(|_| malformed("a buffer is too large"))?;
@@ -86,5 +86,5 @@ pub fn assemble(
     for (piece, &at) in pieces.iter().zip(&offsets) {
         bytes[at..at + piece.len()].copy_from_slice(piece);
     }
-    Ok((bytes, offsets))
+    Ok((bytes, offsets, sizes))
 }

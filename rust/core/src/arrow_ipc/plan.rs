@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_ipc::{Buffer, FieldNode, RecordBatch};
+use arrow_ipc::{Buffer, FieldNode, MetadataVersion, RecordBatch};
 use arrow_schema::{DataType, Schema};
 
 use super::framing::{malformed, Codec, Kind, Messages};
@@ -79,6 +79,11 @@ struct Walk<'a> {
     body_len: u64,
     what: String,
     codec: Option<Codec>,
+    /// The data buffer counts of the view-typed arrays (`variadicBufferCounts`), in order.
+    variadic: Option<flatbuffers::Vector<'a, i64>>,
+    variadic_next: usize,
+    /// The message's metadata version (unions had a validity buffer before V5).
+    version: MetadataVersion,
 }
 
 /// Collects the ranges to read, bounded by the file's size.
@@ -145,6 +150,31 @@ impl Walk<'_> {
         })?;
         Ok((self.body_offset + o, l))
     }
+
+    /// The data buffer count of the next view-typed array, no more than the buffers left.
+    fn next_variadic(&mut self, path: &str) -> Result<usize> {
+        let count = self
+            .variadic
+            .filter(|v| self.variadic_next < v.len())
+            .map(|v| v.get(self.variadic_next))
+            .ok_or_else(|| {
+                malformed(format!(
+                    "{} has no variadic buffer count for the view-typed '{path}'",
+                    self.what
+                ))
+            })?;
+        self.variadic_next += 1;
+        let left = self.buffers.len() - self.buffer;
+        usize::try_from(count)
+            .ok()
+            .filter(|&n| n <= left)
+            .ok_or_else(|| {
+                malformed(format!(
+                    "{} gives '{path}' {count} data buffers where {left} buffers are left",
+                    self.what
+                ))
+            })
+    }
 }
 
 /// Bytes needed for `count` items of `width` bytes, or of bits when `width` is 0.
@@ -188,6 +218,9 @@ struct Planner<'m> {
     /// For each dictionary id: its value field, and the message holding its current
     /// dictionary together with its planned column (once a chosen batch needed it).
     dictionaries: HashMap<i64, DictionaryState>,
+    /// The dictionaries a delta batch has extended so far (not read yet: an error for the
+    /// columns that need them).
+    deltas: std::collections::HashSet<i64>,
     messages: &'m Messages,
 }
 
@@ -277,6 +310,53 @@ impl Planner<'_> {
                 let c = &node.children[0];
                 children.extend(self.array(w, c, &format!("{path}.{}", c.field.name()), keep)?);
             }
+            DataType::Utf8View | DataType::BinaryView => {
+                // Views (16 bytes each), then this array's share of the data buffers.
+                let views = w.next_buffer(path)?;
+                buffers.push(add(self, views, needed(length, 16, path)?)?);
+                for _ in 0..w.next_variadic(path)? {
+                    let data = w.next_buffer(path)?;
+                    buffers.push(add(self, data, 0)?);
+                }
+            }
+            DataType::ListView(_) | DataType::LargeListView(_) => {
+                let width = if matches!(data_type, DataType::LargeListView(_)) {
+                    8
+                } else {
+                    4
+                };
+                for _ in 0..2 {
+                    // offsets, then sizes: one of each per list
+                    let b = w.next_buffer(path)?;
+                    buffers.push(add(self, b, needed(length, width, path)?)?);
+                }
+                let c = &node.children[0];
+                children.extend(self.array(w, c, &format!("{path}.{}", c.field.name()), keep)?);
+            }
+            DataType::Union(_, mode) => {
+                let ids = w.next_buffer(path)?;
+                buffers.push(add(self, ids, needed(length, 1, path)?)?);
+                let dense = matches!(mode, arrow_schema::UnionMode::Dense);
+                if dense {
+                    let offsets = w.next_buffer(path)?;
+                    buffers.push(add(self, offsets, needed(length, 4, path)?)?);
+                }
+                for c in &node.children {
+                    let child = self.array(w, c, &format!("{path}.{}", c.field.name()), keep)?;
+                    if let Some(child) = child {
+                        if !dense && child.length < length {
+                            return Err(malformed(format!(
+                                "{}: the sparse union '{path}' has {length} elements but its \
+                                 member '{}' {}",
+                                w.what,
+                                c.field.name(),
+                                child.length
+                            )));
+                        }
+                        children.push(child);
+                    }
+                }
+            }
             DataType::FixedSizeList(_, size) => {
                 let c = &node.children[0];
                 let need = length
@@ -317,6 +397,12 @@ impl Planner<'_> {
                 )))
             }
         }
+        // A union has no validity of its own: its nulls are its children's.
+        let null_count = if matches!(data_type, DataType::Union(..)) {
+            0
+        } else {
+            null_count
+        };
         Ok(keep.then(|| Column {
             data_type: data_type.clone(),
             length,
@@ -334,6 +420,13 @@ impl Planner<'_> {
                 "'{path}' refers to dictionary {id}, which the schema lacks"
             ))
         })?;
+        if self.deltas.contains(&id) {
+            return Err(Error::UnsupportedOperation(format!(
+                "column '{path}' is dictionary-encoded with delta dictionary batches \
+                 (dictionary {id}), which kvikpy cannot read onto the device yet; leave the \
+                 column out (columns=[...]) or read the file with pyarrow"
+            )));
+        }
         if let Some(column) = planned {
             return Ok(column);
         }
@@ -349,7 +442,7 @@ impl Planner<'_> {
             .and_then(|d| d.data())
             .ok_or_else(|| malformed(format!("dictionary batch {id} holds no data")))?;
         let what = format!("dictionary batch {id}");
-        let mut walk = walk(batch, m.body_offset, m.body_len, what)?;
+        let mut walk = walk(batch, parsed.version(), m.body_offset, m.body_len, what)?;
         let column = self
             .array(&mut walk, &node, path, true)?
             .ok_or_else(|| malformed("an empty dictionary"))?;
@@ -366,20 +459,34 @@ fn t_large(t: &DataType) -> bool {
 }
 
 impl Walk<'_> {
-    /// The validity buffer of a type that has one (all but null).
+    /// The validity buffer of a type that has one (all but null and union).
     fn next_buffer_for_validity(
         &mut self,
         path: &str,
         node: &SchemaNode,
     ) -> Result<Option<(u64, u64)>> {
-        if matches!(node.field.data_type(), DataType::Null) {
-            return Ok(None);
+        match node.field.data_type() {
+            DataType::Null => Ok(None),
+            // Unions have no validity buffer since metadata version 5; an older writer's
+            // is skipped (a union's nulls are its children's).
+            DataType::Union(..) => {
+                if self.version < MetadataVersion::V5 {
+                    self.next_buffer(path)?;
+                }
+                Ok(None)
+            }
+            _ => self.next_buffer(path).map(Some),
         }
-        self.next_buffer(path).map(Some)
     }
 }
 
-fn walk(batch: RecordBatch<'_>, body_offset: u64, body_len: u64, what: String) -> Result<Walk<'_>> {
+fn walk(
+    batch: RecordBatch<'_>,
+    version: MetadataVersion,
+    body_offset: u64,
+    body_len: u64,
+    what: String,
+) -> Result<Walk<'_>> {
     let codec = match batch.compression() {
         None => None,
         Some(c) if c.method() != arrow_ipc::BodyCompressionMethod::BUFFER => {
@@ -399,12 +506,6 @@ fn walk(batch: RecordBatch<'_>, body_offset: u64, body_len: u64, what: String) -
             }
         }),
     };
-    if batch.variadicBufferCounts().is_some_and(|v| !v.is_empty()) {
-        return Err(Error::UnsupportedOperation(format!(
-            "{what} holds view-typed columns (string_view, binary_view), which kvikpy does \
-             not read yet"
-        )));
-    }
     let nodes = batch
         .nodes()
         .ok_or_else(|| malformed(format!("{what} has no field nodes")))?;
@@ -420,6 +521,9 @@ fn walk(batch: RecordBatch<'_>, body_offset: u64, body_len: u64, what: String) -
         body_len,
         what,
         codec,
+        variadic: batch.variadicBufferCounts(),
+        variadic_next: 0,
+        version,
     })
 }
 
@@ -487,6 +591,7 @@ pub fn plan(
             limit: file_size,
         },
         dictionaries,
+        deltas: std::collections::HashSet::new(),
         messages,
     };
     // Batches in file order (dictionaries change along the stream), then as asked.
@@ -506,14 +611,19 @@ pub fn plan(
                 let d = parsed
                     .header_as_dictionary_batch()
                     .ok_or_else(|| malformed("a dictionary block holds another message"))?;
+                let known = planner.dictionaries.contains_key(&d.id());
                 if d.isDelta() {
-                    return Err(Error::UnsupportedOperation(format!(
-                        "dictionary {} has delta batches, which kvikpy does not read yet",
-                        d.id()
-                    )));
-                }
-                if let Some(entry) = planner.dictionaries.get_mut(&d.id()) {
+                    if !known {
+                        return Err(malformed(format!(
+                            "a delta dictionary batch extends dictionary {}, which the \
+                             schema lacks",
+                            d.id()
+                        )));
+                    }
+                    planner.deltas.insert(d.id());
+                } else if let Some(entry) = planner.dictionaries.get_mut(&d.id()) {
                     *entry = (entry.0.clone(), Some(i), None);
+                    planner.deltas.remove(&d.id());
                 }
             }
             Kind::RecordBatch => {
@@ -528,7 +638,7 @@ pub fn plan(
                     .ok_or_else(|| malformed("a record batch block holds another message"))?;
                 let num_rows = batch.length();
                 let what = format!("record batch {this}");
-                let mut w = walk(batch, m.body_offset, m.body_len, what)?;
+                let mut w = walk(batch, parsed.version(), m.body_offset, m.body_len, what)?;
                 let mut out: Vec<Option<Column>> = vec![None; schema.fields.len()];
                 for (f, node) in schema.fields.iter().enumerate() {
                     let keep = columns.contains(&f);

@@ -5,8 +5,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_ipc::{DateUnit, IntervalUnit, Precision, TimeUnit as FbTimeUnit, Type};
-use arrow_schema::{DataType, Field, IntervalUnit as Iu, Schema, TimeUnit};
+use arrow_ipc::{
+    DateUnit, IntervalUnit, Precision, TimeUnit as FbTimeUnit, Type, UnionMode as FbUnionMode,
+};
+use arrow_schema::{DataType, Field, IntervalUnit as Iu, Schema, TimeUnit, UnionFields, UnionMode};
 
 use super::framing::malformed;
 use crate::error::{Error, Result};
@@ -104,6 +106,39 @@ fn int_type(bits: i32, signed: bool, path: &str) -> Result<DataType> {
             )))
         }
     })
+}
+
+/// A union's type ids (0, 1, ... when the schema gives none), one per child, each in
+/// 0..=127 and distinct, as the format requires.
+pub(super) fn union_type_ids(
+    given: Option<Vec<i32>>,
+    children: usize,
+    path: &str,
+) -> Result<Vec<i8>> {
+    let ids: Vec<i32> = match given {
+        Some(v) => v,
+        None => (0..i32::try_from(children).unwrap_or(i32::MAX)).collect(),
+    };
+    if ids.len() != children {
+        return Err(malformed(format!(
+            "column '{path}' is a union of {children} types with {} type ids",
+            ids.len()
+        )));
+    }
+    let mut seen = 0u128;
+    ids.iter()
+        .map(|&id| {
+            let ok = u8::try_from(id).ok().filter(|&b| b <= 127);
+            let Some(bit) = ok.map(|b| 1u128 << b).filter(|bit| seen & bit == 0) else {
+                return Err(malformed(format!(
+                    "column '{path}' has union type ids {ids:?} (each must be 0..=127, \
+                     and distinct)"
+                )));
+            };
+            seen |= bit;
+            Ok(id as i8)
+        })
+        .collect()
 }
 
 fn convert_field(f: arrow_ipc::Field<'_>, path: &str) -> Result<SchemaNode> {
@@ -221,6 +256,20 @@ fn convert_field(f: arrow_ipc::Field<'_>, path: &str) -> Result<SchemaNode> {
                 return Err(malformed(format!("column '{path}' has list size {n}")));
             }
             DataType::FixedSizeList(child(1)?, n)
+        }
+        Type::ListView => DataType::ListView(child(1)?),
+        Type::LargeListView => DataType::LargeListView(child(1)?),
+        Type::Union => {
+            let u = f.type_as_union().ok_or_else(missing)?;
+            let mode = match u.mode() {
+                FbUnionMode::Sparse => UnionMode::Sparse,
+                FbUnionMode::Dense => UnionMode::Dense,
+                m => return Err(malformed(format!("column '{path}' has union mode {}", m.0))),
+            };
+            let given = u.typeIds().map(|v| v.iter().collect());
+            let ids = union_type_ids(given, children.len(), path)?;
+            let fields = children.iter().map(|c| c.field.clone());
+            DataType::Union(UnionFields::new(ids, fields), mode)
         }
         Type::Struct_ => DataType::Struct(children.iter().map(|c| c.field.clone()).collect()),
         Type::Map => {

@@ -6,12 +6,16 @@ use std::sync::Arc;
 
 use arrow_array::builder::{Int64Builder, ListBuilder, StringDictionaryBuilder};
 use arrow_array::types::Int32Type;
-use arrow_array::{Array, ArrayRef, Int32Array, RecordBatch, StringArray, StructArray};
+use arrow_array::{
+    Array, ArrayRef, BinaryViewArray, Float64Array, Int32Array, RecordBatch, StringArray,
+    StringViewArray, StructArray, UnionArray,
+};
 use arrow_ipc::writer::{FileWriter, StreamWriter};
-use arrow_schema::{DataType, Field};
+use arrow_schema::{DataType, Field, UnionFields};
 use proptest::prelude::*;
 
 use super::*;
+use crate::error::Error;
 
 fn sample(rows: usize, seed: i32) -> RecordBatch {
     let ints: ArrayRef = Arc::new(Int32Array::from_iter(
@@ -233,4 +237,348 @@ proptest! {
             prop_assert!(declared == -1 || out.len() as i64 == declared);
         }
     }
+}
+
+/// A batch of view-typed columns (long values: data buffers) and unions (sparse, dense).
+fn views_and_unions(rows: usize) -> RecordBatch {
+    let text = |i: usize| format!("value {i} ").repeat(1 + i % 5);
+    let sv: ArrayRef = Arc::new(StringViewArray::from_iter(
+        (0..rows).map(|i| (i % 4 != 1).then(|| text(i))),
+    ));
+    let bv: ArrayRef = Arc::new(BinaryViewArray::from_iter_values(
+        (0..rows).map(|i| text(i).into_bytes()),
+    ));
+    let fields = UnionFields::new(
+        vec![2, 5],
+        vec![
+            Field::new("i", DataType::Int32, true),
+            Field::new("f", DataType::Float64, true),
+        ],
+    );
+    let ids: Vec<i8> = (0..rows).map(|i| if i % 3 == 0 { 5 } else { 2 }).collect();
+    let sparse: ArrayRef = Arc::new(
+        UnionArray::try_new(
+            fields.clone(),
+            ids.clone().into(),
+            None,
+            vec![
+                Arc::new(Int32Array::from_iter_values(0..rows as i32)),
+                Arc::new(Float64Array::from_iter_values((0..rows).map(|i| i as f64))),
+            ],
+        )
+        .unwrap(),
+    );
+    let (mut ints, mut floats) = (0i32, 0i32);
+    let offsets: Vec<i32> = ids
+        .iter()
+        .map(|&id| {
+            let n = if id == 2 { &mut ints } else { &mut floats };
+            *n += 1;
+            *n - 1
+        })
+        .collect();
+    let dense: ArrayRef = Arc::new(
+        UnionArray::try_new(
+            fields,
+            ids.into(),
+            Some(offsets.into()),
+            vec![
+                Arc::new(Int32Array::from_iter_values(0..ints)),
+                Arc::new(Float64Array::from_iter_values((0..floats).map(f64::from))),
+            ],
+        )
+        .unwrap(),
+    );
+    RecordBatch::try_from_iter([("sv", sv), ("bv", bv), ("sparse", sparse), ("dense", dense)])
+        .unwrap()
+}
+
+#[test]
+fn views_and_unions_are_planned() {
+    let batches = [views_and_unions(40), views_and_unions(3)];
+    for bytes in [file_bytes(&batches), stream_bytes(&batches)] {
+        let file = IpcFile::read(bytes.as_slice()).unwrap();
+        let plan = file.plan(None, None).unwrap();
+        assert!(plan.bytes() <= bytes.len() as u64);
+        for (layout, batch) in plan.batches.iter().zip(&batches) {
+            let [sv, bv, sparse, dense] = &layout.columns[..] else {
+                panic!("four columns")
+            };
+            // validity, views, then the data buffers arrow-rs wrote
+            for (column, want) in [(sv, batch.column(0)), (bv, batch.column(1))] {
+                let want = want.to_data();
+                assert_eq!(column.buffers.len(), 1 + want.buffers().len());
+                let views = range(&bytes, &plan, column.buffers[1].unwrap());
+                assert_eq!(&views[..want.len() * 16], want.buffers()[0].as_slice());
+                for (got, want) in column.buffers[2..].iter().zip(&want.buffers()[1..]) {
+                    let got = got.map_or(&[][..], |i| range(&bytes, &plan, i));
+                    assert_eq!(&got[..want.len()], want.as_slice());
+                }
+            }
+            // unions: type ids (and offsets), no validity, two members
+            assert_eq!((sparse.buffers.len(), sparse.children.len()), (1, 2));
+            assert_eq!((dense.buffers.len(), dense.children.len()), (2, 2));
+            let ids = range(&bytes, &plan, dense.buffers[0].unwrap());
+            assert_eq!(
+                &ids[..batch.num_rows()],
+                batch.column(3).to_data().buffers()[0].as_slice()
+            );
+        }
+        // A subset after the views walks past their data buffers.
+        let sub = file.plan(Some(&[3]), Some(&[0])).unwrap();
+        assert_eq!(sub.batches[0].columns[0].children.len(), 2);
+    }
+}
+
+/// `bytes` (an IPC stream) with its record batches' `variadicBufferCounts` set to `counts`
+/// (removed when `None`), every message re-framed.
+fn with_variadic_counts(bytes: &[u8], counts: Option<&[i64]>) -> Vec<u8> {
+    use arrow_ipc::{MessageArgs, MessageHeader, RecordBatchArgs};
+    let messages = scan(bytes).unwrap();
+    let SchemaBytes::Message(schema) = &messages.schema else {
+        panic!("a stream")
+    };
+    let mut out = Vec::new();
+    let mut frame = |meta: &[u8], body: &[u8]| {
+        let padded = meta.len().div_ceil(8) * 8;
+        out.extend_from_slice(&u32::MAX.to_le_bytes());
+        out.extend_from_slice(&(padded as i32).to_le_bytes());
+        out.extend_from_slice(meta);
+        out.resize(out.len() + padded - meta.len(), 0);
+        out.extend_from_slice(body);
+    };
+    frame(schema, &[]);
+    for (kind, m) in &messages.messages {
+        let body = &bytes[m.body_offset as usize..(m.body_offset + m.body_len) as usize];
+        if *kind != Kind::RecordBatch {
+            frame(&m.metadata, body);
+            continue;
+        }
+        let parsed = m.message().unwrap();
+        let rb = parsed.header_as_record_batch().unwrap();
+        let mut fbb = flatbuffers::FlatBufferBuilder::new();
+        let nodes: Vec<_> = rb.nodes().unwrap().iter().copied().collect();
+        let buffers: Vec<_> = rb.buffers().unwrap().iter().copied().collect();
+        let nodes = fbb.create_vector(&nodes);
+        let buffers = fbb.create_vector(&buffers);
+        let counts = counts.map(|c| fbb.create_vector(c));
+        let batch = arrow_ipc::RecordBatch::create(
+            &mut fbb,
+            &RecordBatchArgs {
+                length: rb.length(),
+                nodes: Some(nodes),
+                buffers: Some(buffers),
+                compression: None,
+                variadicBufferCounts: counts,
+            },
+        );
+        let message = arrow_ipc::Message::create(
+            &mut fbb,
+            &MessageArgs {
+                version: parsed.version(),
+                header_type: MessageHeader::RecordBatch,
+                header: Some(batch.as_union_value()),
+                bodyLength: parsed.bodyLength(),
+                custom_metadata: None,
+            },
+        );
+        fbb.finish(message, None);
+        frame(fbb.finished_data(), body);
+    }
+    out.extend_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0]);
+    out
+}
+
+#[test]
+fn lying_variadic_counts_are_errors() {
+    let bytes = stream_bytes(&[views_and_unions(30)]);
+    let file = IpcFile::read(bytes.as_slice()).unwrap();
+    let counts: Vec<i64> = {
+        let (_, m) = &file.messages.messages[0];
+        let parsed = m.message().unwrap();
+        let rb = parsed.header_as_record_batch().unwrap();
+        rb.variadicBufferCounts().unwrap().iter().collect()
+    };
+    assert_eq!(counts.len(), 2);
+    // Re-framed as they were, the stream still reads.
+    let same = with_variadic_counts(&bytes, Some(&counts));
+    assert!(IpcFile::read(same.as_slice())
+        .unwrap()
+        .plan(None, None)
+        .is_ok());
+    let lies: [Option<&[i64]>; 7] = [
+        None,
+        Some(&[]),
+        Some(&[counts[0]]),
+        Some(&[-1, counts[1]]),
+        Some(&[counts[0], i64::MAX]),
+        Some(&[i64::MIN, 0]),
+        Some(&[counts[0] + counts[1] + 100, 0]),
+    ];
+    for lie in lies {
+        let bad = with_variadic_counts(&bytes, lie);
+        let e = IpcFile::read(bad.as_slice())
+            .unwrap()
+            .plan(None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("variadic") || e.contains("buffers"),
+            "{lie:?}: {e}"
+        );
+    }
+    // Counts that shift buffers between the two columns give a plan no larger than
+    // the file, or an error.
+    if counts[0] > 0 {
+        let shifted = with_variadic_counts(&bytes, Some(&[counts[0] - 1, counts[1] + 1]));
+        check_malformed(&shifted);
+    }
+}
+
+#[test]
+fn union_type_ids_are_checked() {
+    use super::schema::union_type_ids;
+    assert_eq!(union_type_ids(None, 3, "u").unwrap(), vec![0, 1, 2]);
+    assert_eq!(
+        union_type_ids(Some(vec![127, 0]), 2, "u").unwrap(),
+        vec![127, 0]
+    );
+    for (ids, n) in [
+        (vec![0, 128], 2),
+        (vec![-1], 1),
+        (vec![3, 3], 2),
+        (vec![1, 2], 3),
+        (vec![i32::MAX], 1),
+    ] {
+        let e = union_type_ids(Some(ids.clone()), n, "u")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'u'"), "{ids:?}: {e}");
+    }
+    assert!(union_type_ids(None, 200, "u").is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn malformed_views_and_unions_never_panic(
+        stream in any::<bool>(),
+        cut in any::<prop::sample::Index>(),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+        lie in prop::option::of((any::<prop::sample::Index>(), any::<i64>())),
+        counts in prop::option::of(prop::collection::vec(
+            prop_oneof![0i64..8, any::<i64>()], 0..4)),
+    ) {
+        let batches = [views_and_unions(25), views_and_unions(4)];
+        let mut bytes = if stream { stream_bytes(&batches) } else { file_bytes(&batches) };
+        if let (true, Some(counts)) = (stream, &counts) {
+            bytes = with_variadic_counts(&bytes, Some(counts));
+        }
+        for (at, value) in edits {
+            let i = at.index(bytes.len());
+            bytes[i] = value;
+        }
+        if let Some((at, value)) = lie {
+            let i = at.index(bytes.len() - 8);
+            bytes[i..i + 8].copy_from_slice(&value.to_le_bytes());
+        }
+        check_malformed(&bytes);
+        let n = cut.index(bytes.len());
+        check_malformed(&bytes[..n]);
+    }
+}
+
+/// `bytes` (an IPC stream) with its dictionary batches marked as deltas of dictionary `id`.
+fn as_deltas(bytes: &[u8], id: i64) -> Vec<u8> {
+    use arrow_ipc::{DictionaryBatchArgs, MessageArgs, MessageHeader};
+    let messages = scan(bytes).unwrap();
+    let SchemaBytes::Message(schema) = &messages.schema else {
+        panic!("a stream")
+    };
+    let mut out = Vec::new();
+    let mut frame = |meta: &[u8], body: &[u8]| {
+        let padded = meta.len().div_ceil(8) * 8;
+        out.extend_from_slice(&u32::MAX.to_le_bytes());
+        out.extend_from_slice(&(padded as i32).to_le_bytes());
+        out.extend_from_slice(meta);
+        out.resize(out.len() + padded - meta.len(), 0);
+        out.extend_from_slice(body);
+    };
+    frame(schema, &[]);
+    for (kind, m) in &messages.messages {
+        let body = &bytes[m.body_offset as usize..(m.body_offset + m.body_len) as usize];
+        if *kind != Kind::Dictionary {
+            frame(&m.metadata, body);
+            continue;
+        }
+        let parsed = m.message().unwrap();
+        let d = parsed.header_as_dictionary_batch().unwrap();
+        let rb = d.data().unwrap();
+        let mut fbb = flatbuffers::FlatBufferBuilder::new();
+        let nodes: Vec<_> = rb.nodes().unwrap().iter().copied().collect();
+        let buffers: Vec<_> = rb.buffers().unwrap().iter().copied().collect();
+        let nodes = fbb.create_vector(&nodes);
+        let buffers = fbb.create_vector(&buffers);
+        let data = arrow_ipc::RecordBatch::create(
+            &mut fbb,
+            &arrow_ipc::RecordBatchArgs {
+                length: rb.length(),
+                nodes: Some(nodes),
+                buffers: Some(buffers),
+                compression: None,
+                variadicBufferCounts: None,
+            },
+        );
+        let batch = arrow_ipc::DictionaryBatch::create(
+            &mut fbb,
+            &DictionaryBatchArgs {
+                id,
+                data: Some(data),
+                isDelta: true,
+            },
+        );
+        let message = arrow_ipc::Message::create(
+            &mut fbb,
+            &MessageArgs {
+                version: parsed.version(),
+                header_type: MessageHeader::DictionaryBatch,
+                header: Some(batch.as_union_value()),
+                bodyLength: parsed.bodyLength(),
+                custom_metadata: None,
+            },
+        );
+        fbb.finish(message, None);
+        frame(fbb.finished_data(), body);
+    }
+    out.extend_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0]);
+    out
+}
+
+#[test]
+fn delta_dictionaries_are_refused_for_their_columns_only() {
+    let bytes = stream_bytes(&[sample(10, 1)]);
+    let file = IpcFile::read(bytes.as_slice()).unwrap();
+    let id = file.schema.fields[3].dictionary.unwrap();
+    // Every dictionary batch a delta: the column that needs it is refused by name...
+    let deltas = as_deltas(&bytes, id);
+    let file = IpcFile::read(deltas.as_slice()).unwrap();
+    let e = file.plan(None, None).unwrap_err();
+    assert!(
+        matches!(e, Error::UnsupportedOperation(_)) && e.to_string().contains("'dict'"),
+        "{e}"
+    );
+    // ...and the other columns read.
+    let plan = file.plan(Some(&[0, 1, 4]), None).unwrap();
+    assert_eq!(plan.batches[0].columns.len(), 3);
+    // A delta of a dictionary the schema lacks is malformed.
+    let unknown = as_deltas(&bytes, id + 1000);
+    let e = IpcFile::read(unknown.as_slice())
+        .unwrap()
+        .plan(Some(&[0]), None)
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument(_)) && e.to_string().contains("lacks"),
+        "{e}"
+    );
 }

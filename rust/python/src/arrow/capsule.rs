@@ -85,7 +85,7 @@ pub fn capsule(
 
 /// An `arrow_schema` capsule for `format`.
 pub fn schema_capsule(py: Python<'_>, format: &DataType) -> PyResult<Py<PyAny>> {
-    let schema = FFI_ArrowSchema::try_from(format)
+    let schema = super::types::ffi_type(format)
         .map_err(|e| PyRuntimeError::new_err(format!("cannot describe {format} to Arrow: {e}")))?;
     ffi_schema_capsule(py, schema)
 }

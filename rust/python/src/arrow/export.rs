@@ -7,6 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use arrow_schema::DataType;
+use kvikpy_core::arrow_ipc::Column;
 use kvikpy_core::cuda::StreamEvent;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -171,4 +172,24 @@ pub fn build_array(export: ArrayExport, event: Option<StreamEvent>) -> (ArrowArr
         private_data: Box::into_raw(private).cast(),
     };
     (array, sync_event)
+}
+
+/// The last buffer of a view-typed (`string_view`, `binary_view`) array: the sizes of its
+/// data buffers (its buffers after the validity and the views), as `int64`, taken from
+/// `range_sizes` (each planned range's size). It lives in host memory for host and
+/// device arrays alike: consumers read it on the host to learn the sizes before touching
+/// the data (Arrow C++'s importer and nanoarrow's array view do). None for other types.
+pub fn view_sizes(column: &Column, range_sizes: &[u64]) -> Option<Box<[i64]>> {
+    if !matches!(column.data_type, DataType::Utf8View | DataType::BinaryView) {
+        return None;
+    }
+    let data = column.buffers.get(2..).unwrap_or_default();
+    Some(
+        data.iter()
+            .map(|b| {
+                b.and_then(|i| range_sizes.get(i))
+                    .map_or(0, |&s| i64::try_from(s).unwrap_or(i64::MAX))
+            })
+            .collect(),
+    )
 }

@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow_schema::ffi::FFI_ArrowSchema;
 use arrow_schema::{DataType, Fields};
 use kvikpy_core::allocation::Placement;
 use kvikpy_core::arrow_ipc::{assemble, coalesce, Column, IpcFile, ReadPlan, Runs, SourceReader};
@@ -17,8 +16,9 @@ use pyo3::exceptions::{PyBufferError, PyIndexError, PyRuntimeError};
 use pyo3::prelude::*;
 
 use super::capsule::{array_capsules, device_array_capsules, ffi_schema_capsule};
-use super::export::ArrayExport;
+use super::export::{view_sizes, ArrayExport};
 use super::ffi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA};
+use super::types::{ffi_field, ffi_schema};
 use crate::batch::read_plan;
 use crate::blocking::{interruptible_alone, without_gil};
 use crate::buffer::{Buffer, Storage};
@@ -39,6 +39,8 @@ pub struct IpcTable {
     addresses: Vec<u64>,
     /// Each range's offset in the allocation.
     offsets: Vec<usize>,
+    /// Each range's size in the allocation (decoded, for compressed ranges).
+    sizes: Vec<u64>,
     storage: Arc<Storage>,
     buffer: Py<Buffer>,
     ordinal: Option<usize>,
@@ -72,7 +74,7 @@ pub fn read_ipc_table(
         };
         Ok((plan, decoded))
     })?;
-    if let Some((bytes, offsets)) = decoded {
+    if let Some((bytes, offsets, sizes)) = decoded {
         let buffer = Buffer::allocate_at(py, bytes.len(), Placement::from_ordinal(ordinal), false)?;
         let (base, _, _) = buffer.parts();
         if !bytes.is_empty() {
@@ -89,7 +91,8 @@ pub fn read_ipc_table(
                 })?,
             }
         }
-        return table(py, plan, buffer, offsets, ordinal);
+        let sizes = sizes.iter().map(|&s| s as u64).collect();
+        return table(py, plan, buffer, offsets, sizes, ordinal);
     }
     // Neighbouring buffers of a body are read as one run where their alignment allows.
     let Runs { runs, place } = coalesce(&plan.ranges, ALIGN as u64);
@@ -101,7 +104,8 @@ pub fn read_ipc_table(
         .iter()
         .map(|&(run, within)| starts[run] as usize + within as usize)
         .collect();
-    table(py, plan, buffer, offsets, ordinal)
+    let sizes = plan.ranges.iter().map(|r| r.1).collect();
+    table(py, plan, buffer, offsets, sizes, ordinal)
 }
 
 fn table(
@@ -109,6 +113,7 @@ fn table(
     plan: ReadPlan,
     buffer: Buffer,
     offsets: Vec<usize>,
+    sizes: Vec<u64>,
     ordinal: Option<usize>,
 ) -> BindResult<IpcTable> {
     let (_, storage) = buffer.span();
@@ -118,6 +123,7 @@ fn table(
         plan,
         addresses,
         offsets,
+        sizes,
         storage,
         buffer: Py::new(py, buffer)?,
         ordinal,
@@ -126,18 +132,24 @@ fn table(
 
 impl IpcTable {
     fn export(&self, column: &Column) -> ArrayExport {
+        let mut buffers: Vec<u64> = column
+            .buffers
+            .iter()
+            .map(|b| b.map_or(0, |i| self.addresses[i]))
+            .collect();
+        // A view-typed array's last buffer: its data buffers' sizes, in host memory.
+        let sizes = view_sizes(column, &self.sizes);
+        if let Some(sizes) = &sizes {
+            buffers.push(sizes.as_ptr() as u64);
+        }
         ArrayExport {
             format: column.data_type.clone(),
             length: column.length,
             null_count: column.null_count,
-            buffers: column
-                .buffers
-                .iter()
-                .map(|b| b.map_or(0, |i| self.addresses[i]))
-                .collect(),
+            buffers,
             children: column.children.iter().map(|c| self.export(c)).collect(),
             dictionary: column.dictionary.as_ref().map(|d| Box::new(self.export(d))),
-            owner: Box::new(Arc::clone(&self.storage)),
+            owner: Box::new((Arc::clone(&self.storage), sizes)),
         }
     }
 
@@ -195,7 +207,7 @@ impl IpcTable {
     /// The `arrow_schema` capsule of the table (a struct of its columns, with the
     /// schema's metadata).
     fn schema_capsule(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let schema = FFI_ArrowSchema::try_from(&self.plan.schema).map_err(|e| {
+        let schema = ffi_schema(&self.plan.schema).map_err(|e| {
             PyRuntimeError::new_err(format!("cannot describe the schema to Arrow: {e}"))
         })?;
         ffi_schema_capsule(py, schema)
@@ -209,7 +221,7 @@ impl IpcTable {
             .fields()
             .get(column)
             .ok_or_else(|| PyIndexError::new_err(format!("column {column} is out of range")))?;
-        let schema = FFI_ArrowSchema::try_from(field.as_ref()).map_err(|e| {
+        let schema = ffi_field(field).map_err(|e| {
             PyRuntimeError::new_err(format!("cannot describe {field} to Arrow: {e}"))
         })?;
         ffi_schema_capsule(py, schema)
@@ -329,6 +341,7 @@ impl IpcTable {
             plan: self.plan.clone(),
             addresses,
             offsets: self.offsets.clone(),
+            sizes: self.sizes.clone(),
             storage,
             buffer: host,
             ordinal: None,

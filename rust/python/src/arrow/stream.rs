@@ -85,7 +85,7 @@ unsafe extern "C" fn stream_get_schema<S: StreamStruct>(
         if out.is_null() {
             return EINVAL;
         }
-        let schema = FFI_ArrowSchema::try_from(&private.schema);
+        let schema = super::types::ffi_type(&private.schema);
         let schema = match &private.metadata {
             m if m.is_empty() => schema,
             m => schema.and_then(|s| s.with_metadata(m.clone())),
