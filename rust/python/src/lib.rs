@@ -48,6 +48,8 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(batch::read_file_ranges_batch, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::batch_arrow, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::read_ipc_table, m)?)?;
+    m.add_function(wrap_pyfunction!(arrow::read_ipc_table_gpu, m)?)?;
+    m.add_function(wrap_pyfunction!(arrow::ipc_decode_plan, m)?)?;
     m.add_class::<arrow::IpcTable>()?;
     m.add_function(wrap_pyfunction!(arrow::batch_schema, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::check_device_kwargs, m)?)?;
