@@ -6,7 +6,7 @@ then each buffer to the GPU with CuPy).
 Prints seconds and GB/s of decoded table per second for each route; ``--device cpu``
 runs the host routes only (a smoke test, no GPU needed).
 Usage: python -m benchmarks arrow-zstd [--size-mib 1024] [--runs 3] [--codec zstd]
-[--device cuda] [--out F]
+[--batch-rows 65536] [--device cuda] [--out F]
 """
 
 from __future__ import annotations
@@ -24,12 +24,11 @@ import numpy as np
 from benchmarks.common import scratch_dir
 
 
-def write_table(path: str, nbytes: int, codec: str) -> int:
+def write_table(path: str, nbytes: int, codec: str, rows: int) -> int:
     """Write a compressed IPC file of about ``nbytes`` decoded; return the decoded bytes."""
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    rows = 1 << 20
     rng = np.random.default_rng(0)
     words = np.array([f"token{i:05d}" for i in range(5000)])
     batch = pa.record_batch(
@@ -62,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--size-mib", type=int, default=1024)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--codec", choices=["zstd", "lz4"], default="zstd")
+    p.add_argument("--batch-rows", type=int, default=1 << 16, help="rows per record batch")
     p.add_argument("--device", default="cuda")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     import kvikpy.arrow
 
     path = os.path.join(scratch_dir("kvikpy-arrow-zstd-"), f"t-{args.codec}.arrow")
-    decoded = write_table(path, args.size_mib << 20, args.codec)
+    decoded = write_table(path, args.size_mib << 20, args.codec, args.batch_rows)
     routes: dict[str, Callable[[], Any]] = {
         "kvikpy decode=host": lambda: kvikpy.arrow.read_ipc(
             path, device=args.device, decode="host"

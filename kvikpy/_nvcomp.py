@@ -6,6 +6,7 @@ zstd or lz4 buffers in GPU memory in one nvCOMP call. Used by :mod:`kvikpy.zarr`
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import itertools
 import threading
 from functools import cache
@@ -130,3 +131,14 @@ def available() -> bool:
     """Whether buffers in GPU memory can be decoded by nvCOMP here: its Python package
     and CuPy (which views the buffers) both load."""
     return nvcomp() is not None and cupy() is not None
+
+
+@cache
+def installed() -> bool:
+    """Whether nvCOMP's Python package and CuPy are installed: found, not loaded (a cheap
+    check for choosing a route; :func:`available` loads them)."""
+    try:
+        found = importlib.util.find_spec("nvidia.nvcomp") is not None
+        return found and importlib.util.find_spec("cupy") is not None
+    except (ImportError, ValueError):
+        return False

@@ -409,7 +409,8 @@ def read_ipc(
         picked = [b + total if b < 0 else b for b in picked]
         if any(b < 0 for b in picked):
             raise IndexError(f"a record batch index is out of range: the file has {total}")
-    if ordinal is not None and decode != "host" and _nvcomp.available():
+    # Found, not loaded: nvCOMP and CuPy load only for a read with compressed buffers.
+    if ordinal is not None and decode != "host" and _nvcomp.installed():
         return _read_decoding_on_gpu(name, names, picked, ordinal, decode == "gpu")
     return Table(_lib.read_ipc_table(name, names, picked, ordinal))
 
@@ -454,6 +455,8 @@ def _run_pieces(
 ) -> None:
     """Do the GPU work of a read (copies; ZSTD frames and LZ4 blocks in one nvCOMP call
     per codec) and wait for it."""
+    if not _nvcomp.available():
+        raise RuntimeError("nvCOMP or CuPy is installed but cannot load")
     cp: Any = _nvcomp.cupy()
 
     def view(address: int, size: int) -> Any:

@@ -8,7 +8,8 @@
 //! frame's own header, and against what the compressed bytes can decode to at most, so a
 //! lying length cannot make the allocation larger than its buffer could fill. A buffer the
 //! GPU cannot decode (an LZ4 frame of linked blocks, as pyarrow writes them above 64 KiB;
-//! a ZSTD frame without its content size; a dictionary) is decoded on the host here and
+//! a ZSTD frame without its content size or over nvCOMP's 2 GiB; a dictionary) is decoded
+//! on the host here and
 //! copied into place.
 
 use super::compression::decode;
@@ -23,6 +24,9 @@ const ZSTD_MAX_RATIO: u64 = 32 * 1024;
 /// The longest ZSTD frame header: magic, descriptor, window, 4-byte dictionary id, 8-byte
 /// content size.
 const ZSTD_HEADER_MAX: usize = 4 + 1 + 1 + 4 + 8;
+/// The largest ZSTD frame nvCOMP decodes (compressed or not); larger ones decode on the
+/// host.
+const ZSTD_GPU_MAX: u64 = (1 << 31) - 1;
 const ZSTD_MAGIC: u32 = 0xFD2F_B528;
 const LZ4_MAGIC: u32 = 0x184D_2204;
 
@@ -350,6 +354,9 @@ fn plan_buffer(
                     "{what}: says it holds {declared} bytes uncompressed, more than its \
                      {body_len} compressed bytes can hold"
                 )));
+            }
+            if declared > ZSTD_GPU_MAX || body_len > ZSTD_GPU_MAX {
+                return on_host(head);
             }
             let piece = Piece {
                 range,
