@@ -12,6 +12,8 @@
 //! on the host here and
 //! copied into place.
 
+use arrow_schema::DataType;
+
 use super::compression::decode;
 use super::framing::{malformed, Codec, ReadAt};
 use super::plan::{Column, ReadPlan};
@@ -196,7 +198,16 @@ fn labels(plan: &ReadPlan) -> Vec<String> {
             }
         }
         for (i, c) in column.children.iter().enumerate() {
-            walk(c, &format!("{path}.{i}"), batch, out);
+            let name = match &column.data_type {
+                DataType::Struct(fields) => fields.get(i).map(|f| f.name().clone()),
+                DataType::List(f)
+                | DataType::LargeList(f)
+                | DataType::FixedSizeList(f, _)
+                | DataType::Map(f, _) => Some(f.name().clone()),
+                _ => None,
+            };
+            let name = name.unwrap_or_else(|| i.to_string());
+            walk(c, &format!("{path}.{name}"), batch, out);
         }
         if let Some(d) = &column.dictionary {
             walk(d, &format!("{path} (dictionary)"), batch, out);
