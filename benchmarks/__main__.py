@@ -18,7 +18,8 @@ microseconds of a small blocking read go, step by step, against kvikio), load_in
 transformers checkpoint into a model: time and peak GPU and host memory of
 load_pretrained against load_file + load_state_dict, safetensors and from_pretrained),
 arrow (Arrow IPC tables onto the GPU: kvikpy.arrow.read_ipc against pyarrow plus CuPy,
-whole and 2 of 10 columns, warm and cold).
+whole and 2 of 10 columns, warm and cold), arrow-zstd (a compressed IPC file onto the
+GPU: nvCOMP decoding against host decoding and pyarrow plus CuPy).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -51,6 +52,7 @@ SCRIPTS = {
     "percall": "benchmarks.percall",
     "load_into": "benchmarks.load_into",
     "arrow": "benchmarks.arrow_tables",
+    "arrow-zstd": "benchmarks.arrow_zstd",
 }
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "get_setting",
     "host_stream_capsule",
     "infer_remote_endpoint_type",
+    "ipc_decode_plan",
     "is_compat_mode_preferred",
     "item_types",
     "live_buffers",
@@ -53,6 +54,7 @@ __all__ = [
     "read_file_ranges_batch",
     "read_files_batch",
     "read_ipc_table",
+    "read_ipc_table_gpu",
     "read_ranges_batch",
     "read_scattered",
     "set_settings",
@@ -281,6 +283,20 @@ def read_ipc_table(
 ) -> IpcTable: ...
 def write_ipc_stream(path: str, stream: Any) -> int: ...
 def write_ipc_array(path: str, schema: Any, array: Any) -> int: ...
+def ipc_decode_plan(
+    path: str,
+    columns: list[str] | None,
+    batches: list[int] | None,
+) -> tuple[list[tuple[int, int, int, int, int, int]], list[tuple[int, bytes]], int, list[str]]: ...
+def read_ipc_table_gpu(
+    path: str,
+    columns: list[str] | None,
+    batches: list[int] | None,
+    ordinal: int,
+) -> tuple[
+    IpcTable,
+    tuple[Buffer, list[tuple[int, int, int, int, int, int]], list[str]] | None,
+]: ...
 def read_file_ranges_batch(
     ranges: list[tuple[str, int, bool, int | None]],
     ordinal: int | None,

@@ -8,7 +8,7 @@ import html
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from kvikpy import _devices, _lib, _paths
+from kvikpy import _devices, _lib, _nvcomp, _paths
 from kvikpy.errors import UnsupportedOperationError
 
 __all__ = ["Column", "ColumnChunk", "Table", "read_ipc", "write_ipc"]
@@ -310,6 +310,7 @@ def read_ipc(
     columns: Iterable[str] | None = None,
     batches: Iterable[int] | None = None,
     device: str | int = "cuda",
+    decode: str = "auto",
 ) -> Table:
     """Read an Arrow IPC file or stream into GPU (or host) memory as a :class:`Table`.
 
@@ -317,9 +318,16 @@ def read_ipc(
     and the stream format (Hugging Face ``datasets`` cache shards). The footer or the
     message headers are read and checked first; then only the buffers of the chosen
     columns and record batches are read, in one parallel batch read, into one
-    allocation (each buffer 64-byte aligned), with no decoding on the host. Compressed
-    record batches (ZSTD, LZ4) are the exception: they are decoded on the host and moved
-    to the GPU in one copy.
+    allocation (each buffer 64-byte aligned), with no decoding on the host.
+
+    Compressed record batches (IPC's per-buffer ZSTD and LZ4 frames) are decoded on the
+    GPU by nvCOMP when the table goes to a GPU and nvCOMP is installed (``pip install
+    kvikpy[nvcomp]``, with CuPy): the compressed buffers are read onto the GPU in the one
+    batch read and decoded in one nvCOMP call per codec into their places in the table.
+    LZ4 frames whose blocks depend on each other (pyarrow writes them so for buffers over
+    64 KiB) cannot be decoded block by block and are decoded on the host; so is
+    everything when the table goes to the host or nvCOMP is missing. The bytes are the
+    same either way.
 
     Parameters
     ----------
@@ -332,6 +340,10 @@ def read_ipc(
         None.
     device
         ``"cuda"`` (the current GPU), ``"cuda:N"``, an int, or ``"cpu"``.
+    decode
+        Where compressed buffers are decoded: ``"auto"`` (on the GPU with nvCOMP where it
+        can, else on the host; should nvCOMP fail, the host decodes the buffers again),
+        ``"gpu"`` (nvCOMP, an error where it cannot) or ``"host"``.
 
     Returns
     -------
@@ -341,10 +353,16 @@ def read_ipc(
     Raises
     ------
     TypeError
-        For a column name that is not a str or a batch index that is not an int.
+        For a column name that is not a str, a batch index that is not an int, or a
+        ``decode`` that is not a str.
     ValueError
-        For a file that is not valid Arrow IPC data (the message says what is wrong),
-        or a column the file does not have.
+        For a file that is not valid Arrow IPC data (the message says what is wrong and
+        names the buffer), a column the file does not have, a ``decode`` other than those
+        above, or ``decode="gpu"`` with ``device="cpu"``.
+    ImportError
+        For ``decode="gpu"`` where nvCOMP or CuPy is not installed.
+    RuntimeError
+        For ``decode="gpu"`` where nvCOMP fails on buffers the host decodes.
     IndexError
         For a record batch index out of range.
     kvikpy.errors.UnsupportedOperationError
@@ -375,14 +393,97 @@ def read_ipc(
             if isinstance(b, bool) or not hasattr(b, "__index__"):
                 raise TypeError(f"a record batch is chosen by an int index, not {b!r}")
             picked.append(b.__index__())
+    if not isinstance(decode, str):
+        raise TypeError(f'decode is "auto", "gpu" or "host", not {decode!r}')
+    if decode not in ("auto", "gpu", "host"):
+        raise ValueError(f'decode must be "auto", "gpu" or "host", not {decode!r}')
     ordinal = _devices.resolve(device)
+    if decode == "gpu" and ordinal is None:
+        raise ValueError('decode="gpu" decodes into GPU memory; read with a GPU device, not "cpu"')
+    if decode == "gpu" and not _nvcomp.available():
+        raise ImportError(
+            'decode="gpu" needs nvCOMP and CuPy: pip install "kvikpy[nvcomp]" cupy-cuda13x'
+        )
     name = _paths.fspath(source)
     if picked is not None and any(b < 0 for b in picked):
         total = _lib.read_ipc_table(name, [], [], None).total_batches
         picked = [b + total if b < 0 else b for b in picked]
         if any(b < 0 for b in picked):
             raise IndexError(f"a record batch index is out of range: the file has {total}")
+    # Found, not loaded: nvCOMP and CuPy load only for a read with compressed buffers.
+    if ordinal is not None and decode != "host" and _nvcomp.installed():
+        return _read_decoding_on_gpu(name, names, picked, ordinal, decode == "gpu")
     return Table(_lib.read_ipc_table(name, names, picked, ordinal))
+
+
+_STEPS = {1: "zstd", 2: "lz4"}
+
+
+def _read_decoding_on_gpu(
+    name: str, names: list[str] | None, picked: list[int] | None, ordinal: int, strict: bool
+) -> Table:
+    """:func:`read_ipc` onto GPU ``ordinal`` with compressed buffers decoded by nvCOMP;
+    should nvCOMP fail, the host decodes them (which names a malformed buffer), or with
+    ``strict`` that is the error."""
+    inner, work = _lib.read_ipc_table_gpu(name, names, picked, ordinal)
+    if work is None:
+        return Table(inner)
+    read, pieces, labels = work
+    try:
+        _run_pieces(read, pieces, labels, ordinal)
+    except Exception as e:
+        del inner, read
+        # The host decoder checks every buffer and names a malformed one.
+        host = Table(_lib.read_ipc_table(name, names, picked, ordinal))
+        if strict:
+            raise RuntimeError(
+                f"nvCOMP could not decode this read's compressed buffers, which the host "
+                f'decodes ({e}); read with decode="auto" or decode="host"'
+            ) from e
+        return host
+    return Table(inner)
+
+
+class _GpuDecodeError(ValueError):
+    """nvCOMP's output for a buffer differs from what the plan expects."""
+
+
+def _run_pieces(
+    read: _lib.Buffer,
+    pieces: list[tuple[int, int, int, int, int, int]],
+    labels: list[str],
+    ordinal: int,
+) -> None:
+    """Do the GPU work of a read (copies; ZSTD frames and LZ4 blocks in one nvCOMP call
+    per codec) and wait for it."""
+    if not _nvcomp.available():
+        raise RuntimeError("nvCOMP or CuPy is installed but cannot load")
+    cp: Any = _nvcomp.cupy()
+
+    def view(address: int, size: int) -> Any:
+        memory = cp.cuda.UnownedMemory(address, size, read, ordinal)
+        return cp.ndarray((size,), cp.uint8, cp.cuda.MemoryPointer(memory, 0))
+
+    with cp.cuda.Device(ordinal):
+        by_codec: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
+        for piece in pieces:
+            step, src, src_len, dst, dst_len, _ = piece
+            if step == 0:
+                if src_len:
+                    view(dst, dst_len)[...] = view(src, src_len)
+            else:
+                by_codec.setdefault(step, []).append(piece)
+        for step, group in by_codec.items():
+            sources = [view(p[1], p[2]) for p in group]
+            decoded = _nvcomp._decoder(_STEPS[step], ordinal).decode(sources, 0)
+            for (_, _, _, dst, dst_len, r), out in zip(group, decoded, strict=True):
+                if out.nbytes != dst_len:
+                    raise _GpuDecodeError(
+                        f"{labels[r]}: nvCOMP decoded {out.nbytes} bytes where "
+                        f"{dst_len} were expected"
+                    )
+                view(dst, dst_len)[...] = out
+        cp.cuda.get_current_stream().synchronize()
 
 
 def write_ipc(

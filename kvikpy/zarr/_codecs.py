@@ -20,11 +20,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
-import itertools
-import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
-from functools import cache
 from typing import Any
 
 import zarr
@@ -38,115 +35,12 @@ from zarr.core.buffer import Buffer
 from zarr.core.buffer.cpu import buffer_prototype as cpu_buffer_prototype
 from zarr.registry import register_codec
 
+from kvikpy._nvcomp import _Decoder as _Decoder  # re-exported: tests patch it here
+from kvikpy._nvcomp import _decoder, nvcomp
 from kvikpy.zarr import _rounds
 
 # numcodecs' LZ4 puts the decoded size (4 bytes, little-endian) before an LZ4 block.
 LZ4_HEADER = 4
-
-
-@cache
-def nvcomp() -> Any | None:
-    """nvCOMP's Python module (``nvidia.nvcomp``), or ``None`` where it is not installed
-    or cannot load (no CUDA)."""
-    try:
-        return importlib.import_module("nvidia.nvcomp")
-    except (ImportError, OSError):
-        return None
-
-
-class _Decoder:
-    """One nvCOMP codec for one algorithm on one GPU, with its own CUDA stream.
-
-    nvCOMP's codec objects keep scratch memory per call, so calls are serialised by a
-    lock; the batch is the unit of parallelism.
-    """
-
-    def __init__(self, algorithm: str, ordinal: int) -> None:
-        nv: Any = nvcomp()
-        cupy: Any = importlib.import_module("cupy")
-        self._cupy = cupy
-        self._nv: Any = nv
-        self._ordinal = ordinal
-        with cupy.cuda.Device(ordinal):
-            self._stream = cupy.cuda.Stream(non_blocking=True)
-        assert nv is not None  # checked by the caller
-        self._codec = nv.Codec(
-            algorithm=algorithm,
-            device_id=ordinal,
-            cuda_stream=self._stream.ptr,
-            bitstream_kind=nv.BitstreamKind.RAW,
-        )
-        self._align = max(1, int(self._codec.get_required_decompression_alignment()))
-        self._lock = threading.Lock()
-
-    def busy(self) -> bool:
-        """Whether a call is running on this decoder now."""
-        return self._lock.locked()
-
-    def decode(self, sources: list[Any], header: int) -> list[Any]:
-        """Decode ``sources`` (1-D uint8 CuPy arrays on this GPU, each skipping its first
-        ``header`` bytes) in one nvCOMP batch call; the decoded chunks as uint8 CuPy
-        arrays, ready on every stream when this returns."""
-        cp = self._cupy
-        with cp.cuda.Device(self._ordinal), self._lock:
-            srcs = [s[header:] for s in sources]
-            if any(s.data.ptr % self._align for s in srcs):
-                srcs = self._pack(srcs)
-            # The sources may still be being written on the caller's stream.
-            self._stream.wait_event(cp.cuda.get_current_stream().record())
-            batch = self._nv.as_arrays(srcs, self._stream.ptr)
-            decoded = self._codec.decode(batch, data_type="|u1")
-            self._stream.synchronize()
-            return [cp.asarray(_Owned(decoded[i], decoded)) for i in range(len(srcs))]
-
-    def _pack(self, srcs: list[Any]) -> list[Any]:
-        """Copy ``srcs`` into one buffer with every start aligned as nvCOMP requires."""
-        cp = self._cupy
-        a = self._align
-        starts, total = [], 0
-        for s in srcs:
-            total = -(-total // a) * a
-            starts.append(total)
-            total += s.nbytes
-        packed = cp.empty(max(total, 1), dtype=cp.uint8)
-        out = []
-        for s, start in zip(srcs, starts, strict=True):
-            dst = packed[start : start + s.nbytes]
-            dst[...] = s
-            out.append(dst)
-        return out
-
-
-class _Owned:
-    """A view of one decoded chunk that keeps nvCOMP's batch (which owns the memory)
-    alive for as long as the CuPy array made from it."""
-
-    def __init__(self, view: Any, owner: Any) -> None:
-        self.__cuda_array_interface__ = view.__cuda_array_interface__
-        self._keep = (view, owner)
-
-
-# Decoders per algorithm and GPU, each on its own stream, so that the mini-batches zarr
-# decodes concurrently run side by side on the GPU (one nvCOMP call per mini-batch).
-DECODERS_PER_GPU = 4
-_decoders: dict[tuple[str, int], list[_Decoder]] = {}
-_decoders_lock = threading.Lock()
-_next = itertools.count()
-
-
-def _decoder(algorithm: str, ordinal: int) -> _Decoder:
-    """A decoder for ``algorithm`` on GPU ``ordinal``: an idle one if any, else the
-    next in turn (its lock then queues the call)."""
-    with _decoders_lock:
-        pool = _decoders.get((algorithm, ordinal))
-        if pool is None:
-            pool = _decoders[(algorithm, ordinal)] = [
-                _Decoder(algorithm, ordinal) for _ in range(DECODERS_PER_GPU)
-            ]
-    for d in pool:
-        if not d.busy():
-            return d
-    return pool[next(_next) % len(pool)]
 
 
 def _on_gpu(chunks: list[Buffer]) -> int | None:

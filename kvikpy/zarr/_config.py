@@ -6,7 +6,7 @@ from typing import Any
 
 import zarr
 
-from kvikpy.zarr._codecs import nvcomp
+from kvikpy._nvcomp import nvcomp
 
 # zarr reads an array in mini-batches of `codec_pipeline.batch_size` chunks, up to
 # `async.concurrency` mini-batches (and gets within one) at a time. Its defaults (1 and

@@ -8,6 +8,7 @@
 
 mod compression;
 mod framing;
+mod gpu_decode;
 mod plan;
 mod runs;
 mod schema;
@@ -17,10 +18,13 @@ use std::path::Path;
 
 pub use compression::{assemble, decode, Codec};
 pub use framing::{scan, Format, Kind, MessageRef, Messages, ReadAt, SchemaBytes, MAGIC};
+pub use gpu_decode::{
+    lz4_frame, plan_gpu_decode, zstd_content_size, GpuDecodePlan, Lz4Frame, Piece, Step,
+};
 pub use plan::{plan, BatchLayout, Column, ReadPlan};
 pub use runs::{coalesce, Runs};
 pub use schema::{convert, IpcSchema, SchemaNode};
-pub use write::{check_schema, write_file, ArrayIn, Encoded, FileEncoder, Memory, Piece};
+pub use write::{check_schema, write_file, ArrayIn, Encoded, FileEncoder, Memory};
 
 use crate::error::{Error, Result};
 use crate::file::FileHandle;

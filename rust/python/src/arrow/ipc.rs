@@ -7,13 +7,18 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Fields};
 use kvikpy_core::allocation::Placement;
-use kvikpy_core::arrow_ipc::{assemble, coalesce, Column, IpcFile, ReadPlan, Runs, SourceReader};
+use kvikpy_core::arrow_ipc::{
+    assemble, coalesce, plan_gpu_decode, Column, GpuDecodePlan, IpcFile, ReadPlan, Runs,
+    SourceReader, Step,
+};
 use kvikpy_core::batch::plan_ranges_aligned;
 use kvikpy_core::cancel::CancelToken;
 use kvikpy_core::cuda::copy_host_to_device;
+use kvikpy_core::settings::Settings;
 use kvikpy_macros::boundary;
 use pyo3::exceptions::{PyBufferError, PyIndexError, PyRuntimeError};
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 use super::capsule::{array_capsules, device_array_capsules, ffi_schema_capsule};
 use super::export::{view_sizes, ArrayExport};
@@ -94,18 +99,161 @@ pub fn read_ipc_table(
         let sizes = sizes.iter().map(|&s| s as u64).collect();
         return table(py, plan, buffer, offsets, sizes, ordinal);
     }
-    // Neighbouring buffers of a body are read as one run where their alignment allows.
+    read_uncompressed(py, &settings, path, plan, ordinal)
+}
+
+/// The table of an uncompressed `plan`: its buffers read straight into one allocation,
+/// neighbouring buffers of a body as one run where their alignment allows.
+fn read_uncompressed(
+    py: Python<'_>,
+    settings: &Settings,
+    path: PathBuf,
+    plan: ReadPlan,
+    ordinal: Option<usize>,
+) -> BindResult<IpcTable> {
     let Runs { runs, place } = coalesce(&plan.ranges, ALIGN as u64);
+    let plan_settings = *settings;
     let batch = interruptible_alone(py, &CancelToken::new(), move || {
-        plan_ranges_aligned(&settings, &path, &runs, ALIGN)
+        plan_ranges_aligned(&plan_settings, &path, &runs, ALIGN)
     })?;
-    let (buffer, starts, _, _) = read_plan(py, &settings, batch, ordinal, None)?;
+    let (buffer, starts, _, _) = read_plan(py, settings, batch, ordinal, None)?;
     let offsets = place
         .iter()
         .map(|&(run, within)| starts[run] as usize + within as usize)
         .collect();
     let sizes = plan.ranges.iter().map(|r| r.1).collect();
     table(py, plan, buffer, offsets, sizes, ordinal)
+}
+
+/// One piece of GPU work for Python's nvCOMP call: `(step, source address, source
+/// bytes, destination address, destination bytes, range)`, step 0 a copy, 1 a ZSTD frame,
+/// 2 a raw LZ4 block.
+type GpuPiece = (u8, u64, u64, u64, u64, usize);
+
+/// What is left to do on the GPU after [`read_ipc_table_gpu`]: the buffers as read (kept
+/// until decoded), the pieces, and each range's name for messages.
+type GpuWork = (Py<Buffer>, Vec<GpuPiece>, Vec<String>);
+
+/// [`read_ipc_table`] onto GPU `ordinal` with compressed buffers left for the GPU to
+/// decode: the buffers are read as they are in the file in one batch read onto the GPU,
+/// the table's allocation is sized by the engine's checked plan, buffers the GPU cannot
+/// decode are decoded on the host and copied into place, and the rest is returned as
+/// work for nvCOMP (None when nothing is compressed: the table is then complete).
+#[boundary]
+#[pyfunction]
+#[pyo3(signature = (path, columns, batches, ordinal))]
+pub fn read_ipc_table_gpu(
+    py: Python<'_>,
+    path: PathBuf,
+    columns: Option<Vec<String>>,
+    batches: Option<Vec<usize>>,
+    ordinal: usize,
+) -> BindResult<(IpcTable, Option<GpuWork>)> {
+    let settings = kvikpy_core::settings::current()?;
+    let meta_path = path.clone();
+    let (plan, gpu) = interruptible_alone(py, &CancelToken::new(), move || {
+        let reader = SourceReader::open(&meta_path, &settings)?;
+        let file = IpcFile::read(&reader)?;
+        let columns = columns.map(|c| file.column_indices(&c)).transpose()?;
+        let plan = file.plan(columns.as_deref(), batches.as_deref())?;
+        let gpu = if plan.is_compressed() {
+            Some(plan_gpu_decode(&reader, &plan, ALIGN)?)
+        } else {
+            None
+        };
+        Ok((plan, gpu))
+    })?;
+    let Some(gpu) = gpu else {
+        return Ok((
+            read_uncompressed(py, &settings, path, plan, Some(ordinal))?,
+            None,
+        ));
+    };
+    let ranges = plan.ranges.clone();
+    let batch = interruptible_alone(py, &CancelToken::new(), move || {
+        plan_ranges_aligned(&settings, &path, &ranges, ALIGN)
+    })?;
+    let (read, read_offsets, _, _) = read_plan(py, &settings, batch, Some(ordinal), None)?;
+    let buffer = Buffer::allocate_at(py, gpu.total, Placement::Device(ordinal), false)?;
+    let (base, _, _) = buffer.parts();
+    let (read_base, _, _) = read.parts();
+    let GpuDecodePlan {
+        offsets,
+        sizes,
+        pieces,
+        host,
+        labels,
+        ..
+    } = gpu;
+    let host_offsets = offsets.clone();
+    without_gil(py, move || {
+        for (range, bytes) in &host {
+            let at = base + host_offsets[*range] as u64;
+            // SAFETY: the plan placed range `range` (its decoded size, `bytes.len()`) at
+            // `at` inside the new buffer of `gpu.total` bytes on GPU `ordinal`.
+            unsafe { copy_host_to_device(ordinal, at, bytes.as_ptr(), bytes.len())? };
+        }
+        Ok::<(), kvikpy_core::error::Error>(())
+    })?;
+    let work = pieces
+        .iter()
+        .map(|p| {
+            let step = step_code(p.step);
+            let src = read_base + read_offsets[p.range] as u64 + p.src;
+            let dst = base + offsets[p.range] as u64 + p.dst;
+            (step, src, p.src_len, dst, p.dst_len, p.range)
+        })
+        .collect();
+    let table = table(py, plan, buffer, offsets, sizes, Some(ordinal))?;
+    Ok((table, Some((Py::new(py, read)?, work, labels))))
+}
+
+/// The GPU decode plan of a read, as [`read_ipc_table_gpu`] would run it, with file
+/// offsets for sources and allocation offsets for destinations: `(pieces, host-decoded
+/// ranges as (allocation offset, bytes), allocation size, range names)`. For tests that
+/// run the plan with a host stand-in for nvCOMP.
+#[boundary]
+#[pyfunction]
+#[pyo3(signature = (path, columns, batches))]
+#[allow(clippy::type_complexity)]
+pub fn ipc_decode_plan(
+    py: Python<'_>,
+    path: PathBuf,
+    columns: Option<Vec<String>>,
+    batches: Option<Vec<usize>>,
+) -> BindResult<(Vec<GpuPiece>, Vec<(usize, Py<PyBytes>)>, usize, Vec<String>)> {
+    let settings = kvikpy_core::settings::current()?;
+    let (plan, gpu) = interruptible_alone(py, &CancelToken::new(), move || {
+        let reader = SourceReader::open(&path, &settings)?;
+        let file = IpcFile::read(&reader)?;
+        let columns = columns.map(|c| file.column_indices(&c)).transpose()?;
+        let plan = file.plan(columns.as_deref(), batches.as_deref())?;
+        let gpu = plan_gpu_decode(&reader, &plan, ALIGN)?;
+        Ok((plan, gpu))
+    })?;
+    let pieces = gpu
+        .pieces
+        .iter()
+        .map(|p| {
+            let src = plan.ranges[p.range].0 + p.src;
+            let dst = gpu.offsets[p.range] as u64 + p.dst;
+            (step_code(p.step), src, p.src_len, dst, p.dst_len, p.range)
+        })
+        .collect();
+    let host = gpu
+        .host
+        .into_iter()
+        .map(|(r, bytes)| (gpu.offsets[r], PyBytes::new(py, &bytes).unbind()))
+        .collect();
+    Ok((pieces, host, gpu.total, gpu.labels))
+}
+
+fn step_code(step: Step) -> u8 {
+    match step {
+        Step::Copy => 0,
+        Step::Zstd => 1,
+        Step::Lz4 => 2,
+    }
 }
 
 fn table(

@@ -21,7 +21,7 @@ pub use batch::{batch_arrow, batch_device_meta, batch_schema, BatchDeviceMeta};
 pub use capsule::{array_capsules, check_device_kwargs, device_array_capsules, schema_capsule};
 pub use export::{buffer_export, ArrayExport};
 pub use ffi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA};
-pub use ipc::{read_ipc_table, IpcTable};
+pub use ipc::{ipc_decode_plan, read_ipc_table, read_ipc_table_gpu, IpcTable};
 pub use stream::{device_stream_capsule, host_stream_capsule, typed_stream_capsule};
 pub use types::{buffer_type, element_type};
 pub use write::{write_ipc_array, write_ipc_stream};
