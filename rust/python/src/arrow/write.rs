@@ -20,7 +20,7 @@ use super::ffi::{
     DEVICE_STREAM, SCHEMA, STREAM,
 };
 use crate::blocking::interruptible_alone;
-use crate::errors::BindResult;
+use crate::errors::{BindResult, UnsupportedOperationError};
 
 /// `ARROW_DEVICE_CUDA_HOST` (pinned host memory).
 const ARROW_DEVICE_CUDA_HOST: i32 = 3;
@@ -119,7 +119,9 @@ unsafe fn describe(a: &ArrowArray, depth: usize) -> PyResult<ArrayIn> {
 /// The schema a producer wrote into `schema`, as a struct (a record batch).
 fn struct_schema(schema: &FFI_ArrowSchema) -> PyResult<Schema> {
     let data_type = DataType::try_from(schema).map_err(|e| {
-        PyValueError::new_err(format!("cannot read the Arrow schema of the data: {e}"))
+        UnsupportedOperationError::new_err(format!(
+            "kvikpy's IPC writer cannot take the Arrow schema of the data ({e})"
+        ))
     })?;
     let DataType::Struct(_) = data_type else {
         return Err(PyTypeError::new_err(format!(
@@ -127,7 +129,9 @@ fn struct_schema(schema: &FFI_ArrowSchema) -> PyResult<Schema> {
         )));
     };
     Schema::try_from(schema).map_err(|e| {
-        PyValueError::new_err(format!("cannot read the Arrow schema of the data: {e}"))
+        UnsupportedOperationError::new_err(format!(
+            "kvikpy's IPC writer cannot take the Arrow schema of the data ({e})"
+        ))
     })
 }
 
