@@ -18,7 +18,7 @@ use crate::tasks::{align_up, split_tasks, Task, DIRECT_IO_ALIGNMENT};
 pub use crate::vocab::Direction;
 
 mod batch;
-pub use batch::{segment_size, submit_batch, BatchRequest, Item, ItemSource};
+pub use batch::{submit_batch, BatchRequest, Item, ItemSource};
 
 /// One read or write of a file.
 pub struct Request {
