@@ -52,9 +52,8 @@ def interface_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Count the calls of ``cupy.ndarray``'s ``__cuda_array_interface__`` and
     ``__dlpack__`` (subclasses inherit the counting)."""
     calls: list[str] = []
-    base = cupy.ndarray.__mro__[1]
-    interface = base.__dict__["__cuda_array_interface__"]
-    dlpack = base.__dict__["__dlpack__"]
+    interface = cupy.ndarray.__cuda_array_interface__  # the descriptor, from the class
+    dlpack = cupy.ndarray.__dlpack__
 
     def counted_interface(self: object) -> object:
         calls.append("__cuda_array_interface__")

@@ -150,6 +150,9 @@ pub fn view(obj: &Bound<'_, PyAny>) -> Option<CupyView> {
         .extract()
         .ok()?;
     let nbytes: usize = obj.getattr(intern!(py, "nbytes")).ok()?.extract().ok()?;
+    if ptr == 0 && nbytes > 0 {
+        return None; // the interface's path words the error
+    }
     let stream: usize = cupy
         .get_current_stream
         .bind(py)
