@@ -8,8 +8,9 @@ the pinned staging buffers and the thread pool are a process's first-call costs,
 read's; the JSON keeps that first call's time apart as ``first_call_seconds``). Prints
 seconds, GB/s and the bytes each route read from the file, and where the whole-table
 read's time goes (``phases``: the footer and metadata, the batch read, handing every
-column out as an Arrow device array); ``--device cpu`` runs both routes into host memory
-(no GPU needed).
+column out as an Arrow device array), and the whole table written back by
+``kvikpy.arrow.write_ipc`` (from GPU memory) against pyarrow's route (to the host, then its
+IPC writer); ``--device cpu`` runs both routes in host memory (no GPU needed).
 Usage: python -m benchmarks arrow [--size-mib 4096] [--runs 3] [--device cuda] [--out F]
     [--markdown F]
 """
@@ -161,6 +162,40 @@ def phases(path: str, device: str, runs: int) -> dict[str, float]:
     }
 
 
+def writes(path: str, device: str, runs: int, folder: str) -> dict[str, Any]:
+    """The whole table written back as an IPC file (into the page cache, no fsync), median
+    of ``runs``: ``kvikpy.arrow.write_ipc`` of the table read by kvikpy (from GPU memory
+    on a GPU) against pyarrow's route (the table copied to the host, then pyarrow's IPC
+    writer)."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    import kvikpy.arrow
+
+    table = kvikpy.arrow.read_ipc(path, device=device)
+    sync(device)
+    out = os.path.join(folder, "written.arrow")
+    own, theirs = [], []
+    size = 0
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        size = kvikpy.arrow.write_ipc(out, table)
+        own.append(time.perf_counter() - t0)
+        os.unlink(out)
+        t0 = time.perf_counter()
+        host = pa.table(table.to_host())
+        with ipc.new_file(out, host.schema) as w:
+            w.write_table(host)
+        theirs.append(time.perf_counter() - t0)
+        os.unlink(out)
+        del host
+    return {
+        "bytes": size,
+        "kvikpy": stats(own),
+        "pyarrow": stats(theirs),
+    }
+
+
 def stats(times: list[float]) -> dict[str, Any]:
     return {
         "seconds": statistics.median(times),
@@ -196,6 +231,15 @@ def markdown(report: dict[str, Any]) -> str:
         f"took {report['first_call_seconds'] * 1e3:.0f} ms (start-up included; untimed "
         "above).",
     ]
+    w = report.get("write")
+    if w:
+        k, p = w["kvikpy"]["seconds"], w["pyarrow"]["seconds"]
+        lines += [
+            "",
+            f"Writing the whole table back ({w['bytes'] / 2**20:,.0f} MiB, into the page "
+            f"cache): `write_ipc` {k * 1e3:,.1f} ms ({w['bytes'] / k / 1e9:.2f} GB/s), "
+            f"pyarrow (to the host, then its IPC writer) {p * 1e3:,.1f} ms: {p / k:.2f}x.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -262,6 +306,7 @@ def main() -> None:
         "device": args.device,
         "first_call_seconds": first_call,
         "phases": phases(path, args.device, args.runs),
+        "write": writes(path, args.device, args.runs, folder),
         "results": results,
     }
     os.unlink(path)

@@ -68,3 +68,6 @@ def test_arrow_benchmark_smoke(tmp_path: Path) -> None:
     assert set(result["phases"]) == {"metadata", "read", "export_columns"}
     assert 0 < result["phases"]["metadata"] <= result["phases"]["read"]
     assert result["first_call_seconds"] > 0
+    # The whole table written back by write_ipc and by pyarrow, the same file size.
+    assert result["write"]["bytes"] > whole
+    assert result["write"]["kvikpy"]["seconds"] > 0 and "`write_ipc`" in table

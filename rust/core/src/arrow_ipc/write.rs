@@ -551,7 +551,8 @@ fn last_offset(
 
 /// Write `encoded` to a new file at `path` (replacing any), each buffer from `memory`
 /// with kvikpy's write path (device buffers by the device write, through the pinned
-/// bounce buffers, in parallel on the pool); returns the file's size.
+/// bounce buffers, in parallel on the pool), through the page cache; returns the file's
+/// size.
 ///
 /// # Safety
 /// Every [`Piece::Memory`] of `encoded` must be readable memory of its length in
@@ -562,8 +563,16 @@ pub unsafe fn write_file(
     memory: Memory,
     settings: &Settings,
 ) -> Result<u64> {
+    // Through the page cache: the buffers start at multiples of 64 bytes, not of a page,
+    // so direct I/O would move only their middles and write each piece in three parts,
+    // which measured 2.6x slower than buffered writes for a table of 154 buffers.
+    let settings = &Settings {
+        auto_direct_io_write: false,
+        ..*settings
+    };
     let handle = FileHandle::open_with(path, "w", settings)?;
     let mut futures = Vec::with_capacity(encoded.pieces.len());
+    let mut first = None;
     for (offset, piece) in &encoded.pieces {
         let span = match (piece, memory) {
             (Piece::Bytes(b), _) => {
@@ -586,9 +595,16 @@ pub unsafe fn write_file(
             continue;
         }
         let request = Request::write(span, *offset);
-        futures.push(submit(settings, &handle, request, Completion::Future)?);
+        match submit(settings, &handle, request, Completion::Future) {
+            Ok(f) => futures.push(f),
+            Err(e) => {
+                // The writes already started read `encoded` and the caller's memory:
+                // they are waited for below before this returns.
+                first = Some(e);
+                break;
+            }
+        }
     }
-    let mut first = None;
     for f in futures {
         if let Err(e) = f.wait() {
             first.get_or_insert(e);
