@@ -7,6 +7,7 @@
 //! the file's size.
 
 mod compression;
+mod concat;
 mod framing;
 mod plan;
 mod schema;
@@ -14,8 +15,9 @@ mod schema;
 use std::path::Path;
 
 pub use compression::{assemble, decode, Codec};
+pub use concat::{concat, concatenable, Part};
 pub use framing::{scan, Format, Kind, MessageRef, Messages, ReadAt, SchemaBytes, MAGIC};
-pub use plan::{plan, BatchLayout, Column, ReadPlan};
+pub use plan::{plan, BatchLayout, Built, Column, ReadPlan};
 pub use schema::{convert, IpcSchema, SchemaNode};
 
 use crate::error::{Error, Result};

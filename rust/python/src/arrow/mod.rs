@@ -9,6 +9,7 @@
 //! capsules: each owns only Rust values (the storage `Arc`, an event).
 
 mod batch;
+mod built;
 mod capsule;
 mod export;
 mod ffi;
