@@ -295,6 +295,19 @@ def test_view_and_union_types(tmp_path: Path, stream: bool, compression: str | N
     assert sub.equals(want)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_unions_of_metadata_version_4(tmp_path: Path, stream: bool) -> None:
+    """Before metadata version 5, a union had a validity buffer, which is skipped."""
+    table = view_union_table(30).select(["sparse", "dense", "i", "lv"])
+    path = tmp_path / "v4.arrow"
+    options = ipc.IpcWriteOptions(metadata_version=ipc.MetadataVersion.V4)
+    opener = ipc.new_stream if stream else ipc.new_file
+    with opener(path, table.schema, options=options) as w:
+        w.write_table(table)
+    assert read_back(path).equals(table)
+    assert read_back(path, columns=["i"]).equals(table.select(["i"]))
+
+
 def test_view_and_union_columns_one_by_one(tmp_path: Path) -> None:
     table = view_union_table(50)
     path = tmp_path / "t.arrow"

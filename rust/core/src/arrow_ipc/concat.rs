@@ -6,7 +6,7 @@
 use arrow_schema::DataType;
 
 use super::framing::malformed;
-use super::plan::fixed_width;
+use super::schema::fixed_width;
 use crate::error::Result;
 
 /// Whether parts of type `t` can be concatenated here.

@@ -9,7 +9,7 @@ use arrow_ipc::{Buffer, FieldNode, MetadataVersion, RecordBatch};
 use arrow_schema::{DataType, Schema};
 
 use super::framing::{malformed, Codec, Kind, Messages};
-use super::schema::{IpcSchema, SchemaNode};
+use super::schema::{fixed_width, IpcSchema, SchemaNode};
 use crate::error::{Error, Result};
 
 /// One array of a record batch (a column, a child, a dictionary), over the plan's ranges.
@@ -199,26 +199,6 @@ fn needed(count: i64, width: u64, path: &str) -> Result<u64> {
         count.checked_mul(width)
     };
     bytes.ok_or_else(|| malformed(format!("'{path}' is too long")))
-}
-
-/// Byte width of a fixed-width type's values (0 for bit-packed booleans), or None.
-pub(super) fn fixed_width(t: &DataType) -> Option<u64> {
-    use DataType::*;
-    Some(match t {
-        Boolean => 0,
-        Int8 | UInt8 => 1,
-        Int16 | UInt16 | Float16 => 2,
-        Int32 | UInt32 | Float32 | Date32 | Time32(_) | Decimal32(..) => 4,
-        Int64 | UInt64 | Float64 | Date64 | Time64(_) | Timestamp(..) | Duration(_)
-        | Decimal64(..) => 8,
-        Decimal128(..) => 16,
-        Decimal256(..) => 32,
-        Interval(arrow_schema::IntervalUnit::YearMonth) => 4,
-        Interval(arrow_schema::IntervalUnit::DayTime) => 8,
-        Interval(arrow_schema::IntervalUnit::MonthDayNano) => 16,
-        FixedSizeBinary(w) => *w as u64,
-        _ => return None,
-    })
 }
 
 /// A dictionary's value field, the message holding its current dictionary, and that
