@@ -483,6 +483,39 @@ def test_malformed_files_give_clear_errors(tmp_path: Path, codec: str | None) ->
     assert "ValueError" in outcomes
 
 
+@pytest.mark.parametrize("kind", ["views", "deltas"])
+def test_malformed_views_unions_and_deltas_give_clear_errors(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "t.arrow"
+    if kind == "views":
+        write_batches(path, view_union_table(60), True, 25)
+    else:
+        batches = delta_batches()
+        options = ipc.IpcWriteOptions(emit_dictionary_deltas=True)
+        with ipc.new_stream(path, batches[0].schema, options=options) as w:
+            for batch in batches:
+                w.write_batch(batch)
+    data = path.read_bytes()
+    r = random.Random(11)
+    bad = tmp_path / "bad.arrow"
+    outcomes = set()
+    for case in range(200):
+        mutated = bytearray(data)
+        if case % 3 == 0:
+            mutated = mutated[: r.randrange(len(mutated))]
+        else:
+            for _ in range(r.randint(1, 4)):
+                mutated[r.randrange(len(mutated))] = r.randrange(256)
+        bad.write_bytes(bytes(mutated))
+        try:
+            t = kvikpy.arrow.read_ipc(bad, device="cpu")
+        except (ValueError, OSError, IndexError, kvikpy.errors.UnsupportedOperationError) as e:
+            outcomes.add(type(e).__name__)
+            continue
+        assert t.nbytes <= len(mutated)
+        outcomes.add("read")
+    assert "ValueError" in outcomes and "read" in outcomes
+
+
 def test_remote_http(tmp_path: Path) -> None:
     table = every_type_table(40)
     path = tmp_path / "t.arrow"
