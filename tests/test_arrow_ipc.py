@@ -297,6 +297,19 @@ def test_view_and_union_types(tmp_path: Path, stream: bool, compression: str | N
     assert sub.equals(want)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_unions_of_metadata_version_4(tmp_path: Path, stream: bool) -> None:
+    """Before metadata version 5, a union had a validity buffer, which is skipped."""
+    table = view_union_table(30).select(["sparse", "dense", "i", "lv"])
+    path = tmp_path / "v4.arrow"
+    options = ipc.IpcWriteOptions(metadata_version=ipc.MetadataVersion.V4)
+    opener = ipc.new_stream if stream else ipc.new_file
+    with opener(path, table.schema, options=options) as w:
+        w.write_table(table)
+    assert read_back(path).equals(table)
+    assert read_back(path, columns=["i"]).equals(table.select(["i"]))
+
+
 def test_view_and_union_columns_one_by_one(tmp_path: Path) -> None:
     table = view_union_table(50)
     path = tmp_path / "t.arrow"
@@ -335,31 +348,95 @@ def test_view_and_union_device_stream_on_the_host(tmp_path: Path) -> None:
     assert feather.read_table(tmp_path / "out.arrow").equals(table)
 
 
+def delta_batches() -> list[pa.RecordBatch]:
+    """Record batches whose dictionaries grow (strings with nulls, floats, booleans), so
+    that pyarrow writes delta dictionary batches with ``emit_dictionary_deltas``."""
+    schema = pa.schema(
+        [
+            ("s", pa.dictionary(pa.int32(), pa.string())),
+            ("f", pa.dictionary(pa.int8(), pa.float64())),
+            ("b", pa.dictionary(pa.int16(), pa.large_binary())),
+            ("i", pa.int64()),
+        ]
+    )
+    words = ["red", None, "green", "a much longer value", "blue", "", "cyan"]
+    out = []
+    for n in (2, 3, 3, 5, 7):
+        keys = pa.array([(j * 5) % n for j in range(9)], pa.int32())
+        out.append(
+            pa.record_batch(
+                [
+                    pa.DictionaryArray.from_arrays(keys, pa.array(words[:n])),
+                    pa.DictionaryArray.from_arrays(
+                        pa.array([j % n for j in range(9)], pa.int8()),
+                        pa.array([None if j == 1 else j / 4 for j in range(n)]),
+                    ),
+                    pa.DictionaryArray.from_arrays(
+                        pa.array([n - 1 - j % n for j in range(9)], pa.int16()),
+                        pa.array([b"x" * j for j in range(n)], pa.large_binary()),
+                    ),
+                    pa.array(range(9)),
+                ],
+                schema=schema,
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
 @pytest.mark.parametrize("stream", [False, True])
-def test_delta_dictionaries_name_their_column(tmp_path: Path, stream: bool) -> None:
-    kind = pa.dictionary(pa.int32(), pa.string())
+def test_delta_dictionaries(tmp_path: Path, stream: bool, compression: str | None) -> None:
+    batches = delta_batches()
+    path = tmp_path / "t.arrow"
+    opener = ipc.new_stream if stream else ipc.new_file
+    options = ipc.IpcWriteOptions(emit_dictionary_deltas=True, compression=compression)
+    with opener(path, batches[0].schema, options=options) as w:
+        for batch in batches:
+            w.write_batch(batch)
+        assert w.stats.num_dictionary_deltas > 0
+    want = (ipc.open_stream if stream else ipc.open_file)(path).read_all()
+    got = read_back(path)
+    assert got.equals(want)
+    for name in want.column_names:
+        for g, w in zip(got.column(name).chunks, want.column(name).chunks, strict=True):
+            assert g.equals(w), name
+            if name != "i":
+                assert g.dictionary.equals(w.dictionary), name
+    # A subset of batches, and a table copied back from its allocation.
+    sub = read_back(path, columns=["s", "i"], batches=[1, 4])
+    assert sub.equals(
+        pa.Table.from_batches([want.to_batches()[i] for i in (1, 4)]).select(["s", "i"])
+    )
+    t = kvikpy.arrow.read_ipc(path, device="cpu")
+    assert pa.table(t.to_host()).equals(want)
+
+
+def test_delta_dictionaries_of_other_types_name_their_column(tmp_path: Path) -> None:
+    kind = pa.dictionary(pa.int32(), pa.list_(pa.int8()))
     schema = pa.schema([("d", kind), ("i", pa.int64())])
     batches = [
         pa.record_batch(
             [
-                pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int32()), pa.array(values)),
+                pa.DictionaryArray.from_arrays(
+                    pa.array([0, 1, 0], pa.int32()), pa.array(values, pa.list_(pa.int8()))
+                ),
                 pa.array([1, 2, 3]),
             ],
             schema=schema,
         )
-        for values in (["a", "b"], ["a", "b", "c"])
+        for values in ([[1], [2, 3]], [[1], [2, 3], []])
     ]
     path = tmp_path / "t.arrow"
-    opener = ipc.new_stream if stream else ipc.new_file
-    with opener(path, schema, options=ipc.IpcWriteOptions(emit_dictionary_deltas=True)) as w:
+    with ipc.new_stream(
+        path, schema, options=ipc.IpcWriteOptions(emit_dictionary_deltas=True)
+    ) as w:
         for batch in batches:
             w.write_batch(batch)
     with pytest.raises(kvikpy.errors.UnsupportedOperationError, match=r"'d'.*delta"):
         kvikpy.arrow.read_ipc(path, device="cpu")
     assert read_back(path, columns=["i"]).column("i").to_pylist() == [1, 2, 3] * 2
-    if stream:  # before the delta, the dictionary is whole
-        first = read_back(path, batches=[0])
-        assert first.equals(pa.Table.from_batches(batches[:1]))
+    # Before the delta, the dictionary is whole.
+    assert read_back(path, batches=[0]).equals(pa.Table.from_batches(batches[:1]))
 
 
 @pytest.mark.parametrize("codec", ["zstd", "lz4"])
@@ -406,6 +483,39 @@ def test_malformed_files_give_clear_errors(tmp_path: Path, codec: str | None) ->
         assert t.nbytes <= len(mutated)
         outcomes.add("read")
     assert "ValueError" in outcomes
+
+
+@pytest.mark.parametrize("kind", ["views", "deltas"])
+def test_malformed_views_unions_and_deltas_give_clear_errors(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "t.arrow"
+    if kind == "views":
+        write_batches(path, view_union_table(60), True, 25)
+    else:
+        batches = delta_batches()
+        options = ipc.IpcWriteOptions(emit_dictionary_deltas=True)
+        with ipc.new_stream(path, batches[0].schema, options=options) as w:
+            for batch in batches:
+                w.write_batch(batch)
+    data = path.read_bytes()
+    r = random.Random(11)
+    bad = tmp_path / "bad.arrow"
+    outcomes = set()
+    for case in range(200):
+        mutated = bytearray(data)
+        if case % 3 == 0:
+            mutated = mutated[: r.randrange(len(mutated))]
+        else:
+            for _ in range(r.randint(1, 4)):
+                mutated[r.randrange(len(mutated))] = r.randrange(256)
+        bad.write_bytes(bytes(mutated))
+        try:
+            t = kvikpy.arrow.read_ipc(bad, device="cpu")
+        except (ValueError, OSError, IndexError, kvikpy.errors.UnsupportedOperationError) as e:
+            outcomes.add(type(e).__name__)
+            continue
+        assert t.nbytes <= len(mutated)
+        outcomes.add("read")
+    assert "ValueError" in outcomes and "read" in outcomes
 
 
 def test_remote_http(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ cupy = pytest.importorskip("cupy")
 pa = pytest.importorskip("pyarrow")
 ipc = pytest.importorskip("pyarrow.ipc")
 
-from test_arrow_ipc import every_type_table, view_union_table  # noqa: E402
+from test_arrow_ipc import delta_batches, every_type_table, view_union_table  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -220,3 +220,27 @@ def test_views_and_unions_onto_the_gpu(
         # Unions export no validity buffer.
         assert nd.c_device_array(gpu.column("sparse")[i]).array.n_buffers == 1
         assert nd.c_device_array(gpu.column("dense")[i]).array.n_buffers == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_delta_dictionaries_onto_the_gpu(tmp_path: Path, stream: bool) -> None:
+    batches = delta_batches()
+    path = tmp_path / "d.arrow"
+    opener = ipc.new_stream if stream else ipc.new_file
+    options = ipc.IpcWriteOptions(emit_dictionary_deltas=True)
+    with opener(path, batches[0].schema, options=options) as w:
+        for batch in batches:
+            w.write_batch(batch)
+    want = (ipc.open_stream if stream else ipc.open_file)(path).read_all()
+    gpu = kvikpy.arrow.read_ipc(path)
+    assert pa.table(gpu.to_host()).equals(want)
+    nd = pytest.importorskip("nanoarrow.device")
+    for i in range(gpu.num_batches):
+        arr = nd.c_device_array(gpu.column("s")[i])
+        assert arr.device_type == nd.DeviceType.CUDA
+        # The extended dictionary's buffers are GPU memory too.
+        dictionary = arr.array.dictionary
+        for address in dictionary.buffers:
+            if address:
+                attrs = cupy.cuda.runtime.pointerGetAttributes(address)
+                assert attrs.type == cupy.cuda.runtime.memoryTypeDevice

@@ -7,6 +7,7 @@
 //! the file's size.
 
 mod compression;
+mod concat;
 mod framing;
 mod gpu_decode;
 mod plan;
@@ -17,11 +18,12 @@ mod write;
 use std::path::Path;
 
 pub use compression::{assemble, decode, Codec};
+pub use concat::{concat, concatenable, Part};
 pub use framing::{scan, Format, Kind, MessageRef, Messages, ReadAt, SchemaBytes, MAGIC};
 pub use gpu_decode::{
     lz4_frame, plan_gpu_decode, zstd_content_size, GpuDecodePlan, Lz4Frame, Piece, Step,
 };
-pub use plan::{plan, BatchLayout, Column, ReadPlan};
+pub use plan::{plan, BatchLayout, Built, Column, ReadPlan};
 pub use runs::{coalesce, Runs};
 pub use schema::{convert, IpcSchema, SchemaNode};
 pub use write::{check_schema, write_file, ArrayIn, Encoded, FileEncoder, Memory};

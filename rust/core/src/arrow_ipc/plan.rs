@@ -9,7 +9,7 @@ use arrow_ipc::{Buffer, FieldNode, MetadataVersion, RecordBatch};
 use arrow_schema::{DataType, Schema};
 
 use super::framing::{malformed, Codec, Kind, Messages};
-use super::schema::{IpcSchema, SchemaNode};
+use super::schema::{fixed_width, IpcSchema, SchemaNode};
 use crate::error::{Error, Result};
 
 /// One array of a record batch (a column, a child, a dictionary), over the plan's ranges.
@@ -28,6 +28,17 @@ pub struct Column {
     pub children: Vec<Column>,
     /// The dictionary of a dictionary-encoded array.
     pub dictionary: Option<Arc<Column>>,
+    /// For an array built after the read (a dictionary extended by delta batches): its
+    /// index in [`ReadPlan::built`]; its `buffers` are then all `None`.
+    pub built: Option<usize>,
+}
+
+/// An array built after the read: the concatenation (see [`super::concat`]) of its parts,
+/// planned as they lie in the file (a dictionary's base batch, then its deltas).
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The parts, in order.
+    pub parts: Vec<Column>,
 }
 
 /// One record batch: its row count and its chosen columns.
@@ -55,6 +66,8 @@ pub struct ReadPlan {
     pub batches: Vec<BatchLayout>,
     /// Record batches in the file.
     pub total_batches: usize,
+    /// The arrays built after the read, which columns refer to by index.
+    pub built: Vec<Built>,
 }
 
 impl ReadPlan {
@@ -188,26 +201,6 @@ fn needed(count: i64, width: u64, path: &str) -> Result<u64> {
     bytes.ok_or_else(|| malformed(format!("'{path}' is too long")))
 }
 
-/// Byte width of a fixed-width type's values (0 for bit-packed booleans), or None.
-fn fixed_width(t: &DataType) -> Option<u64> {
-    use DataType::*;
-    Some(match t {
-        Boolean => 0,
-        Int8 | UInt8 => 1,
-        Int16 | UInt16 | Float16 => 2,
-        Int32 | UInt32 | Float32 | Date32 | Time32(_) | Decimal32(..) => 4,
-        Int64 | UInt64 | Float64 | Date64 | Time64(_) | Timestamp(..) | Duration(_)
-        | Decimal64(..) => 8,
-        Decimal128(..) => 16,
-        Decimal256(..) => 32,
-        Interval(arrow_schema::IntervalUnit::YearMonth) => 4,
-        Interval(arrow_schema::IntervalUnit::DayTime) => 8,
-        Interval(arrow_schema::IntervalUnit::MonthDayNano) => 16,
-        FixedSizeBinary(w) => *w as u64,
-        _ => return None,
-    })
-}
-
 /// A dictionary's value field, the message holding its current dictionary, and that
 /// dictionary planned (once a chosen batch needed it).
 type DictionaryState = (SchemaNode, Option<usize>, Option<Arc<Column>>);
@@ -218,9 +211,10 @@ struct Planner<'m> {
     /// For each dictionary id: its value field, and the message holding its current
     /// dictionary together with its planned column (once a chosen batch needed it).
     dictionaries: HashMap<i64, DictionaryState>,
-    /// The dictionaries a delta batch has extended so far (not read yet: an error for the
-    /// columns that need them).
-    deltas: std::collections::HashSet<i64>,
+    /// For each dictionary extended by delta batches: the messages holding the deltas.
+    deltas: HashMap<i64, Vec<usize>>,
+    /// The arrays built after the read.
+    built: Vec<Built>,
     messages: &'m Messages,
 }
 
@@ -410,6 +404,7 @@ impl Planner<'_> {
             buffers,
             children,
             dictionary,
+            built: None,
         }))
     }
 
@@ -420,13 +415,6 @@ impl Planner<'_> {
                 "'{path}' refers to dictionary {id}, which the schema lacks"
             ))
         })?;
-        if self.deltas.contains(&id) {
-            return Err(Error::UnsupportedOperation(format!(
-                "column '{path}' is dictionary-encoded with delta dictionary batches \
-                 (dictionary {id}), which kvikpy cannot read onto the device yet; leave the \
-                 column out (columns=[...]) or read the file with pyarrow"
-            )));
-        }
         if let Some(column) = planned {
             return Ok(column);
         }
@@ -435,6 +423,56 @@ impl Planner<'_> {
                 "'{path}' needs dictionary {id}, which no dictionary batch before it holds"
             ))
         })?;
+        let base = self.dictionary_batch(message, id, &node, path)?;
+        let deltas = self.deltas.get(&id).cloned().unwrap_or_default();
+        let column = if deltas.is_empty() {
+            base
+        } else {
+            let value = node.field.data_type();
+            if !super::concat::concatenable(value) {
+                return Err(Error::UnsupportedOperation(format!(
+                    "column '{path}' is dictionary-encoded with delta dictionary batches \
+                     (dictionary {id}) over values of Arrow type {value}, which kvikpy cannot \
+                     extend; leave the column out (columns=[...]) or read the file with \
+                     pyarrow"
+                )));
+            }
+            let mut parts = vec![base];
+            for m in deltas {
+                parts.push(self.dictionary_batch(m, id, &node, path)?);
+            }
+            let length = parts
+                .iter()
+                .try_fold(0i64, |n, p| n.checked_add(p.length))
+                .ok_or_else(|| malformed(format!("dictionary {id} is too long")))?;
+            let null_count = parts.iter().map(|p| p.null_count).sum();
+            let buffers = vec![None; parts[0].buffers.len()];
+            self.built.push(Built { parts });
+            Column {
+                data_type: value.clone(),
+                length,
+                null_count,
+                buffers,
+                children: Vec::new(),
+                dictionary: None,
+                built: Some(self.built.len() - 1),
+            }
+        };
+        let column = Arc::new(column);
+        if let Some(entry) = self.dictionaries.get_mut(&id) {
+            entry.2 = Some(Arc::clone(&column));
+        }
+        Ok(column)
+    }
+
+    /// The dictionary batch in message `message`, planned as the values of `node`.
+    fn dictionary_batch(
+        &mut self,
+        message: usize,
+        id: i64,
+        node: &SchemaNode,
+        path: &str,
+    ) -> Result<Column> {
         let (_, m) = &self.messages.messages[message];
         let parsed = m.message()?;
         let batch = parsed
@@ -443,14 +481,8 @@ impl Planner<'_> {
             .ok_or_else(|| malformed(format!("dictionary batch {id} holds no data")))?;
         let what = format!("dictionary batch {id}");
         let mut walk = walk(batch, parsed.version(), m.body_offset, m.body_len, what)?;
-        let column = self
-            .array(&mut walk, &node, path, true)?
-            .ok_or_else(|| malformed("an empty dictionary"))?;
-        let column = Arc::new(column);
-        if let Some(entry) = self.dictionaries.get_mut(&id) {
-            entry.2 = Some(Arc::clone(&column));
-        }
-        Ok(column)
+        self.array(&mut walk, node, path, true)?
+            .ok_or_else(|| malformed("an empty dictionary"))
     }
 }
 
@@ -591,7 +623,8 @@ pub fn plan(
             limit: file_size,
         },
         dictionaries,
-        deltas: std::collections::HashSet::new(),
+        deltas: HashMap::new(),
+        built: Vec::new(),
         messages,
     };
     // Batches in file order (dictionaries change along the stream), then as asked.
@@ -620,7 +653,10 @@ pub fn plan(
                             d.id()
                         )));
                     }
-                    planner.deltas.insert(d.id());
+                    planner.deltas.entry(d.id()).or_default().push(i);
+                    if let Some(entry) = planner.dictionaries.get_mut(&d.id()) {
+                        entry.2 = None; // planned again, with the delta
+                    }
                 } else if let Some(entry) = planner.dictionaries.get_mut(&d.id()) {
                     *entry = (entry.0.clone(), Some(i), None);
                     planner.deltas.remove(&d.id());
@@ -675,5 +711,6 @@ pub fn plan(
         needs: planner.ranges.needs,
         batches,
         total_batches,
+        built: planner.built,
     })
 }

@@ -317,3 +317,23 @@ fn convert_field(f: arrow_ipc::Field<'_>, path: &str) -> Result<SchemaNode> {
         children,
     })
 }
+
+/// Byte width of a fixed-width type's values (0 for bit-packed booleans), or None.
+pub(super) fn fixed_width(t: &DataType) -> Option<u64> {
+    use DataType::*;
+    Some(match t {
+        Boolean => 0,
+        Int8 | UInt8 => 1,
+        Int16 | UInt16 | Float16 => 2,
+        Int32 | UInt32 | Float32 | Date32 | Time32(_) | Decimal32(..) => 4,
+        Int64 | UInt64 | Float64 | Date64 | Time64(_) | Timestamp(..) | Duration(_)
+        | Decimal64(..) => 8,
+        Decimal128(..) => 16,
+        Decimal256(..) => 32,
+        Interval(arrow_schema::IntervalUnit::YearMonth) => 4,
+        Interval(arrow_schema::IntervalUnit::DayTime) => 8,
+        Interval(arrow_schema::IntervalUnit::MonthDayNano) => 16,
+        FixedSizeBinary(w) => *w as u64,
+        _ => return None,
+    })
+}

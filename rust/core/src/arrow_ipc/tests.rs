@@ -163,6 +163,23 @@ fn check_malformed(bytes: &[u8]) {
         for &(o, l) in &plan.ranges {
             assert!(o + l <= bytes.len() as u64);
         }
+        // Extended dictionaries concatenate, or fail, without a panic.
+        for built in &plan.built {
+            let parts: Vec<Part<'_>> = built
+                .parts
+                .iter()
+                .map(|p| Part {
+                    length: p.length,
+                    null_count: p.null_count,
+                    buffers: p
+                        .buffers
+                        .iter()
+                        .map(|b| b.map_or(&[][..], |i| range(bytes, &plan, i)))
+                        .collect(),
+                })
+                .collect();
+            let _ = concat(&built.parts[0].data_type, &parts, "fuzz");
+        }
     }
 }
 
@@ -555,17 +572,126 @@ fn as_deltas(bytes: &[u8], id: i64) -> Vec<u8> {
     out
 }
 
+/// A stream of dictionary-encoded batches whose dictionaries grow: written with deltas.
+fn delta_stream(values: &[Vec<Option<&str>>]) -> (Vec<u8>, Vec<RecordBatch>) {
+    use arrow_array::{DictionaryArray, Float64Array, Int8Array};
+    use arrow_ipc::writer::{DictionaryHandling, IpcWriteOptions};
+    let batches: Vec<RecordBatch> = values
+        .iter()
+        .map(|v| {
+            let n = v.len() as i8;
+            let keys = Int8Array::from_iter_values((0..n).rev());
+            let strings: ArrayRef = Arc::new(
+                DictionaryArray::try_new(keys.clone(), Arc::new(StringArray::from(v.clone())))
+                    .unwrap(),
+            );
+            let floats = Float64Array::from_iter((0..n).map(|i| (i % 3 != 1).then_some(i as f64)));
+            let floats: ArrayRef =
+                Arc::new(DictionaryArray::try_new(keys, Arc::new(floats)).unwrap());
+            RecordBatch::try_from_iter([("s", strings), ("f", floats)]).unwrap()
+        })
+        .collect();
+    let mut out = Vec::new();
+    let options = IpcWriteOptions::default().with_dictionary_handling(DictionaryHandling::Delta);
+    let mut w =
+        StreamWriter::try_new_with_options(&mut out, &batches[0].schema(), options).unwrap();
+    for b in &batches {
+        w.write(b).unwrap();
+    }
+    w.finish().unwrap();
+    drop(w);
+    (out, batches)
+}
+
+/// The buffers of the planned array `column`'s built dictionary, concatenated.
+fn built_buffers(bytes: &[u8], plan: &ReadPlan, column: &Column) -> Vec<Vec<u8>> {
+    let built = &plan.built[column.built.unwrap()];
+    let parts: Vec<Part<'_>> = built
+        .parts
+        .iter()
+        .map(|p| Part {
+            length: p.length,
+            null_count: p.null_count,
+            buffers: p
+                .buffers
+                .iter()
+                .map(|b| b.map_or(&[][..], |i| range(bytes, plan, i)))
+                .collect(),
+        })
+        .collect();
+    concat(&column.data_type, &parts, "test").unwrap()
+}
+
 #[test]
-fn delta_dictionaries_are_refused_for_their_columns_only() {
+fn delta_dictionaries_are_concatenated() {
+    let (bytes, batches) = delta_stream(&[
+        vec![Some("red"), Some("green")],
+        vec![Some("red"), Some("green"), None, Some("blue")],
+        vec![
+            Some("red"),
+            Some("green"),
+            None,
+            Some("blue"),
+            Some("a longer value"),
+        ],
+    ]);
+    let file = IpcFile::read(bytes.as_slice()).unwrap();
+    let deltas = file
+        .messages
+        .messages
+        .iter()
+        .filter(|(k, m)| {
+            *k == Kind::Dictionary
+                && m.message()
+                    .unwrap()
+                    .header_as_dictionary_batch()
+                    .unwrap()
+                    .isDelta()
+        })
+        .count();
+    assert_eq!(deltas, 4, "arrow-rs wrote deltas");
+    let plan = file.plan(None, None).unwrap();
+    for (layout, batch) in plan.batches.iter().zip(&batches) {
+        for (column, want) in layout.columns.iter().zip(batch.columns()) {
+            let want = want.to_data().child_data()[0].clone();
+            let dictionary = column.dictionary.as_ref().unwrap();
+            assert_eq!(dictionary.length as usize, want.len());
+            assert_eq!(dictionary.null_count as usize, want.null_count());
+            if dictionary.built.is_none() {
+                continue; // the first batch: the base dictionary as it lies
+            }
+            let got = built_buffers(&bytes, &plan, dictionary);
+            for (g, w) in got[1..].iter().zip(want.buffers()) {
+                assert_eq!(&g[..], &w.as_slice()[..g.len()]);
+                assert!(g.len() >= w.len().min(g.len()));
+            }
+            match want.nulls() {
+                Some(n) => {
+                    for i in 0..want.len() {
+                        let bit = got[0][i / 8] >> (i % 8) & 1 == 1;
+                        assert_eq!(bit, n.is_valid(i));
+                    }
+                }
+                None => assert!(got[0].is_empty()),
+            }
+        }
+    }
+    // The base alone, before the first delta: read as it lies.
+    let first = file.plan(None, Some(&[0])).unwrap();
+    assert!(first.built.is_empty());
+}
+
+#[test]
+fn delta_dictionaries_that_cannot_be_read_are_errors() {
     let bytes = stream_bytes(&[sample(10, 1)]);
     let file = IpcFile::read(bytes.as_slice()).unwrap();
     let id = file.schema.fields[3].dictionary.unwrap();
-    // Every dictionary batch a delta: the column that needs it is refused by name...
+    // Every dictionary batch a delta: the column has no base dictionary...
     let deltas = as_deltas(&bytes, id);
     let file = IpcFile::read(deltas.as_slice()).unwrap();
-    let e = file.plan(None, None).unwrap_err();
+    let e = file.plan(None, None).unwrap_err().to_string();
     assert!(
-        matches!(e, Error::UnsupportedOperation(_)) && e.to_string().contains("'dict'"),
+        e.contains("'dict'") && e.contains("no dictionary batch"),
         "{e}"
     );
     // ...and the other columns read.
@@ -581,4 +707,89 @@ fn delta_dictionaries_are_refused_for_their_columns_only() {
         matches!(e, Error::InvalidArgument(_)) && e.to_string().contains("lacks"),
         "{e}"
     );
+}
+
+#[test]
+fn concat_checks_the_parts() {
+    let t = DataType::Utf8;
+    let offsets = |o: &[i32]| o.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+    let good = offsets(&[0, 2, 5]);
+    let part = |offs: &'static [u8], data: &'static [u8]| Part {
+        length: 2,
+        null_count: 0,
+        buffers: vec![&[], offs, data],
+    };
+    let good: &'static [u8] = Box::leak(good.into_boxed_slice());
+    let out = concat(&t, &[part(good, b"abcde"), part(good, b"fghij")], "t").unwrap();
+    assert_eq!(out[1], offsets(&[0, 2, 5, 7, 10]));
+    assert_eq!(out[2], b"abcdefghij");
+    assert!(out[0].is_empty());
+    for bad in [&[0, 2, 9][..], &[3, 2, 5], &[0, -1, 5], &[0, 7, 5]] {
+        let bad: &'static [u8] = Box::leak(offsets(bad).into_boxed_slice());
+        assert!(concat(&t, &[part(good, b"abcde"), part(bad, b"fghij")], "t").is_err());
+    }
+    // Too few bytes for the lengths, for every layout.
+    let short = Part {
+        length: 100,
+        null_count: 3,
+        buffers: vec![&[0xFF], &[1, 2, 3], &[]],
+    };
+    for t in [
+        DataType::Int32,
+        DataType::Boolean,
+        DataType::Utf8,
+        DataType::LargeBinary,
+    ] {
+        assert!(concat(&t, &[short_clone(&short)], "t").is_err());
+    }
+    // Bitmaps at odd offsets.
+    let bits = |len, bytes: &'static [u8]| Part {
+        length: len,
+        null_count: 1,
+        buffers: vec![bytes, bytes],
+    };
+    let out = concat(
+        &DataType::Boolean,
+        &[bits(3, &[0b101]), bits(6, &[0b11_0110])],
+        "t",
+    )
+    .unwrap();
+    assert_eq!(out[0], vec![0b1011_0101, 0b1]);
+    assert_eq!(out[1], out[0]);
+}
+
+fn short_clone<'a>(p: &Part<'a>) -> Part<'a> {
+    Part {
+        length: p.length,
+        null_count: p.null_count,
+        buffers: p.buffers.clone(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn malformed_delta_streams_never_panic(
+        cut in any::<prop::sample::Index>(),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+        lie in prop::option::of((any::<prop::sample::Index>(), any::<i64>())),
+    ) {
+        let (mut bytes, _) = delta_stream(&[
+            vec![Some("red"), None],
+            vec![Some("red"), None, Some("a longer value than that")],
+            vec![Some("red"), None, Some("a longer value than that"), Some("")],
+        ]);
+        for (at, value) in edits {
+            let i = at.index(bytes.len());
+            bytes[i] = value;
+        }
+        if let Some((at, value)) = lie {
+            let i = at.index(bytes.len() - 8);
+            bytes[i..i + 8].copy_from_slice(&value.to_le_bytes());
+        }
+        check_malformed(&bytes);
+        let n = cut.index(bytes.len());
+        check_malformed(&bytes[..n]);
+    }
 }

@@ -20,6 +20,7 @@ use pyo3::exceptions::{PyBufferError, PyIndexError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use super::built::{build, BuiltArrays};
 use super::capsule::{array_capsules, device_array_capsules, ffi_schema_capsule};
 use super::export::{view_sizes, ArrayExport};
 use super::ffi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA};
@@ -46,6 +47,8 @@ pub struct IpcTable {
     offsets: Vec<usize>,
     /// Each range's size in the allocation (decoded, for compressed ranges).
     sizes: Vec<u64>,
+    /// The arrays built after the read (dictionaries extended by deltas).
+    built: Arc<BuiltArrays>,
     storage: Arc<Storage>,
     buffer: Py<Buffer>,
     ordinal: Option<usize>,
@@ -266,12 +269,19 @@ fn table(
 ) -> BindResult<IpcTable> {
     let (_, storage) = buffer.span();
     let (base, _, _) = buffer.parts();
-    let addresses = offsets.iter().map(|&o| base + o as u64).collect();
+    let addresses: Vec<u64> = offsets.iter().map(|&o| base + o as u64).collect();
+    let built = if plan.built.is_empty() {
+        BuiltArrays::none()
+    } else {
+        let (plan, addresses, sizes) = (&plan, &addresses, &sizes);
+        without_gil(py, move || build(plan, addresses, sizes, ordinal))?
+    };
     Ok(IpcTable {
         plan,
         addresses,
         offsets,
         sizes,
+        built: Arc::new(built),
         storage,
         buffer: Py::new(py, buffer)?,
         ordinal,
@@ -280,11 +290,14 @@ fn table(
 
 impl IpcTable {
     fn export(&self, column: &Column) -> ArrayExport {
-        let mut buffers: Vec<u64> = column
-            .buffers
-            .iter()
-            .map(|b| b.map_or(0, |i| self.addresses[i]))
-            .collect();
+        let mut buffers: Vec<u64> = match column.built {
+            Some(k) => self.built.addresses[k].clone(),
+            None => column
+                .buffers
+                .iter()
+                .map(|b| b.map_or(0, |i| self.addresses[i]))
+                .collect(),
+        };
         // A view-typed array's last buffer: its data buffers' sizes, in host memory.
         let sizes = view_sizes(column, &self.sizes);
         if let Some(sizes) = &sizes {
@@ -297,7 +310,7 @@ impl IpcTable {
             buffers,
             children: column.children.iter().map(|c| self.export(c)).collect(),
             dictionary: column.dictionary.as_ref().map(|d| Box::new(self.export(d))),
-            owner: Box::new((Arc::clone(&self.storage), sizes)),
+            owner: Box::new((Arc::clone(&self.storage), sizes, Arc::clone(&self.built))),
         }
     }
 
@@ -484,8 +497,16 @@ impl IpcTable {
                 "a copy of the table's allocation must be {size} bytes of host memory"
             )));
         }
-        let addresses = self.offsets.iter().map(|&o| base + o as u64).collect();
+        let addresses: Vec<u64> = self.offsets.iter().map(|&o| base + o as u64).collect();
+        // The built arrays again, from the host copy.
+        let built = if self.plan.built.is_empty() {
+            BuiltArrays::none()
+        } else {
+            let (plan, addresses, sizes) = (&self.plan, &addresses, &self.sizes);
+            without_gil(py, move || build(plan, addresses, sizes, None))?
+        };
         Ok(IpcTable {
+            built: Arc::new(built),
             plan: self.plan.clone(),
             addresses,
             offsets: self.offsets.clone(),

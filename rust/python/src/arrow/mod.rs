@@ -3,12 +3,14 @@
 //! `arrow_device_array_stream`): a buffer becomes an Arrow array of its dtype (nested
 //! fixed-size lists for 2-D and higher shapes) without a copy, on the host or on its GPU.
 //!
-//! The schema comes from arrow-rs (`FFI_ArrowSchema`); arrow-rs has no device interface,
+//! The schema comes from arrow-rs (`FFI_ArrowSchema`, completed in `types` with the list
+//! views it cannot describe); arrow-rs has no device interface,
 //! so the array structs are declared here, with their layout checked at compile time.
 //! Release callbacks may run on any thread, without the GIL, in any order relative to the
 //! capsules: each owns only Rust values (the storage `Arc`, an event).
 
 mod batch;
+mod built;
 mod capsule;
 mod export;
 mod ffi;
