@@ -94,7 +94,20 @@ pub fn read_ipc_table(
         }
         return table(py, plan, buffer, offsets, ordinal);
     }
+    read_direct(py, &settings, path, plan, ordinal)
+}
+
+/// The buffers of `plan` read as they are in the file, in one batch read, into one
+/// allocation: the table (nothing compressed).
+fn read_direct(
+    py: Python<'_>,
+    settings: &kvikpy_core::settings::Settings,
+    path: PathBuf,
+    plan: ReadPlan,
+    ordinal: Option<usize>,
+) -> BindResult<IpcTable> {
     let ranges = plan.ranges.clone();
+    let settings = *settings;
     let batch = interruptible_alone(py, &CancelToken::new(), move || {
         plan_ranges_aligned(&settings, &path, &ranges, ALIGN)
     })?;
@@ -141,15 +154,15 @@ pub fn read_ipc_table_gpu(
         };
         Ok((plan, gpu))
     })?;
+    let Some(gpu) = gpu else {
+        return Ok((read_direct(py, &settings, path, plan, Some(ordinal))?, None));
+    };
+    // The buffers as they are in the file, onto the GPU in one batch read.
     let ranges = plan.ranges.clone();
     let batch = interruptible_alone(py, &CancelToken::new(), move || {
         plan_ranges_aligned(&settings, &path, &ranges, ALIGN)
     })?;
     let (read, read_offsets, _, _) = read_plan(py, &settings, batch, Some(ordinal), None)?;
-    let Some(gpu) = gpu else {
-        let offsets = read_offsets.iter().map(|&o| o as usize).collect();
-        return Ok((table(py, plan, read, offsets, Some(ordinal))?, None));
-    };
     let buffer = Buffer::allocate_at(py, gpu.total, Placement::Device(ordinal), false)?;
     let (base, _, _) = buffer.parts();
     let (read_base, _, _) = read.parts();
