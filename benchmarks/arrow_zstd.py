@@ -73,6 +73,17 @@ def main(argv: list[str] | None = None) -> None:
 
     path = os.path.join(scratch_dir("kvikpy-arrow-zstd-"), f"t-{args.codec}.arrow")
     decoded = write_table(path, args.size_mib << 20, args.codec, args.batch_rows)
+    pieces, host, _, _ = kvikpy._lib.ipc_decode_plan(path, None, None)
+    gpu_work = {
+        "frames_or_blocks": sum(1 for p in pieces if p[0] != 0),
+        "copies": sum(1 for p in pieces if p[0] == 0),
+        "host_decoded_buffers": len(host),
+    }
+    print(
+        f"{os.path.getsize(path):,} bytes on disk, {decoded:,} decoded; for the GPU: "
+        f"{gpu_work['frames_or_blocks']} frames or blocks, {gpu_work['copies']} copies; "
+        f"{gpu_work['host_decoded_buffers']} buffers decoded on the host"
+    )
     routes: dict[str, Callable[[], Any]] = {
         "kvikpy decode=host": lambda: kvikpy.arrow.read_ipc(
             path, device=args.device, decode="host"
@@ -90,7 +101,16 @@ def main(argv: list[str] | None = None) -> None:
                             cupy.asarray(np.frombuffer(buf, dtype=np.uint8))
             cupy.cuda.Device().synchronize()
 
+        def in_place() -> None:
+            kvikpy.arrow._ZSTD_IN_PLACE = True
+            try:
+                kvikpy.arrow.read_ipc(path, decode="gpu")
+            finally:
+                kvikpy.arrow._ZSTD_IN_PLACE = False
+
         routes["kvikpy decode=gpu"] = lambda: kvikpy.arrow.read_ipc(path, decode="gpu")
+        if args.codec == "zstd":
+            routes["kvikpy gpu, in place"] = in_place
         routes["pyarrow + cupy"] = pyarrow_route
     else:
         routes["pyarrow read_all"] = lambda: pa.table(ipc.open_file(path).read_all())
@@ -102,7 +122,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name:22s} {seconds:8.3f} s  {decoded / seconds / 1e9:7.2f} GB/s decoded")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"codec": args.codec, "decoded_bytes": decoded, "routes": results}, f)
+            json.dump(
+                {
+                    "codec": args.codec,
+                    "decoded_bytes": decoded,
+                    "gpu_work": gpu_work,
+                    "routes": results,
+                },
+                f,
+            )
 
 
 if __name__ == "__main__":

@@ -68,6 +68,21 @@ class _Decoder:
             self._stream.synchronize()
             return [cp.asarray(_Owned(decoded[i], decoded)) for i in range(len(srcs))]
 
+    def decode_into(self, sources: list[Any], outputs: list[Any]) -> None:
+        """Decode ``sources`` (1-D uint8 CuPy arrays on this GPU) into ``outputs`` (as
+        many writable uint8 CuPy arrays, each exactly its source's decoded size) in one
+        nvCOMP batch call; done on every stream when this returns."""
+        cp = self._cupy
+        with cp.cuda.Device(self._ordinal), self._lock:
+            srcs = sources
+            if any(s.data.ptr % self._align for s in srcs):
+                srcs = self._pack(srcs)
+            self._stream.wait_event(cp.cuda.get_current_stream().record())
+            batch = self._nv.as_arrays(srcs, self._stream.ptr)
+            out = self._nv.as_arrays(outputs, self._stream.ptr)
+            self._codec.decode(batch, out=out)
+            self._stream.synchronize()
+
     def _pack(self, srcs: list[Any]) -> list[Any]:
         """Copy ``srcs`` into one buffer with every start aligned as nvCOMP requires."""
         cp = self._cupy

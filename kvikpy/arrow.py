@@ -418,6 +418,11 @@ def read_ipc(
 
 _STEPS = {1: "zstd", 2: "lz4"}
 
+# Whether nvCOMP writes ZSTD frames straight into their places in the table (True) or
+# into its own outputs, each then checked and copied into place (False). LZ4 blocks always
+# take the second route: a block's decoded size is known only once it is decoded.
+_ZSTD_IN_PLACE = False
+
 
 def _read_decoding_on_gpu(
     name: str, names: list[str] | None, picked: list[int] | None, ordinal: int, strict: bool
@@ -475,7 +480,12 @@ def _run_pieces(
                 by_codec.setdefault(step, []).append(piece)
         for step, group in by_codec.items():
             sources = [view(p[1], p[2]) for p in group]
-            decoded = _nvcomp._decoder(_STEPS[step], ordinal).decode(sources, 0)
+            decoder = _nvcomp._decoder(_STEPS[step], ordinal)
+            if step == 1 and _ZSTD_IN_PLACE:
+                # ZSTD frames state their size (checked against the buffer's on the host).
+                decoder.decode_into(sources, [view(p[3], p[4]) for p in group])
+                continue
+            decoded = decoder.decode(sources, 0)
             for (_, _, _, dst, dst_len, r), out in zip(group, decoded, strict=True):
                 if out.nbytes != dst_len:
                     raise _GpuDecodeError(

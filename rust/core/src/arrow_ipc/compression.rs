@@ -1,13 +1,16 @@
 //! IPC buffer compression (LZ4 frames, ZSTD) decoded on the host: each compressed buffer
 //! starts with its uncompressed length (-1: stored as is), and decodes to exactly that
 //! many bytes, or the file is malformed. Output grows with the bytes decoded, never
-//! allocated up front from the declared length.
+//! allocated up front from the declared length. Errors name the buffer: its record batch,
+//! column and position.
 
 use std::io::Read;
 
+use arrow_schema::DataType;
+
 pub use super::framing::Codec;
 use super::framing::{malformed, ReadAt};
-use super::plan::ReadPlan;
+use super::plan::{Column, ReadPlan};
 use crate::batch::layout_aligned;
 use crate::error::Result;
 
@@ -72,11 +75,12 @@ pub fn assemble(
     align: usize,
 ) -> Result<(Vec<u8>, Vec<usize>, Vec<usize>)> {
     let mut pieces = Vec::with_capacity(plan.ranges.len());
+    let labels = labels(plan);
     for (i, &(offset, len)) in plan.ranges.iter().enumerate() {
         let len = usize::try_from(len).map_err(|_| malformed("a buffer is too large"))?;
         let raw = reader.read_at(offset, len)?;
         pieces.push(match plan.codecs[i] {
-            Some(codec) => decode(codec, &raw, plan.needs[i], &format!("buffer {i}"))?,
+            Some(codec) => decode(codec, &raw, plan.needs[i], &labels[i])?,
             None => raw,
         });
     }
@@ -87,4 +91,49 @@ pub fn assemble(
         bytes[at..at + piece.len()].copy_from_slice(piece);
     }
     Ok((bytes, offsets, sizes))
+}
+
+/// Each range's name: the record batch, the column path and the buffer's position.
+pub fn labels(plan: &ReadPlan) -> Vec<String> {
+    fn walk(column: &Column, path: &str, batch: usize, out: &mut [String]) {
+        for (k, b) in column.buffers.iter().enumerate() {
+            if let Some(slot) = b.and_then(|i| out.get_mut(i)) {
+                if slot.is_empty() {
+                    *slot = format!("record batch {batch}, column '{path}', buffer {k}");
+                }
+            }
+        }
+        for (i, c) in column.children.iter().enumerate() {
+            let name = match &column.data_type {
+                DataType::Struct(fields) => fields.get(i).map(|f| f.name().clone()),
+                DataType::List(f)
+                | DataType::LargeList(f)
+                | DataType::FixedSizeList(f, _)
+                | DataType::Map(f, _) => Some(f.name().clone()),
+                _ => None,
+            };
+            let name = name.unwrap_or_else(|| i.to_string());
+            walk(c, &format!("{path}.{name}"), batch, out);
+        }
+        if let Some(d) = &column.dictionary {
+            walk(d, &format!("{path} (dictionary)"), batch, out);
+        }
+    }
+    let mut out = vec![String::new(); plan.ranges.len()];
+    for (b, batch) in plan.batches.iter().enumerate() {
+        for (c, column) in batch.columns.iter().enumerate() {
+            let name = plan
+                .schema
+                .fields()
+                .get(c)
+                .map_or_else(|| c.to_string(), |f| f.name().clone());
+            walk(column, &name, b, &mut out);
+        }
+    }
+    for (i, l) in out.iter_mut().enumerate() {
+        if l.is_empty() {
+            *l = format!("buffer {i}");
+        }
+    }
+    out
 }

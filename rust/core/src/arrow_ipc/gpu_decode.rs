@@ -12,11 +12,9 @@
 //! on the host here and
 //! copied into place.
 
-use arrow_schema::DataType;
-
-use super::compression::decode;
+use super::compression::{decode, labels};
 use super::framing::{malformed, Codec, ReadAt};
-use super::plan::{Column, ReadPlan};
+use super::plan::ReadPlan;
 use crate::batch::layout_aligned;
 use crate::error::Result;
 
@@ -185,51 +183,6 @@ pub fn lz4_frame(frame: &[u8]) -> Option<Lz4Frame> {
         linked: flags & 0b10_0000 == 0,
         content_size,
     })
-}
-
-/// Each range's name: the record batch, the column path and the buffer's position.
-fn labels(plan: &ReadPlan) -> Vec<String> {
-    fn walk(column: &Column, path: &str, batch: usize, out: &mut [String]) {
-        for (k, b) in column.buffers.iter().enumerate() {
-            if let Some(slot) = b.and_then(|i| out.get_mut(i)) {
-                if slot.is_empty() {
-                    *slot = format!("record batch {batch}, column '{path}', buffer {k}");
-                }
-            }
-        }
-        for (i, c) in column.children.iter().enumerate() {
-            let name = match &column.data_type {
-                DataType::Struct(fields) => fields.get(i).map(|f| f.name().clone()),
-                DataType::List(f)
-                | DataType::LargeList(f)
-                | DataType::FixedSizeList(f, _)
-                | DataType::Map(f, _) => Some(f.name().clone()),
-                _ => None,
-            };
-            let name = name.unwrap_or_else(|| i.to_string());
-            walk(c, &format!("{path}.{name}"), batch, out);
-        }
-        if let Some(d) = &column.dictionary {
-            walk(d, &format!("{path} (dictionary)"), batch, out);
-        }
-    }
-    let mut out = vec![String::new(); plan.ranges.len()];
-    for (b, batch) in plan.batches.iter().enumerate() {
-        for (c, column) in batch.columns.iter().enumerate() {
-            let name = plan
-                .schema
-                .fields()
-                .get(c)
-                .map_or_else(|| c.to_string(), |f| f.name().clone());
-            walk(column, &name, b, &mut out);
-        }
-    }
-    for (i, l) in out.iter_mut().enumerate() {
-        if l.is_empty() {
-            *l = format!("buffer {i}");
-        }
-    }
-    out
 }
 
 /// Plan decoding the ranges of `plan` (read as they are in the file) on the GPU, each
@@ -581,6 +534,7 @@ mod tests {
             needs,
             batches: Vec::new(),
             total_batches: 0,
+            built: Vec::new(),
         };
         (file, plan)
     }
@@ -684,6 +638,7 @@ mod tests {
                 needs: vec![100],
                 batches: Vec::new(),
                 total_batches: 0,
+                built: Vec::new(),
             };
             plan_gpu_decode(file.as_slice(), &plan, 64)
         };
@@ -780,6 +735,7 @@ mod tests {
                 needs: vec![0],
                 batches: Vec::new(),
                 total_batches: 0,
+                built: Vec::new(),
             };
             if let Ok(gpu) = plan_gpu_decode(file.as_slice(), &plan, 64) {
                 let bound = (body.len() as u64).saturating_mul(ZSTD_MAX_RATIO).max(4 << 20);

@@ -82,27 +82,38 @@ pub fn read_ipc_table(
         };
         Ok((plan, decoded))
     })?;
-    if let Some((bytes, offsets, sizes)) = decoded {
-        let buffer = Buffer::allocate_at(py, bytes.len(), Placement::from_ordinal(ordinal), false)?;
-        let (base, _, _) = buffer.parts();
-        if !bytes.is_empty() {
-            match ordinal {
-                // SAFETY: the new buffer holds `bytes.len()` bytes of host memory at `base`,
-                // apart from `bytes`.
-                None => unsafe {
-                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), base as *mut u8, bytes.len())
-                },
-                Some(ordinal) => without_gil(py, move || {
-                    // SAFETY: the new buffer holds `bytes.len()` bytes on GPU `ordinal` at
-                    // `base`; `bytes` is readable host memory of that length.
-                    unsafe { copy_host_to_device(ordinal, base, bytes.as_ptr(), bytes.len()) }
-                })?,
-            }
-        }
-        let sizes = sizes.iter().map(|&s| s as u64).collect();
-        return table(py, plan, buffer, offsets, sizes, ordinal);
+    if let Some(decoded) = decoded {
+        return from_host_decoded(py, plan, decoded, ordinal);
     }
     read_uncompressed(py, &settings, path, plan, ordinal)
+}
+
+/// The table of a compressed `plan` whose buffers the host decoded (`assemble`'s bytes,
+/// offsets and sizes), moved into one allocation in one copy.
+fn from_host_decoded(
+    py: Python<'_>,
+    plan: ReadPlan,
+    (bytes, offsets, sizes): (Vec<u8>, Vec<usize>, Vec<usize>),
+    ordinal: Option<usize>,
+) -> BindResult<IpcTable> {
+    let buffer = Buffer::allocate_at(py, bytes.len(), Placement::from_ordinal(ordinal), false)?;
+    let (base, _, _) = buffer.parts();
+    if !bytes.is_empty() {
+        match ordinal {
+            // SAFETY: the new buffer holds `bytes.len()` bytes of host memory at `base`,
+            // apart from `bytes`.
+            None => unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), base as *mut u8, bytes.len())
+            },
+            Some(ordinal) => without_gil(py, move || {
+                // SAFETY: the new buffer holds `bytes.len()` bytes on GPU `ordinal` at
+                // `base`; `bytes` is readable host memory of that length.
+                unsafe { copy_host_to_device(ordinal, base, bytes.as_ptr(), bytes.len()) }
+            })?,
+        }
+    }
+    let sizes = sizes.iter().map(|&s| s as u64).collect();
+    table(py, plan, buffer, offsets, sizes, ordinal)
 }
 
 /// The table of an uncompressed `plan`: its buffers read straight into one allocation,
@@ -154,18 +165,23 @@ pub fn read_ipc_table_gpu(
 ) -> BindResult<(IpcTable, Option<GpuWork>)> {
     let settings = kvikpy_core::settings::current()?;
     let meta_path = path.clone();
-    let (plan, gpu) = interruptible_alone(py, &CancelToken::new(), move || {
+    let (plan, gpu, host) = interruptible_alone(py, &CancelToken::new(), move || {
         let reader = SourceReader::open(&meta_path, &settings)?;
         let file = IpcFile::read(&reader)?;
         let columns = columns.map(|c| file.column_indices(&c)).transpose()?;
         let plan = file.plan(columns.as_deref(), batches.as_deref())?;
-        let gpu = if plan.is_compressed() {
-            Some(plan_gpu_decode(&reader, &plan, ALIGN)?)
-        } else {
-            None
+        // Dictionaries extended by deltas are joined from the decoded bytes when the
+        // table is made, before nvCOMP could run: such a read decodes on the host.
+        let (gpu, host) = match (plan.is_compressed(), plan.built.is_empty()) {
+            (true, true) => (Some(plan_gpu_decode(&reader, &plan, ALIGN)?), None),
+            (true, false) => (None, Some(assemble(&reader, &plan, ALIGN)?)),
+            (false, _) => (None, None),
         };
-        Ok((plan, gpu))
+        Ok((plan, gpu, host))
     })?;
+    if let Some(decoded) = host {
+        return Ok((from_host_decoded(py, plan, decoded, Some(ordinal))?, None));
+    }
     let Some(gpu) = gpu else {
         return Ok((
             read_uncompressed(py, &settings, path, plan, Some(ordinal))?,
