@@ -44,6 +44,11 @@ def run_ranks(
             RANK=str(rank),
             LOCAL_RANK=str(rank),
             WORLD_SIZE=str(world),
+            # The workers import their shared helper from beside them, also where
+            # PYTHONSAFEPATH keeps a script's folder off sys.path (the GPU machine).
+            PYTHONPATH=os.pathsep.join(
+                filter(None, [os.environ.get("PYTHONPATH"), str(worker.parent)])
+            ),
         )
         args = [sys.executable, str(worker), backend, device, how, str(out)]
         procs.append(

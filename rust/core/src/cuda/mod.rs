@@ -27,6 +27,6 @@ pub use memory::{
 pub use register::{can_register_read_only, HostRegistration};
 pub use stream::{
     copy_device_to_host, copy_dtoh, copy_host_to_device, copy_htod, record, record_and_order,
-    record_and_wait, synchronize, thread_stream, wait_event, Counter, Event, Lane, Stream,
-    StreamEvent,
+    record_and_wait, synchronize, thread_stream, wait_event, zero_device, Counter, Event, Lane,
+    Stream, StreamEvent,
 };

@@ -451,6 +451,18 @@ pub unsafe fn copy_host_to_device(
     })
 }
 
+/// Set `len` bytes of device memory on `ordinal` at `dst` to zero, blocking until done.
+///
+/// # Safety
+/// `dst..dst+len` must be valid device memory on `ordinal` that nothing else uses meanwhile.
+pub unsafe fn zero_device(ordinal: usize, dst: u64, len: usize) -> Result<()> {
+    copy_blocking(ordinal, |_context, stream| {
+        // SAFETY: forwarded from the caller; the context is current (`copy_blocking`
+        // binds it) and waits for the memset.
+        unsafe { result::memset_d8_async(dst, 0, len, stream.cu()) }.named("cuMemsetD8Async")
+    })
+}
+
 /// Copy `len` bytes from device memory on `ordinal` to host memory, blocking until done.
 ///
 /// # Safety

@@ -13,7 +13,7 @@ use kvikpy_core::arrow_ipc::{
 };
 use kvikpy_core::batch::plan_ranges_aligned;
 use kvikpy_core::cancel::CancelToken;
-use kvikpy_core::cuda::copy_host_to_device;
+use kvikpy_core::cuda::{copy_host_to_device, zero_device};
 use kvikpy_core::settings::Settings;
 use kvikpy_macros::boundary;
 use pyo3::exceptions::{PyBufferError, PyIndexError, PyRuntimeError};
@@ -205,7 +205,15 @@ pub fn read_ipc_table_gpu(
         ..
     } = gpu;
     let host_offsets = offsets.clone();
+    let total = gpu.total;
     without_gil(py, move || {
+        // The gaps between buffers (their 64-byte alignment) are zero, as on the host
+        // routes: the decoders write only the buffers.
+        if total > 0 {
+            // SAFETY: the new buffer holds `total` bytes on GPU `ordinal` at `base`,
+            // unused yet.
+            unsafe { zero_device(ordinal, base, total)? };
+        }
         for (range, bytes) in &host {
             let at = base + host_offsets[*range] as u64;
             // SAFETY: the plan placed range `range` (its decoded size, `bytes.len()`) at
