@@ -7,6 +7,7 @@
 use std::io::Read;
 
 use arrow_schema::DataType;
+use rayon::prelude::*;
 
 pub use super::framing::Codec;
 use super::framing::{malformed, ReadAt};
@@ -74,16 +75,33 @@ pub fn assemble(
     plan: &ReadPlan,
     align: usize,
 ) -> Result<(Vec<u8>, Vec<usize>, Vec<usize>)> {
-    let mut pieces = Vec::with_capacity(plan.ranges.len());
     let labels = labels(plan);
-    for (i, &(offset, len)) in plan.ranges.iter().enumerate() {
+    let mut raws = Vec::with_capacity(plan.ranges.len());
+    for &(offset, len) in &plan.ranges {
         let len = usize::try_from(len).map_err(|_| malformed("a buffer is too large"))?;
-        let raw = reader.read_at(offset, len)?;
-        pieces.push(match plan.codecs[i] {
-            Some(codec) => decode(codec, &raw, plan.needs[i], &labels[i])?,
-            None => raw,
-        });
+        raws.push(reader.read_at(offset, len)?);
     }
+    let decode_one = |(i, raw): (usize, Vec<u8>)| -> Result<Vec<u8>> {
+        match plan.codecs[i] {
+            Some(codec) => decode(codec, &raw, plan.needs[i], &labels[i]),
+            None => Ok(raw),
+        }
+    };
+    // The buffers decode independently: on the I/O pool, one buffer per task.
+    let threads = crate::settings::current().map_or(1, |s| s.num_threads);
+    let pieces: Vec<Vec<u8>> = if threads > 1 && plan.codecs.iter().flatten().nth(1).is_some() {
+        crate::pool::pool(threads)?.install(|| {
+            raws.into_par_iter()
+                .enumerate()
+                .map(decode_one)
+                .collect::<Result<_>>()
+        })?
+    } else {
+        raws.into_iter()
+            .enumerate()
+            .map(decode_one)
+            .collect::<Result<_>>()?
+    };
     let sizes: Vec<usize> = pieces.iter().map(Vec::len).collect();
     let (offsets, total) = layout_aligned(&sizes, align)?;
     let mut bytes = vec![0u8; total];
