@@ -25,7 +25,8 @@ if str(REPO) not in sys.path:
 from benchmarks import regimes  # noqa: E402
 
 TINY = ["--device", "cpu", "--size-mib", "8", "--write-mib", "4", "--calls", "32"]
-TINY += ["--files", "8", "--rounds", "1", "--write-rounds", "2", "--runs", "1"]
+TINY += ["--files", "8", "--rounds", "1", "--write-rounds", "2", "--disk-rounds", "1"]
+TINY += ["--runs", "1"]
 
 
 def regimes_run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -58,7 +59,7 @@ def test_every_row_on_the_host(tmp_path: Path) -> None:
     assert result["skipped"] == {}
     for name, row in result["rows"].items():
         assert row["unit"] == regimes.ROWS[name][0]
-        rounds = 2 if name in ("write", "first-read") else 1
+        rounds = 2 if name in ("write", "write-mem", "first-read") else 1
         for label, values in row["values"].items():
             assert len(values) == rounds and all(v > 0 for v in values), (name, label)
             s = row["configs"][label]
@@ -74,8 +75,12 @@ def test_every_row_on_the_host(tmp_path: Path) -> None:
     assert seen["cold/kvikpy direct"]["auto_direct_io_read"] is True
     assert seen["cold/kvikpy buffered"]["auto_direct_io_read"] is False
     assert seen["write/kvikpy"]["num_threads"] == regimes.THREADS
+    # Each half's residency before the clock, one pair per half-warm pass.
+    halves = result["rows"]["half"]["resident_halves"]
+    assert len(halves) == 3 and all(len(h) == 2 and 0 <= min(h) <= max(h) <= 1 for h in halves)
     text = md.read_text()
     assert "| `percall-host` |" in text and "us/call" in text
+    assert "`half`: resident before the clock, first half" in text
     assert "| `cold` (8 MiB, page cache dropped) |" in text
     assert "Disk ceiling (O_DIRECT pread" in text
 
