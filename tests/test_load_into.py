@@ -462,15 +462,15 @@ def test_windows_cover_each_read_once_within_the_bound(
                 assert b.offset - (a.offset + a.length) < gap
     keys = [(w.path, w.offset) for w in windows]
     assert keys == sorted(keys)  # windows in file order, not overlapping
-    for a, b in itertools.pairwise(windows):
-        if a.path != b.path:
+    for one, two in itertools.pairwise(windows):
+        if one.path != two.path:
             continue
-        assert a.offset + a.length <= b.offset
-        if not a.alone and not b.alone:  # split only at a large gap or at the bound
-            first = b.reads[0]
+        assert one.offset + one.length <= two.offset
+        if not one.alone and not two.alone:  # split only at a large gap or at the bound
+            first = two.reads[0]
             assert (
-                first.offset - (a.offset + a.length) >= gap
-                or first.offset + first.length - a.offset > bound
+                first.offset - (one.offset + one.length) >= gap
+                or first.offset + first.length - one.offset > bound
             )
 
 
