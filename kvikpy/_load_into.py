@@ -8,14 +8,19 @@ conversion on the GPU, process groups) is imported only when a torch object is p
 The plan: every target is described once (where its bytes are, how many, of what dtype
 and shape); targets that share their memory (tied weights) are read once; each
 checkpoint tensor becomes one ``(file, offset, destination address, length)`` read, and
-reads that follow each other both in a file and in memory are merged into one. All the
-reads then run as one scattered read on kvikpy's pool (``_lib.read_scattered``, the
-engine's batch request), each straight into its destination (GPU targets through
-kvikpy's bounded pinned staging): nothing the size of the checkpoint is allocated.
+reads that follow each other both in a file and in memory are merged into one. Reads
+into host memory (and a process group's own reads) then run as one scattered read on
+kvikpy's pool (``_lib.read_scattered``, the engine's batch request), each straight into
+its destination. Reads into GPU tensors run in windows: contiguous stretches of a file of
+at most :data:`STAGING` bytes, each read in one parallel read (the path
+:func:`kvikpy.safetensors.load_file` takes) into a staging buffer on the device and copied
+into the tensors on the GPU, the next window read meanwhile; the GPU holds the model and
+at most two staging buffers. Nothing the size of the checkpoint is allocated.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,6 +35,16 @@ __all__ = ["LoadIntoError", "LoadResult", "Source", "load"]
 #: whose file dtype differs from its target's is read this many bytes at a time and
 #: converted into place.
 CONVERT_STAGING = 64 << 20
+
+#: Bytes of each window of a load into GPU tensors: the checkpoint is read in contiguous
+#: windows of at most this many bytes into a staging buffer on the target's device, then
+#: copied into the tensors on the GPU. Two such buffers per device (one filled while the
+#: other is emptied) bound the extra GPU memory to ``2 * STAGING``; a tensor larger than
+#: this is read straight into its target instead.
+STAGING = 256 << 20
+
+#: Bytes of file between two tensors that a window reads through rather than split at.
+STAGING_GAP = 1 << 20
 
 #: Bytes of each round of a process-group load: the packed buffer every rank gathers
 #: holds at most this much (or one tensor, if larger) at a time.
@@ -352,6 +367,145 @@ def _merged(reads: list[_Read]) -> list[_Read]:
     return out
 
 
+@dataclass(frozen=True)
+class _Window:
+    """One read of a load into GPU tensors: ``length`` bytes of ``path`` at ``offset``,
+    holding ``reads`` (in file order); read into a staging buffer and copied out, or,
+    when ``alone``, straight into the memory of its one read (larger than the bound)."""
+
+    path: str
+    offset: int
+    length: int
+    reads: tuple[_Read, ...]
+    alone: bool = False
+
+
+def _windows(reads: Sequence[_Read], bound: int, gap: int) -> list[_Window]:
+    """The windows that read ``reads``, in file order (by file, then offset): each covers
+    consecutive reads of one file, reading through gaps of fewer than ``gap`` bytes
+    between them, and spans at most ``bound`` bytes; a read longer than ``bound`` is a
+    window of its own (``alone``). Every read is in exactly one window."""
+    out: list[_Window] = []
+    cur: list[_Read] = []
+    start = end = 0
+    for r in sorted(reads, key=lambda r: (r.path, r.offset, r.length)):
+        if r.length > bound:
+            if cur:
+                out.append(_Window(cur[0].path, start, end - start, tuple(cur)))
+                cur = []
+            out.append(_Window(r.path, r.offset, r.length, (r,), True))
+            continue
+        if (
+            cur
+            and r.path == cur[0].path
+            and r.offset - end < gap
+            and max(end, r.offset + r.length) - start <= bound
+        ):
+            cur.append(r)
+            end = max(end, r.offset + r.length)
+            continue
+        if cur:
+            out.append(_Window(cur[0].path, start, end - start, tuple(cur)))
+        cur, start, end = [r], r.offset, r.offset + r.length
+    if cur:
+        out.append(_Window(cur[0].path, start, end - start, tuple(cur)))
+    return out
+
+
+def _bytes_of(t: _Target) -> Any:
+    """The memory of the torch tensor ``t`` as a flat ``uint8`` tensor (a view)."""
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    return t.obj.detach().reshape(-1).view(torch.uint8)
+
+
+def _read_staged(reads: Sequence[_Read], targets: Mapping[str, _Target]) -> list[str]:
+    """Read ``reads`` (into torch tensors on GPUs, one name each) in windows (see
+    :data:`STAGING`): each window in one read into a staging buffer on its device, then
+    copied into its tensors on the device's current stream, the next window read into
+    the other buffer meanwhile (a read into a torch tensor waits for the work queued
+    before it on that stream, so a buffer is refilled only once the copies out of it
+    have run). Waits for the copies, then returns the names written; raises
+    :class:`LoadIntoError` naming what was written if a read fails (a window's tensors
+    are all written or none)."""
+    if not reads:
+        return []
+    import torch
+
+    from kvikpy.cufile import CuFile, IOFuture
+
+    by_device: dict[int, list[_Read]] = {}
+    for r in reads:
+        by_device.setdefault(r.device or 0, []).append(r)
+    everything = [n for r in reads for n in r.names]
+    written: list[str] = []
+    files: dict[str, CuFile] = {}  # closed when dropped (reads in flight keep theirs)
+    for device, group in sorted(by_device.items()):
+        windows = _windows(group, STAGING, STAGING_GAP)
+        staged = [w.length for w in windows if not w.alone]
+        buffers = [
+            torch.empty(max(staged), dtype=torch.uint8, device=f"cuda:{device}")
+            for _ in range(min(2, len(staged)))
+        ]
+        running: list[tuple[_Window, Any, IOFuture]] = []
+        turn = 0
+        for k in range(len(windows) + 1):
+            # Start window k (queued after the copies out of its buffer), then copy
+            # window k - 1 out once its read is done: two reads in flight.
+            if k < len(windows):
+                w = windows[k]
+                if w.alone:
+                    dest = _bytes_of(targets[w.reads[0].names[0]])
+                else:
+                    dest = buffers[turn % len(buffers)][: w.length]
+                    turn += 1
+                f = files.get(w.path)
+                if f is None:
+                    f = files[w.path] = CuFile(w.path)
+                running.append((w, dest, f.pread(dest, w.length, w.offset)))
+            if not running or (len(running) < 2 and k < len(windows)):
+                continue
+            w, dest, future = running.pop(0)
+            try:
+                got = future.get()
+                if got != w.length:
+                    raise OSError(
+                        f"{w.path} ended after {got} of the {w.length} bytes at offset "
+                        f"{w.offset} (cut since its header was read?)"
+                    )
+            except Exception as e:
+                for _, _, other in running:  # let the other read stop first
+                    with contextlib.suppress(Exception):
+                        other.get()
+                _staged_failed(device, e, written, everything)
+            if not w.alone:
+                with torch.no_grad():
+                    for r in w.reads:
+                        at = r.offset - w.offset
+                        _bytes_of(targets[r.names[0]]).copy_(dest[at : at + r.length])
+            written.extend(n for r in w.reads for n in r.names)
+        torch.cuda.current_stream(device).synchronize()
+        del buffers
+    return written
+
+
+def _staged_failed(
+    device: int, error: Exception, written: list[str], everything: list[str]
+) -> None:
+    """Raise :class:`LoadIntoError` for a window read that failed with ``error``."""
+    import torch
+
+    torch.cuda.current_stream(device).synchronize()  # the copies already queued land
+    done = set(written)
+    failed = sorted(n for n in everything if n not in done)
+    raise LoadIntoError(
+        f"reading the checkpoint into its target failed ({error}); "
+        f"{len(written)} tensor(s) were written, {len(failed)} were not or only in "
+        f"part: {', '.join(failed[:20])}{' ...' if len(failed) > 20 else ''}",
+        written=written,
+    ) from error
+
+
 def _address(buf: Any) -> tuple[int, int | None]:
     """The address of ``buf`` (a torch tensor or numpy array) and its CUDA device (None
     for host memory)."""
@@ -589,7 +743,18 @@ def load(
             SHARED_ROUND,
         )
     else:
-        read_alone(direct)
+        staged = {n for n in direct if described[n].torch and described[n].device is not None}
+        read_alone([n for n in direct if n not in staged])
+        _read_staged(
+            [
+                _Read(s.span.path, s.span.offset, t.device, t.ptr, s.span.size, (n,), t.block)
+                for n in direct
+                if n in staged
+                for s, t in [(by_name[n], described[n])]
+                if s.span.size
+            ],
+            described,
+        )
     if converted:
         _convert([(by_name[n], described[n]) for n in converted], dtypes)
     return LoadResult(missing, unexpected)

@@ -572,12 +572,17 @@ def load_into(
 ) -> LoadResult:
     """Load a safetensors checkpoint straight into the tensors of ``target``.
 
-    Each tensor's bytes go from the file into the target tensor's own memory: one
+    Each tensor's bytes go from the file into the target tensor's own memory. GPU
+    targets are filled in windows: contiguous stretches of a file of at most 256 MiB,
+    each read in one parallel read into a staging buffer on the target's GPU and copied
+    into its tensors there while the next window is read into a second buffer (a tensor
+    larger than a window is read straight into its target). Host targets take one
     parallel read plan over all the files (reads that follow each other both in a file
-    and in memory merged into one), GPU targets through kvikpy's bounded pinned staging.
-    Nothing the size of the checkpoint is allocated: peak memory is the target itself
-    plus kvikpy's staging (and, with ``convert_dtype``, a 64 MiB conversion buffer per
-    device; with a ``process_group``, a 256 MiB round of the shared read).
+    and in memory merged into one). Nothing the size of the checkpoint is allocated:
+    peak memory is the target itself plus, per GPU, at most two 256 MiB staging buffers
+    (allocated through torch and freed before returning; and, with ``convert_dtype``, a
+    64 MiB conversion buffer per device; with a ``process_group``, a 256 MiB round of
+    the shared read).
 
     Parameters
     ----------

@@ -5,6 +5,7 @@ tests/gpu/test_load_into_gpu.py)."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 from collections.abc import Callable
@@ -418,3 +419,70 @@ def test_gpu_reads_merge_only_within_one_allocation() -> None:
     assert len(apart) == 2
     other_device = li._merged([read(0, 1000, 7), li._Read("f", 100, 1, 1100, 100, ("x",), 7)])
     assert len(other_device) == 2
+
+
+@st.composite
+def file_layouts(draw: st.DrawFn) -> list[li._Read]:
+    """Reads of tensors laid out one after another (with gaps) in one to three files,
+    in a shuffled order."""
+    reads = []
+    for f in range(draw(st.integers(1, 3))):
+        at = draw(st.integers(0, 20))
+        for gap, length in draw(
+            st.lists(st.tuples(st.integers(0, 40), st.integers(1, 120)), max_size=12)
+        ):
+            at += gap
+            reads.append(li._Read(f"f{f}", at, 0, 0, length, (f"f{f}@{at}",)))
+            at += length
+    return draw(st.permutations(reads))
+
+
+@given(file_layouts(), st.integers(1, 300), st.integers(0, 50))
+@settings(max_examples=300, deadline=None)
+def test_windows_cover_each_read_once_within_the_bound(
+    reads: list[li._Read], bound: int, gap: int
+) -> None:
+    windows = li._windows(reads, bound, gap)
+    covered = [r.names for w in windows for r in w.reads]
+    assert sorted(covered) == sorted(r.names for r in reads)  # each read exactly once
+    for w in windows:
+        assert w.reads
+        assert all(r.path == w.path for r in w.reads)
+        starts = [r.offset for r in w.reads]
+        assert starts == sorted(starts)  # file order inside a window
+        assert w.offset == w.reads[0].offset
+        assert w.offset + w.length == max(r.offset + r.length for r in w.reads)
+        if w.alone:  # only a read larger than the bound, read straight into its target
+            assert len(w.reads) == 1 and w.reads[0].length > bound
+            assert (w.offset, w.length) == (w.reads[0].offset, w.reads[0].length)
+        else:
+            assert w.length <= bound
+            assert all(r.length <= bound for r in w.reads)
+            for a, b in itertools.pairwise(w.reads):  # gaps read through are small
+                assert b.offset - (a.offset + a.length) < gap
+    keys = [(w.path, w.offset) for w in windows]
+    assert keys == sorted(keys)  # windows in file order, not overlapping
+    for one, two in itertools.pairwise(windows):
+        if one.path != two.path:
+            continue
+        assert one.offset + one.length <= two.offset
+        if not one.alone and not two.alone:  # split only at a large gap or at the bound
+            first = two.reads[0]
+            assert (
+                first.offset - (one.offset + one.length) >= gap
+                or first.offset + first.length - one.offset > bound
+            )
+
+
+def test_a_file_that_fits_the_bound_is_one_window() -> None:
+    reads = [li._Read("f", o, 0, 0, 100, (f"t{o}",)) for o in (0, 100, 300, 2000)]
+    (whole,) = li._windows(reads, 2100, 2000)
+    assert (whole.offset, whole.length, len(whole.reads)) == (0, 2100, 4)
+    split = li._windows(reads, 2100, 1000)  # the gap of 1600 bytes splits
+    assert [(w.offset, w.length) for w in split] == [(0, 400), (2000, 100)]
+    alone = li._windows([*reads, li._Read("f", 500, 0, 0, 3000, ("big",))], 2100, 2000)
+    assert [(w.offset, w.length, w.alone) for w in alone] == [
+        (0, 400, False),
+        (500, 3000, True),
+        (2000, 100, False),
+    ]

@@ -4,6 +4,7 @@ on two GPUs), and transformers checkpoints against from_pretrained, peak memory 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +77,9 @@ def test_meta_module_is_materialised_tied_and_bounded(tmp_path: Path) -> None:
     peak = torch.cuda.max_memory_allocated() - before
     weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     tied = model.embed.weight.numel() * model.embed.weight.element_size()
-    # The model itself (tied weight once, each allocation rounded to 512 bytes), no more.
-    assert peak <= weights - tied + 512 * len(model.state_dict())
+    # The model itself (tied weight once, each allocation rounded to 512 bytes) and the
+    # staging of its one window (the whole file, under the bound), no more.
+    assert peak <= weights - tied + 512 * len(model.state_dict()) + path.stat().st_size
     assert model.head.weight is model.embed.weight
     assert model.embed.weight.device == torch.device("cuda", 0)
     assert model.embed.weight.requires_grad
@@ -94,7 +96,7 @@ def test_meta_non_persistent_buffer_is_refused_untouched(tmp_path: Path) -> None
     assert model.embed.weight.is_meta  # nothing materialised
 
 
-def test_mapping_over_gpus_and_host_and_one_merged_read(tmp_path: Path) -> None:
+def test_mapping_over_gpus_and_host_in_one_window(tmp_path: Path) -> None:
     import kvikpy._load_into as li
 
     g = torch.Generator().manual_seed(0)
@@ -107,18 +109,19 @@ def test_mapping_over_gpus_and_host_and_one_merged_read(tmp_path: Path) -> None:
         views[name] = flat[at : at + t.numel()]
         at += t.numel()
     seen: list[int] = []
-    real = li._run
+    real = li._windows
 
-    def run(reads: Any, dest: Any = None) -> Any:
-        seen.append(len(reads))
-        return real(reads, dest)
+    def windows(reads: Any, bound: int, gap: int) -> Any:
+        got = real(reads, bound, gap)
+        seen.append(len(got))
+        return got
 
-    li._run = run
+    li._windows = windows
     try:
         kst.load_into(views, path)
     finally:
-        li._run = real
-    assert seen == [1]
+        li._windows = real
+    assert seen == [1]  # the whole file fits the bound: one read
     for name, t in tensors.items():
         assert torch.equal(views[name].cpu(), t)
     last = torch.cuda.device_count() - 1
@@ -245,8 +248,11 @@ def test_transformers_checkpoint_into_an_empty_model(tmp_path: Path, shard: str 
     assert got == ([], [])
     state = model.state_dict()
     distinct = {t.data_ptr(): t.numel() * t.element_size() for t in state.values()}
-    # The model itself, each allocation rounded up to 512 bytes; no staging on the GPU.
-    assert peak <= sum(distinct.values()) + 512 * len(state) + 2 * sum(
+    # The model itself, each allocation rounded up to 512 bytes, and the staging of the
+    # windows (each file, under the bound, one window; two buffers at most).
+    files = list(tmp_path.glob("*.safetensors"))
+    staging = min(2, len(files)) * max(f.stat().st_size for f in files)
+    assert peak <= sum(distinct.values()) + 512 * len(state) + staging + 2 * sum(
         b.numel() * b.element_size() for b in model.buffers()
     )
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
@@ -270,3 +276,113 @@ def test_transformers_mismatched_checkpoint(tmp_path: Path) -> None:
         kst.load_pretrained(model, tmp_path)
     for name, t in model.state_dict().items():
         assert torch.equal(t, before[name]), name
+
+
+class Wide(torch.nn.Module):  # type: ignore[misc, name-defined]
+    """Tensors around a 1 MiB staging bound: a tied embedding and head, one weight of
+    3 MiB (larger than the bound), float16 weights of 512 KiB, small float32, float16
+    and bfloat16 ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(300, 256)  # 300 KiB, float32
+        self.big = torch.nn.Linear(1024, 768)  # 3 MiB
+        self.mid = torch.nn.ModuleList(torch.nn.Linear(512, 512).half() for _ in range(12))
+        self.norm = torch.nn.LayerNorm(256, dtype=torch.bfloat16)
+        self.head = torch.nn.Linear(256, 300, bias=False)
+        self.head.weight = self.embed.weight
+
+
+def wide_shards(tmp_path: Path) -> tuple[list[Path], Any]:
+    torch.manual_seed(0)
+    ref = Wide()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.normal_()
+    state = {n: t.detach().clone() for n, t in ref.state_dict().items() if n != "head.weight"}
+    names = list(state)
+    files = [tmp_path / "a.safetensors", tmp_path / "b.safetensors"]
+    half = len(names) // 2
+    st.save_file({n: state[n] for n in names[:half]}, str(files[0]))
+    st.save_file({n: state[n] for n in names[half:]}, str(files[1]))
+    return files, ref
+
+
+@pytest.mark.parametrize("side_stream", [False, True])
+def test_windows_under_a_small_staging_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, side_stream: bool
+) -> None:
+    import kvikpy._load_into as li
+
+    files, ref = wide_shards(tmp_path)
+    monkeypatch.setattr(li, "STAGING", 1 << 20)
+    seen: list[Any] = []
+    real = li._windows
+
+    def windows(reads: Any, bound: int, gap: int) -> Any:
+        got = real(reads, bound, gap)
+        seen.extend(got)
+        return got
+
+    monkeypatch.setattr(li, "_windows", windows)
+    torch.manual_seed(1)
+    model = Wide().cuda()
+    ptrs = {n: p.data_ptr() for n, p in model.state_dict().items()}
+    model_bytes = sum(
+        p.numel() * p.element_size() for p in {p.data_ptr(): p for p in model.parameters()}.values()
+    )
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    stream = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
+    with torch.cuda.stream(stream):
+        assert kst.load_into(model, files) == ([], [])
+    peak = torch.cuda.max_memory_allocated() - before
+    assert peak <= 2 * li.STAGING  # the two staging buffers, nothing else
+    deadline = time.monotonic() + 5  # freed at the end (the engine lets go at once)
+    while torch.cuda.memory_allocated() != before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert torch.cuda.memory_allocated() == before
+    assert model_bytes > 2 * li.STAGING  # the bound is below the model's size
+    staged = [w for w in seen if not w.alone]
+    assert len(staged) >= 4  # many windows: the two buffers were refilled
+    assert all(w.length <= li.STAGING for w in staged)
+    assert [w.reads[0].names for w in seen if w.alone] == [("big.weight",)]
+    assert_same_state(model, ref)
+    assert model.head.weight is model.embed.weight
+    assert {n: p.data_ptr() for n, p in model.state_dict().items()} == ptrs  # in place
+
+
+def test_a_failed_window_names_exactly_what_was_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kvikpy._load_into as li
+
+    files, ref = wide_shards(tmp_path)
+    monkeypatch.setattr(li, "STAGING", 1 << 20)
+    real = li._windows
+    plan: list[Any] = []
+
+    def windows(reads: Any, bound: int, gap: int) -> Any:
+        got = real(reads, bound, gap)
+        plan.extend(got)
+        # The first file is cut inside its third window, after its header was read.
+        third = [w for w in got if w.path == str(files[0])][2]
+        with open(third.path, "r+b") as f:
+            f.truncate(third.offset + third.length // 2)
+        return got
+
+    monkeypatch.setattr(li, "_windows", windows)
+    target = {n: torch.zeros_like(t, device="cuda") for n, t in ref.state_dict().items()}
+    del target["head.weight"]
+    with pytest.raises(kst.LoadIntoError, match="were not or only in part") as info:
+        kst.load_into(target, files)
+    ours = [w for w in plan if w.path == str(files[0])]
+    before_cut = [n for w in plan[: plan.index(ours[2])] for r in w.reads for n in r.names]
+    assert info.value.written == before_cut
+    assert before_cut  # the windows read before the cut were copied out
+    want = ref.state_dict()
+    for name in before_cut:
+        assert torch.equal(target[name].cpu(), want[name]), name
+    for name in ours[2].reads[0].names:
+        assert name not in info.value.written
