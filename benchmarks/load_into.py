@@ -227,7 +227,9 @@ def main() -> None:
                 **r["memory"],
             }
             sums[method] = r["checksum"]
-        ref = sums.get("safetensors")
+        # The reference: safetensors' own loader, else kvikpy's load_file into the model.
+        ref = sums.get("safetensors", sums.get("load_file"))
+        row["checksums"] = sums
         row["checksums_agree"] = ref is not None and all(
             abs(v - ref) <= 1e-6 * abs(ref) for m, v in sums.items() if m != "load_file_only"
         )

@@ -1,4 +1,5 @@
-"""Execute every notebook in this folder in place, saving its outputs (`make notebooks`)."""
+"""Execute every notebook in this folder in place, saving its outputs (`make notebooks`);
+names given on the command line (``08-arrow-tables.ipynb``) execute only those."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import nbformat
 
 def main() -> int:
     here = Path(__file__).parent
+    chosen = set(sys.argv[1:])
     for path in sorted(here.glob("*.ipynb")):
+        if chosen and path.name not in chosen:
+            continue
         nb = nbformat.read(path, as_version=4)
         # Each kernel starts in an empty folder, so that the repository's source `kvikpy/`
         # (no compiled module in it) cannot shadow the installed package.
