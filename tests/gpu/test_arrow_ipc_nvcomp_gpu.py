@@ -21,30 +21,9 @@ if not _nvcomp.available():
     pytest.skip("nvCOMP (nvidia.nvcomp) is not importable", allow_module_level=True)
 
 from test_arrow_ipc import every_type_table  # noqa: E402
+from test_arrow_ipc_decode import big_table, write  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-
-
-def big_table(rows: int) -> pa.Table:
-    """Columns whose buffers pass 64 KiB (LZ4 frames of several blocks) and small ones."""
-    ints = np.random.default_rng(rows).integers(0, 1000, rows)
-    return pa.table(
-        {
-            "ints": pa.array(ints),
-            "runs": pa.array(np.repeat(np.arange(rows // 100 + 1), 100)[:rows]),
-            "nulls": pa.array([None if i % 5 == 0 else float(i) for i in range(rows)]),
-            "text": pa.array([f"row {i} " * (i % 4) for i in range(rows)]),
-            "lists": pa.array([list(range(i % 5)) for i in range(rows)], pa.list_(pa.int32())),
-        }
-    )
-
-
-def write(path: Path, table: pa.Table, codec: str, stream: bool, chunk: int) -> None:
-    options = ipc.IpcWriteOptions(compression=codec)
-    opener = ipc.new_stream if stream else ipc.new_file
-    with opener(path, table.schema, options=options) as w:
-        for batch in table.to_batches(max_chunksize=chunk):
-            w.write_batch(batch)
 
 
 def device_bytes(t: kvikpy.arrow.Table) -> bytes:
