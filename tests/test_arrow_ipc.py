@@ -118,6 +118,33 @@ def test_feather_v2_uncompressed(tmp_path: Path) -> None:
     assert read_back(path).equals(table)
 
 
+def test_shards_written_by_datasets(tmp_path: Path) -> None:
+    """Shards written by Hugging Face ``datasets`` itself: ``save_to_disk`` and the cache
+    file a ``map`` writes read back equal to the dataset's own table, metadata too."""
+    datasets = pytest.importorskip("datasets")
+    datasets.disable_progress_bars()
+    rows = 3000
+    ds = datasets.Dataset.from_dict(
+        {
+            "input_ids": [list(range(i % 11)) for i in range(rows)],
+            "label": [i % 3 for i in range(rows)],
+            "text": [f"row {i}" for i in range(rows)],
+        }
+    )
+    ds.save_to_disk(str(tmp_path / "saved"))
+    cached = ds.map(
+        lambda r: {"n": len(r["input_ids"])}, cache_file_name=str(tmp_path / "cache.arrow")
+    )
+    shards = sorted((tmp_path / "saved").glob("*.arrow"))
+    assert len(shards) == 1
+    for path, want in ((shards[0], ds.data.table), (tmp_path / "cache.arrow", cached.data.table)):
+        t = kvikpy.arrow.read_ipc(path, device="cpu")
+        got = pa.table(t)
+        assert got.equals(want.combine_chunks()), path.name
+        assert got.schema.metadata == want.schema.metadata
+        assert t.num_rows == rows
+
+
 def test_datasets_style_shard(tmp_path: Path) -> None:
     """A shard as Hugging Face ``datasets`` writes its cache: the IPC stream format, batches
     of 1000 rows, its features in the schema metadata under ``huggingface``."""
