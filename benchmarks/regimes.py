@@ -233,11 +233,7 @@ def _evict(path: str, how: str) -> None:
         with open(DROP_CACHES, "w") as fh:
             fh.write("3\n")
     else:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        _evict_range(path, 0, 0)  # a length of 0: to the end of the file
 
 
 def _read_buffered(path: str, nbytes: int) -> None:

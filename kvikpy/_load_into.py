@@ -497,13 +497,18 @@ def _staged_failed(
 
     torch.cuda.current_stream(device).synchronize()  # the copies already queued land
     done = set(written)
-    failed = sorted(n for n in everything if n not in done)
-    raise LoadIntoError(
+    raise _read_failed(error, written, sorted(n for n in everything if n not in done)) from error
+
+
+def _read_failed(error: BaseException, written: list[str], failed: list[str]) -> LoadIntoError:
+    """The :class:`LoadIntoError` of a load whose reads failed with ``error`` (the first
+    failure): which tensors were written and which were not, or only in part."""
+    return LoadIntoError(
         f"reading the checkpoint into its target failed ({error}); "
         f"{len(written)} tensor(s) were written, {len(failed)} were not or only in "
         f"part: {', '.join(failed[:20])}{' ...' if len(failed) > 20 else ''}",
         written=written,
-    ) from error
+    )
 
 
 def _address(buf: Any) -> tuple[int, int | None]:
@@ -539,14 +544,9 @@ def _run(reads: Sequence[_Read], dest: Callable[[_Read], Any] | None = None) -> 
     if failures:
         failed_at = {i for i, _ in failures}
         written = [n for i, r in enumerate(reads) if i not in failed_at for n in r.names]
-        first = failures[0][1]
         failed = sorted({n for i, _ in failures for n in reads[i].names})
-        raise LoadIntoError(
-            f"reading the checkpoint into its target failed ({first}); "
-            f"{len(written)} tensor(s) were written, {len(failed)} were not or only in "
-            f"part: {', '.join(failed[:20])}{' ...' if len(failed) > 20 else ''}",
-            written=written,
-        ) from first
+        first = failures[0][1]
+        raise _read_failed(first, written, failed) from first
     return [n for r in reads for n in r.names]
 
 
