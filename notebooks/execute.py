@@ -14,6 +14,9 @@ import nbformat
 def main() -> int:
     here = Path(__file__).parent
     chosen = set(sys.argv[1:])
+    unknown = chosen - {p.name for p in here.glob("*.ipynb")}
+    if unknown:
+        raise SystemExit(f"no such notebook here: {', '.join(sorted(unknown))}")
     for path in sorted(here.glob("*.ipynb")):
         if chosen and path.name not in chosen:
             continue
