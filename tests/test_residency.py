@@ -55,8 +55,9 @@ def make(path: Path, state: str, *, exact: bool = True) -> None:
     """Leave ``path`` cold, warm, or with only its first half cached.
 
     The kernel may evict pages at any time (other processes need memory), so the state is
-    tried three times; with ``exact`` a state not reached fails the test, without it the
-    caller only needs the bytes to be right whatever is cached."""
+    tried three times. With ``exact`` a state not reached skips the test (its premise does
+    not hold on this machine now; tests/test_page_cache.py checks the eviction itself);
+    without it the caller only needs the bytes to be right whatever is cached."""
     expected = {"cold": 0, "warm": -(-FILE_LEN // PAGE), "half": HALF // PAGE}[state]
     got = -1
     for _ in range(3):
@@ -69,7 +70,8 @@ def make(path: Path, state: str, *, exact: bool = True) -> None:
         got = cached_pages(path)
         if got == expected:
             return
-    assert not exact, f"made the file {state}: expected {expected} cached pages, found {got}"
+    if exact:
+        pytest.skip(f"could not make the file {state}: {got} pages cached, {expected} wanted")
 
 
 def read_counted(
