@@ -347,10 +347,19 @@ fn views_and_unions_are_planned() {
     }
 }
 
-/// `bytes` (an IPC stream) with its record batches' `variadicBufferCounts` set to `counts`
-/// (removed when `None`), every message re-framed.
-fn with_variadic_counts(bytes: &[u8], counts: Option<&[i64]>) -> Vec<u8> {
-    use arrow_ipc::{MessageArgs, MessageHeader, RecordBatchArgs};
+/// `bytes` (an IPC stream) re-framed message by message, each message of `kind` rebuilt:
+/// `rebuild` is given a builder and the message, and returns the new header's type and
+/// offset; the body stays as it was.
+fn restream<F>(bytes: &[u8], kind: Kind, mut rebuild: F) -> Vec<u8>
+where
+    F: FnMut(
+        &mut flatbuffers::FlatBufferBuilder<'static>,
+        &arrow_ipc::Message<'_>,
+    ) -> (
+        arrow_ipc::MessageHeader,
+        flatbuffers::WIPOffset<flatbuffers::UnionWIPOffset>,
+    ),
+{
     let messages = scan(bytes).unwrap();
     let SchemaBytes::Message(schema) = &messages.schema else {
         panic!("a stream")
@@ -365,36 +374,21 @@ fn with_variadic_counts(bytes: &[u8], counts: Option<&[i64]>) -> Vec<u8> {
         out.extend_from_slice(body);
     };
     frame(schema, &[]);
-    for (kind, m) in &messages.messages {
+    for (k, m) in &messages.messages {
         let body = &bytes[m.body_offset as usize..(m.body_offset + m.body_len) as usize];
-        if *kind != Kind::RecordBatch {
+        if *k != kind {
             frame(&m.metadata, body);
             continue;
         }
         let parsed = m.message().unwrap();
-        let rb = parsed.header_as_record_batch().unwrap();
         let mut fbb = flatbuffers::FlatBufferBuilder::new();
-        let nodes: Vec<_> = rb.nodes().unwrap().iter().copied().collect();
-        let buffers: Vec<_> = rb.buffers().unwrap().iter().copied().collect();
-        let nodes = fbb.create_vector(&nodes);
-        let buffers = fbb.create_vector(&buffers);
-        let counts = counts.map(|c| fbb.create_vector(c));
-        let batch = arrow_ipc::RecordBatch::create(
-            &mut fbb,
-            &RecordBatchArgs {
-                length: rb.length(),
-                nodes: Some(nodes),
-                buffers: Some(buffers),
-                compression: None,
-                variadicBufferCounts: counts,
-            },
-        );
+        let (header_type, header) = rebuild(&mut fbb, &parsed);
         let message = arrow_ipc::Message::create(
             &mut fbb,
-            &MessageArgs {
+            &arrow_ipc::MessageArgs {
                 version: parsed.version(),
-                header_type: MessageHeader::RecordBatch,
-                header: Some(batch.as_union_value()),
+                header_type,
+                header: Some(header),
                 bodyLength: parsed.bodyLength(),
                 custom_metadata: None,
             },
@@ -404,6 +398,42 @@ fn with_variadic_counts(bytes: &[u8], counts: Option<&[i64]>) -> Vec<u8> {
     }
     out.extend_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0]);
     out
+}
+
+/// `rb` copied into `fbb` uncompressed, with `variadicBufferCounts` set to `counts`.
+fn copy_batch(
+    fbb: &mut flatbuffers::FlatBufferBuilder<'static>,
+    rb: &arrow_ipc::RecordBatch<'_>,
+    counts: Option<&[i64]>,
+) -> flatbuffers::WIPOffset<arrow_ipc::RecordBatch<'static>> {
+    let nodes: Vec<_> = rb.nodes().unwrap().iter().copied().collect();
+    let buffers: Vec<_> = rb.buffers().unwrap().iter().copied().collect();
+    let nodes = fbb.create_vector(&nodes);
+    let buffers = fbb.create_vector(&buffers);
+    let counts = counts.map(|c| fbb.create_vector(c));
+    arrow_ipc::RecordBatch::create(
+        fbb,
+        &arrow_ipc::RecordBatchArgs {
+            length: rb.length(),
+            nodes: Some(nodes),
+            buffers: Some(buffers),
+            compression: None,
+            variadicBufferCounts: counts,
+        },
+    )
+}
+
+/// `bytes` (an IPC stream) with its record batches' `variadicBufferCounts` set to `counts`
+/// (removed when `None`), every message re-framed.
+fn with_variadic_counts(bytes: &[u8], counts: Option<&[i64]>) -> Vec<u8> {
+    restream(bytes, Kind::RecordBatch, |fbb, parsed| {
+        let rb = parsed.header_as_record_batch().unwrap();
+        let batch = copy_batch(fbb, &rb, counts);
+        (
+            arrow_ipc::MessageHeader::RecordBatch,
+            batch.as_union_value(),
+        )
+    })
 }
 
 #[test]
@@ -508,68 +538,22 @@ proptest! {
 
 /// `bytes` (an IPC stream) with its dictionary batches marked as deltas of dictionary `id`.
 fn as_deltas(bytes: &[u8], id: i64) -> Vec<u8> {
-    use arrow_ipc::{DictionaryBatchArgs, MessageArgs, MessageHeader};
-    let messages = scan(bytes).unwrap();
-    let SchemaBytes::Message(schema) = &messages.schema else {
-        panic!("a stream")
-    };
-    let mut out = Vec::new();
-    let mut frame = |meta: &[u8], body: &[u8]| {
-        let padded = meta.len().div_ceil(8) * 8;
-        out.extend_from_slice(&u32::MAX.to_le_bytes());
-        out.extend_from_slice(&(padded as i32).to_le_bytes());
-        out.extend_from_slice(meta);
-        out.resize(out.len() + padded - meta.len(), 0);
-        out.extend_from_slice(body);
-    };
-    frame(schema, &[]);
-    for (kind, m) in &messages.messages {
-        let body = &bytes[m.body_offset as usize..(m.body_offset + m.body_len) as usize];
-        if *kind != Kind::Dictionary {
-            frame(&m.metadata, body);
-            continue;
-        }
-        let parsed = m.message().unwrap();
+    restream(bytes, Kind::Dictionary, |fbb, parsed| {
         let d = parsed.header_as_dictionary_batch().unwrap();
-        let rb = d.data().unwrap();
-        let mut fbb = flatbuffers::FlatBufferBuilder::new();
-        let nodes: Vec<_> = rb.nodes().unwrap().iter().copied().collect();
-        let buffers: Vec<_> = rb.buffers().unwrap().iter().copied().collect();
-        let nodes = fbb.create_vector(&nodes);
-        let buffers = fbb.create_vector(&buffers);
-        let data = arrow_ipc::RecordBatch::create(
-            &mut fbb,
-            &arrow_ipc::RecordBatchArgs {
-                length: rb.length(),
-                nodes: Some(nodes),
-                buffers: Some(buffers),
-                compression: None,
-                variadicBufferCounts: None,
-            },
-        );
+        let data = copy_batch(fbb, &d.data().unwrap(), None);
         let batch = arrow_ipc::DictionaryBatch::create(
-            &mut fbb,
-            &DictionaryBatchArgs {
+            fbb,
+            &arrow_ipc::DictionaryBatchArgs {
                 id,
                 data: Some(data),
                 isDelta: true,
             },
         );
-        let message = arrow_ipc::Message::create(
-            &mut fbb,
-            &MessageArgs {
-                version: parsed.version(),
-                header_type: MessageHeader::DictionaryBatch,
-                header: Some(batch.as_union_value()),
-                bodyLength: parsed.bodyLength(),
-                custom_metadata: None,
-            },
-        );
-        fbb.finish(message, None);
-        frame(fbb.finished_data(), body);
-    }
-    out.extend_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0]);
-    out
+        (
+            arrow_ipc::MessageHeader::DictionaryBatch,
+            batch.as_union_value(),
+        )
+    })
 }
 
 /// A stream of dictionary-encoded batches whose dictionaries grow: written with deltas.
