@@ -28,31 +28,23 @@ def _env() -> dict[str, str]:
     return env
 
 
-def test_arrow_benchmark_smoke(tmp_path: Path) -> None:
-    out = tmp_path / "arrow.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks",
-            "arrow",
-            "--device",
-            "cpu",
-            "--size-mib",
-            "24",
-            "--runs",
-            "1",
-            "--out",
-            str(out),
-            "--markdown",
-            str(tmp_path / "arrow.md"),
-        ],
-        cwd=tmp_path,
+def run_benchmark(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m benchmarks ARGS`` in ``folder`` with the kvikpy under test (4 minutes
+    at most)."""
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=folder,
         env=_env(),
         capture_output=True,
         text=True,
         timeout=240,
     )
+
+
+def test_arrow_benchmark_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "arrow.json"
+    args = ["--device", "cpu", "--size-mib", "24", "--runs", "1", "--out", str(out)]
+    done = run_benchmark(tmp_path, "arrow", *args, "--markdown", str(tmp_path / "arrow.md"))
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
     rows = {(r["cache"], r["columns"]): r for r in result["results"]}

@@ -5,12 +5,10 @@ on the GPU machine)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_bench_arrow import _env
+from test_bench_arrow import run_benchmark
 
 pytest.importorskip("pyarrow")
 
@@ -19,14 +17,7 @@ pytest.importorskip("pyarrow")
 def test_arrow_zstd_benchmark_smoke(tmp_path: Path, codec: str) -> None:
     out = tmp_path / "arrow-zstd.json"
     args = ["--device", "cpu", "--size-mib", "4", "--runs", "1", "--codec", codec]
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "arrow-zstd", *args, "--out", str(out)],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    done = run_benchmark(tmp_path, "arrow-zstd", *args, "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["codec"] == codec and result["decoded_bytes"] > 0
