@@ -154,6 +154,27 @@ fn errors_name_what_is_wrong() {
     assert!(IpcFile::read(&[][..]).is_err());
 }
 
+/// [`check_malformed`] on `bytes` with `edits` made (a byte set at each index) and a
+/// 64-bit `lie` written at its index, then on those bytes cut at `cut`.
+fn check_damaged(
+    mut bytes: Vec<u8>,
+    edits: &[(prop::sample::Index, u8)],
+    lie: Option<(prop::sample::Index, i64)>,
+    cut: prop::sample::Index,
+) {
+    for (at, value) in edits {
+        let i = at.index(bytes.len());
+        bytes[i] = *value;
+    }
+    if let Some((at, value)) = lie {
+        let i = at.index(bytes.len() - 8);
+        bytes[i..i + 8].copy_from_slice(&value.to_le_bytes());
+    }
+    check_malformed(&bytes);
+    let n = cut.index(bytes.len());
+    check_malformed(&bytes[..n]);
+}
+
 fn check_malformed(bytes: &[u8]) {
     let Ok(file) = IpcFile::read(bytes) else {
         return;
@@ -194,18 +215,8 @@ proptest! {
         lie in prop::option::of((any::<prop::sample::Index>(), any::<i64>())),
     ) {
         let batches = [sample(20, 1), sample(7, 2)];
-        let mut bytes = if stream { stream_bytes(&batches) } else { file_bytes(&batches) };
-        for (at, value) in edits {
-            let i = at.index(bytes.len());
-            bytes[i] = value;
-        }
-        if let Some((at, value)) = lie {
-            let i = at.index(bytes.len() - 8);
-            bytes[i..i + 8].copy_from_slice(&value.to_le_bytes());
-        }
-        check_malformed(&bytes);
-        let n = cut.index(bytes.len());
-        check_malformed(&bytes[..n]);
+        let bytes = if stream { stream_bytes(&batches) } else { file_bytes(&batches) };
+        check_damaged(bytes, &edits, lie, cut);
     }
 }
 
@@ -522,17 +533,7 @@ proptest! {
         if let (true, Some(counts)) = (stream, &counts) {
             bytes = with_variadic_counts(&bytes, Some(counts));
         }
-        for (at, value) in edits {
-            let i = at.index(bytes.len());
-            bytes[i] = value;
-        }
-        if let Some((at, value)) = lie {
-            let i = at.index(bytes.len() - 8);
-            bytes[i..i + 8].copy_from_slice(&value.to_le_bytes());
-        }
-        check_malformed(&bytes);
-        let n = cut.index(bytes.len());
-        check_malformed(&bytes[..n]);
+        check_damaged(bytes, &edits, lie, cut);
     }
 }
 
@@ -759,21 +760,11 @@ proptest! {
         edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
         lie in prop::option::of((any::<prop::sample::Index>(), any::<i64>())),
     ) {
-        let (mut bytes, _) = delta_stream(&[
+        let (bytes, _) = delta_stream(&[
             vec![Some("red"), None],
             vec![Some("red"), None, Some("a longer value than that")],
             vec![Some("red"), None, Some("a longer value than that"), Some("")],
         ]);
-        for (at, value) in edits {
-            let i = at.index(bytes.len());
-            bytes[i] = value;
-        }
-        if let Some((at, value)) = lie {
-            let i = at.index(bytes.len() - 8);
-            bytes[i..i + 8].copy_from_slice(&value.to_le_bytes());
-        }
-        check_malformed(&bytes);
-        let n = cut.index(bytes.len());
-        check_malformed(&bytes[..n]);
+        check_damaged(bytes, &edits, lie, cut);
     }
 }
