@@ -192,6 +192,20 @@ impl Allocation {
         }
     }
 
+    /// The bytes of host memory (pinned or not) to write, `None` for GPU memory. Spans
+    /// taken with [`span`](Self::span) must not be in use meanwhile.
+    pub fn host_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        let ptr = match &self.memory {
+            Memory::Device(_) => return None,
+            Memory::Pinned(p) => p.as_ptr(),
+            Memory::Host(h) => h.as_ptr(),
+        };
+        // SAFETY: `size` bytes of host memory this allocation owns and keeps until it is
+        // dropped; `&mut self` makes this the only reference made through it, and no span
+        // of it is in use (above).
+        Some(unsafe { std::slice::from_raw_parts_mut(ptr, self.size) })
+    }
+
     /// When the bytes are ready for consumers.
     pub fn readiness(&self) -> &Readiness {
         &self.ready

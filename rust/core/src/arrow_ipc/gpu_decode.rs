@@ -380,7 +380,7 @@ mod tests {
     //! The GPU plan run with a host stand-in for nvCOMP (its contract: a ZSTD frame or a
     //! raw LZ4 block in, exactly its decoded bytes out) gives the host decoder's bytes.
 
-    use std::io::{Read, Write};
+    use std::io::Write;
 
     use arrow_schema::Schema;
     use lz4_flex::frame::{BlockMode, BlockSize, FrameEncoder, FrameInfo};
@@ -393,14 +393,7 @@ mod tests {
     fn stand_in(piece: &Piece, src: &[u8]) -> Vec<u8> {
         match piece.step {
             Step::Copy => src.to_vec(),
-            Step::Zstd => {
-                let mut out = Vec::new();
-                ruzstd::decoding::StreamingDecoder::new(src)
-                    .unwrap()
-                    .read_to_end(&mut out)
-                    .unwrap();
-                out
-            }
+            Step::Zstd => zstd::stream::decode_all(src).unwrap(),
             Step::Lz4 => lz4_flex::block::decompress(src, piece.dst_len as usize).unwrap(),
         }
     }
@@ -426,6 +419,14 @@ mod tests {
 
     /// A ZSTD frame with its content size, of raw and RLE blocks (as a ZSTD encoder
     /// writes them for data it cannot shrink and for runs).
+    /// `data` compressed by the ZSTD library into a frame that does not record its size.
+    fn zstd_frame_without_size(data: &[u8]) -> Vec<u8> {
+        let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
+        encoder.include_contentsize(false).unwrap();
+        encoder.write_all(data).unwrap();
+        encoder.finish().unwrap()
+    }
+
     fn zstd_frame(data: &[u8]) -> Vec<u8> {
         let mut out = ZSTD_MAGIC.to_le_bytes().to_vec();
         out.push(0b1110_0000); // 8-byte content size, single segment
@@ -490,13 +491,7 @@ mod tests {
             Form::Zstd => (Some(Codec::Zstd), prefixed(n, zstd_frame(data))),
             Form::ZstdNoSize => (
                 Some(Codec::Zstd),
-                prefixed(
-                    n,
-                    ruzstd::encoding::compress_to_vec(
-                        data,
-                        ruzstd::encoding::CompressionLevel::Fastest,
-                    ),
-                ),
+                prefixed(n, zstd_frame_without_size(data)),
             ),
             Form::Lz4 {
                 linked,

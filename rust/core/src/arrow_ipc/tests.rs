@@ -249,6 +249,67 @@ fn decode_checks_declared_lengths() {
     assert!(decode(Codec::Zstd, &[1, 2, 3], 0, "b").is_err());
 }
 
+/// `data` as an IPC ZSTD buffer declaring `declared` bytes: the length prefix, then the
+/// frames of `parts` (one frame each).
+fn zstd_buffer(declared: i64, parts: &[&[u8]]) -> Vec<u8> {
+    let mut raw = declared.to_le_bytes().to_vec();
+    for part in parts {
+        raw.extend_from_slice(&zstd::bulk::compress(part, 3).unwrap());
+    }
+    raw
+}
+
+#[test]
+fn zstd_buffers_decode_in_place_and_as_a_stream() {
+    let text: Vec<u8> = (0..300_000u32)
+        .flat_map(|i| (i % 251).to_le_bytes())
+        .collect();
+    // Within the reserved bound: decoded in place.
+    let raw = zstd_buffer(text.len() as i64, &[&text]);
+    assert_eq!(decode(Codec::Zstd, &raw, 0, "b").unwrap(), text);
+    // Two frames in one buffer decode to both.
+    let raw = zstd_buffer(2 * text.len() as i64, &[&text, &text]);
+    assert_eq!(
+        decode(Codec::Zstd, &raw, 0, "b").unwrap(),
+        [&text[..], &text[..]].concat()
+    );
+    // Zeros compress far past the bound: decoded as a stream, growing.
+    let zeros = vec![0u8; 64 << 20];
+    let raw = zstd_buffer(zeros.len() as i64, &[&zeros]);
+    assert!(((raw.len() - 8) as u64) * compression::TRUSTED_RATIO < zeros.len() as u64);
+    assert_eq!(decode(Codec::Zstd, &raw, 0, "b").unwrap(), zeros);
+}
+
+#[test]
+fn zstd_buffers_that_misstate_their_length_say_so() {
+    let data = vec![5u8; 1000];
+    let message = |declared: i64| {
+        let raw = zstd_buffer(declared, &[&data]);
+        match decode(Codec::Zstd, &raw, 0, "batch 0, column x, buffer 1") {
+            Err(Error::InvalidArgument(m)) => m,
+            other => panic!("{declared}: {other:?}"),
+        }
+    };
+    let more = message(999);
+    assert!(more.contains("batch 0, column x, buffer 1"), "{more}");
+    assert!(
+        more.contains("says it holds 999 bytes uncompressed, decodes to 1000"),
+        "{more}"
+    );
+    let fewer = message(1001);
+    assert!(
+        fewer.contains("says it holds 1001 bytes uncompressed, decodes to 1000"),
+        "{fewer}"
+    );
+    // A length no bound reserves: the stream stops at what the frame holds.
+    let huge = message(1 << 50);
+    assert!(huge.contains("decodes to 1000"), "{huge}");
+    // Not ZSTD at all.
+    let mut raw = 1000i64.to_le_bytes().to_vec();
+    raw.extend_from_slice(&[0x55; 64]);
+    assert!(decode(Codec::Zstd, &raw, 0, "b").is_err());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 

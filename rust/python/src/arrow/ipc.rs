@@ -8,8 +8,8 @@ use std::sync::Arc;
 use arrow_schema::{DataType, Fields};
 use kvikpy_core::allocation::Placement;
 use kvikpy_core::arrow_ipc::{
-    assemble, coalesce, plan_gpu_decode, Column, GpuDecodePlan, IpcFile, ReadPlan, Runs,
-    SourceReader, Step,
+    coalesce, decode_to_host, plan_gpu_decode, Column, Decoded, GpuDecodePlan, IpcFile, ReadPlan,
+    Runs, SourceReader, Step,
 };
 use kvikpy_core::batch::plan_ranges_aligned;
 use kvikpy_core::cancel::CancelToken;
@@ -74,9 +74,10 @@ pub fn read_ipc_table(
         let file = IpcFile::read(&reader)?;
         let columns = columns.map(|c| file.column_indices(&c)).transpose()?;
         let plan = file.plan(columns.as_deref(), batches.as_deref())?;
-        // Compressed buffers are decoded on the host, then moved in one copy.
+        // Compressed buffers are decoded on the host, into the table's memory when that is
+        // host memory, else then moved in one copy.
         let decoded = if plan.is_compressed() {
-            Some(assemble(&reader, &plan, ALIGN)?)
+            Some(decode_to_host(&reader, &plan, ALIGN)?)
         } else {
             None
         };
@@ -88,30 +89,37 @@ pub fn read_ipc_table(
     read_uncompressed(py, &settings, path, plan, ordinal)
 }
 
-/// The table of a compressed `plan` whose buffers the host decoded (`assemble`'s bytes,
-/// offsets and sizes), moved into one allocation in one copy.
+/// The table of a compressed `plan` whose buffers the host decoded ([`decode_to_host`]):
+/// that memory itself for a host table, else moved onto GPU `ordinal` in one copy.
 fn from_host_decoded(
     py: Python<'_>,
     plan: ReadPlan,
-    (bytes, offsets, sizes): (Vec<u8>, Vec<usize>, Vec<usize>),
+    decoded: Decoded,
     ordinal: Option<usize>,
 ) -> BindResult<IpcTable> {
-    let buffer = Buffer::allocate_at(py, bytes.len(), Placement::from_ordinal(ordinal), false)?;
-    let (base, _, _) = buffer.parts();
-    if !bytes.is_empty() {
-        match ordinal {
-            // SAFETY: the new buffer holds `bytes.len()` bytes of host memory at `base`,
-            // apart from `bytes`.
-            None => unsafe {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), base as *mut u8, bytes.len())
-            },
-            Some(ordinal) => without_gil(py, move || {
-                // SAFETY: the new buffer holds `bytes.len()` bytes on GPU `ordinal` at
-                // `base`; `bytes` is readable host memory of that length.
-                unsafe { copy_host_to_device(ordinal, base, bytes.as_ptr(), bytes.len()) }
-            })?,
+    let Decoded {
+        memory,
+        offsets,
+        sizes,
+    } = decoded;
+    let buffer = match ordinal {
+        None => Buffer::from_allocation(memory),
+        Some(ordinal) => {
+            let size = memory.size();
+            let buffer = Buffer::allocate_at(py, size, Placement::Device(ordinal), false)?;
+            let (base, _, _) = buffer.parts();
+            if size > 0 {
+                let source = memory.base();
+                without_gil(py, move || {
+                    // SAFETY: the new buffer holds `size` bytes on GPU `ordinal` at `base`;
+                    // `memory` is `size` bytes of host memory at `source`, alive until
+                    // this returns.
+                    unsafe { copy_host_to_device(ordinal, base, source as *const u8, size) }
+                })?;
+            }
+            buffer
         }
-    }
+    };
     let sizes = sizes.iter().map(|&s| s as u64).collect();
     table(py, plan, buffer, offsets, sizes, ordinal)
 }
@@ -174,7 +182,7 @@ pub fn read_ipc_table_gpu(
         // table is made, before nvCOMP could run: such a read decodes on the host.
         let (gpu, host) = match (plan.is_compressed(), plan.built.is_empty()) {
             (true, true) => (Some(plan_gpu_decode(&reader, &plan, ALIGN)?), None),
-            (true, false) => (None, Some(assemble(&reader, &plan, ALIGN)?)),
+            (true, false) => (None, Some(decode_to_host(&reader, &plan, ALIGN)?)),
             (false, _) => (None, None),
         };
         Ok((plan, gpu, host))

@@ -77,13 +77,19 @@ impl Buffer {
         } else {
             without_gil(py, move || Allocation::new(placement, nbytes, pinned))?
         };
-        Ok(Self {
+        Ok(Self::from_allocation(allocation))
+    }
+
+    /// A buffer of bytes over the whole of `allocation`.
+    pub fn from_allocation(allocation: Allocation) -> Self {
+        let nbytes = allocation.size();
+        Self {
             storage: Arc::new(Storage::new(allocation)),
             offset: 0,
             nbytes,
             dtype: Dtype::bytes(),
             shape: vec![nbytes as i64],
-        })
+        }
     }
 
     /// A view of the bytes `[offset, offset + nbytes)` (default: to the end) as `shape`
