@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from remote_servers import Counter, CountingRangeHandler, serve
 
 import kvikpy
 import kvikpy.arrow
@@ -552,6 +553,27 @@ def test_remote_http(tmp_path: Path) -> None:
         for name in ("t.arrow", "s.arrow"):
             got = pa.table(kvikpy.arrow.read_ipc(f"{server.url}/{name}", device="cpu"))
             assert got.equals(table)
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_remote_compressed_tables_read_each_body_whole(tmp_path: Path, codec: str) -> None:
+    """A compressed table over HTTP: the bytes pyarrow reads, with the buffers of each
+    record batch body asked for together, not one request per buffer."""
+    table = every_type_table(40)
+    path = tmp_path / "t.arrow"
+    options = ipc.IpcWriteOptions(compression=codec)
+    with ipc.new_file(path, table.schema, options=options) as w:
+        for batch in table.to_batches(max_chunksize=10):
+            w.write_batch(batch)
+    buffers = sum(
+        len(b.buffers()) for batch in table.to_batches(max_chunksize=10) for b in batch.columns
+    )
+    counter = Counter()
+    with serve(CountingRangeHandler, directory=str(tmp_path), counter=counter) as url:
+        got = kvikpy.arrow.read_ipc(f"{url}/t.arrow", device="cpu")
+    assert pa.table(got).equals(table)
+    # The metadata (size, footer, message headers), then one request per body of 4 batches.
+    assert len(counter.ranges) < 20 < buffers, (len(counter.ranges), buffers)
 
 
 @pytest.mark.parametrize("compression", [None, "zstd", "lz4"])

@@ -13,6 +13,7 @@ use rayon::prelude::*;
 pub use super::framing::Codec;
 use super::framing::{malformed, ReadAt};
 use super::plan::{Column, ReadPlan};
+use super::runs::{coalesce, Runs};
 use crate::allocation::{Allocation, Placement};
 use crate::batch::layout_aligned;
 use crate::error::{Error, Result};
@@ -121,26 +122,29 @@ pub fn decode(codec: Codec, raw: &[u8], need: u64, what: &str) -> Result<Vec<u8>
 }
 
 /// One range of a compressed plan, read, on its way to its place in the table's memory.
-enum Piece {
-    /// Bytes that go in as they are: an uncompressed range, or a buffer already decoded
-    /// (one declaring a length past the bound, decoded as it grew).
+enum Piece<'a> {
+    /// An uncompressed range: goes in as it is.
+    Plain(&'a [u8]),
+    /// A buffer already decoded (one declaring a length past the budget, decoded as it
+    /// grew): goes in as it is.
     Ready(Vec<u8>),
-    /// A buffer stored uncompressed (declared length -1): its body goes in.
-    Stored(Vec<u8>),
+    /// A buffer stored uncompressed (declared length -1, prefix first): its body goes in.
+    Stored(&'a [u8]),
     /// A compressed buffer (`raw`, its length prefix first) declaring `declared` bytes
-    /// within the bound: decoded straight into its place.
+    /// within the budget: decoded straight into its place.
     InPlace {
         codec: Codec,
-        raw: Vec<u8>,
+        raw: &'a [u8],
         declared: usize,
     },
 }
 
-impl Piece {
+impl Piece<'_> {
     /// The bytes it takes in place.
     fn size(&self) -> usize {
         match self {
-            Piece::Ready(v) => v.len(),
+            Piece::Plain(bytes) => bytes.len(),
+            Piece::Ready(bytes) => bytes.len(),
             Piece::Stored(raw) => raw.len() - 8,
             Piece::InPlace { declared, .. } => *declared,
         }
@@ -150,23 +154,53 @@ impl Piece {
 /// A compressed plan's ranges, read and sized, laid out at multiples of an alignment:
 /// [`Assembly::decode_into`] then decodes them into one allocation of
 /// [`total`](Self::total) bytes, with no copy of the decoded table in between.
-pub struct Assembly {
-    pieces: Vec<Piece>,
+struct Assembly<'a> {
+    pieces: Vec<Piece<'a>>,
     labels: Vec<String>,
-    needs: Vec<u64>,
+    needs: &'a [u64],
     /// Each range's offset in the allocation.
-    pub offsets: Vec<usize>,
+    offsets: Vec<usize>,
     /// Each range's size once decoded.
-    pub sizes: Vec<usize>,
+    sizes: Vec<usize>,
     /// The allocation's size.
-    pub total: usize,
+    total: usize,
 }
 
-/// Read every range of `plan` from `reader` and size it once decoded: from the length a
+/// The bytes of a plan's ranges: neighbouring buffers of a record batch body read as one
+/// run (one read each, which the request path spreads over the I/O threads), and each
+/// range's run and offset in it.
+struct RangesRead {
+    runs: Vec<Vec<u8>>,
+    place: Vec<(usize, u64)>,
+}
+
+impl RangesRead {
+    /// Read `plan`'s ranges from `reader`.
+    fn of(reader: &(impl ReadAt + ?Sized), plan: &ReadPlan) -> Result<Self> {
+        // IPC pads every buffer to a multiple of 8 bytes: neighbours join a run.
+        let Runs { runs, place } = coalesce(&plan.ranges, 8);
+        let runs = runs
+            .into_iter()
+            .map(|(offset, len)| {
+                let len = usize::try_from(len).map_err(|_| malformed("a buffer is too large"))?;
+                reader.read_at(offset, len)
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self { runs, place })
+    }
+
+    /// The bytes of range `i` (`len` long).
+    fn range(&self, i: usize, len: u64) -> &[u8] {
+        let (run, at) = self.place[i];
+        &self.runs[run][at as usize..(at + len) as usize]
+    }
+}
+
+/// Size every range of `plan` (read into `read`) once decoded: from the length a
 /// compressed buffer declares while the declared lengths stay within [`TRUSTED_RATIO`]
 /// times the plan's compressed bytes (each checked again as it decodes), else by decoding
 /// it now.
-pub fn prepare(reader: &(impl ReadAt + ?Sized), plan: &ReadPlan, align: usize) -> Result<Assembly> {
+fn prepare<'a>(read: &'a RangesRead, plan: &'a ReadPlan, align: usize) -> Result<Assembly<'a>> {
     let labels = labels(plan);
     let mut pieces = Vec::with_capacity(plan.ranges.len());
     let mut later = Vec::new();
@@ -176,12 +210,11 @@ pub fn prepare(reader: &(impl ReadAt + ?Sized), plan: &ReadPlan, align: usize) -
         .iter()
         .fold(0u64, |sum, r| sum.saturating_add(r.1));
     let mut budget = trusted(compressed);
-    for (i, &(offset, len)) in plan.ranges.iter().enumerate() {
-        let len = usize::try_from(len).map_err(|_| malformed("a buffer is too large"))?;
-        let raw = reader.read_at(offset, len)?;
+    for (i, &(_, len)) in plan.ranges.iter().enumerate() {
+        let raw = read.range(i, len);
         let need = plan.needs[i];
-        let piece = match (plan.codecs[i], declared(&raw)) {
-            (None, _) => Piece::Ready(raw),
+        let piece = match (plan.codecs[i], declared(raw)) {
+            (None, _) => Piece::Plain(raw),
             (Some(_), Some(-1)) if (raw.len() - 8) as u64 >= need => Piece::Stored(raw),
             (Some(codec), Some(n)) if n >= 0 && (n as u64) >= need && (n as u64) <= budget => {
                 budget -= n as u64;
@@ -202,7 +235,7 @@ pub fn prepare(reader: &(impl ReadAt + ?Sized), plan: &ReadPlan, align: usize) -
     let decoded: Vec<(usize, Vec<u8>)> = on_pool(later.len(), || {
         later
             .into_par_iter()
-            .map(|(i, codec, raw)| Ok((i, decode(codec, &raw, plan.needs[i], &labels[i])?)))
+            .map(|(i, codec, raw)| Ok((i, decode(codec, raw, plan.needs[i], &labels[i])?)))
             .collect::<Result<_>>()
     })?;
     for (i, bytes) in decoded {
@@ -213,7 +246,7 @@ pub fn prepare(reader: &(impl ReadAt + ?Sized), plan: &ReadPlan, align: usize) -
     Ok(Assembly {
         pieces,
         labels,
-        needs: plan.needs.clone(),
+        needs: &plan.needs,
         offsets,
         sizes,
         total,
@@ -241,7 +274,7 @@ fn on_pool<T: Send>(items: usize, work: impl FnOnce() -> Result<T> + Send) -> Re
     }
 }
 
-impl Assembly {
+impl Assembly<'_> {
     /// Decode every range into its place in `out` (exactly [`total`](Self::total) bytes;
     /// the gaps between ranges are zeroed), the buffers in parallel on the I/O pool.
     pub fn decode_into(self, out: &mut [u8]) -> Result<()> {
@@ -264,7 +297,7 @@ impl Assembly {
             at = offset + size;
         }
         rest.fill(0);
-        let (labels, needs) = (&self.labels, &self.needs);
+        let (labels, needs) = (&self.labels, self.needs);
         let compressed = self
             .pieces
             .iter()
@@ -281,8 +314,12 @@ impl Assembly {
 }
 
 /// Put `piece` into `slot` (its size), decoding it there if it is compressed.
-fn fill(piece: Piece, slot: &mut [u8], need: u64, what: &str) -> Result<()> {
+fn fill(piece: Piece<'_>, slot: &mut [u8], need: u64, what: &str) -> Result<()> {
     let (codec, raw) = match piece {
+        Piece::Plain(bytes) => {
+            slot.copy_from_slice(bytes);
+            return Ok(());
+        }
         Piece::Ready(bytes) => {
             slot.copy_from_slice(&bytes);
             return Ok(());
@@ -305,7 +342,7 @@ fn fill(piece: Piece, slot: &mut [u8], need: u64, what: &str) -> Result<()> {
         return Ok(());
     }
     // The buffer is not what it declares: decoding it as a stream says how it differs.
-    decode(codec, &raw, need, what)?;
+    decode(codec, raw, need, what)?;
     Err(malformed(format!(
         "{what}: {codec:?} data decode differently each time"
     )))
@@ -328,7 +365,8 @@ pub fn decode_to_host(
     plan: &ReadPlan,
     align: usize,
 ) -> Result<Decoded> {
-    let assembly = prepare(reader, plan, align)?;
+    let read = RangesRead::of(reader, plan)?;
+    let assembly = prepare(&read, plan, align)?;
     let (offsets, sizes) = (assembly.offsets.clone(), assembly.sizes.clone());
     let mut memory = Allocation::new(Placement::Host, assembly.total, false)?;
     let bytes = memory
@@ -349,7 +387,8 @@ pub fn assemble(
     plan: &ReadPlan,
     align: usize,
 ) -> Result<(Vec<u8>, Vec<usize>, Vec<usize>)> {
-    let assembly = prepare(reader, plan, align)?;
+    let read = RangesRead::of(reader, plan)?;
+    let assembly = prepare(&read, plan, align)?;
     let (offsets, sizes) = (assembly.offsets.clone(), assembly.sizes.clone());
     let mut bytes = vec![0u8; assembly.total];
     assembly.decode_into(&mut bytes)?;
@@ -429,7 +468,7 @@ mod tests {
         let mut slot = vec![0xEE; declared];
         let piece = Piece::InPlace {
             codec,
-            raw,
+            raw: &raw,
             declared,
         };
         fill(piece, &mut slot, 0, "record batch 0, column 'x', buffer 1").map(|()| slot)
