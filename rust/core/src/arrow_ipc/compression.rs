@@ -12,6 +12,7 @@ use rayon::prelude::*;
 
 pub use super::framing::Codec;
 use super::framing::{malformed, ReadAt};
+use super::lz4::{lz4_frame, Lz4Frame};
 use super::plan::{Column, ReadPlan};
 use super::runs::{coalesce, Runs};
 use crate::allocation::{Allocation, Placement};
@@ -333,10 +334,14 @@ fn fill(piece: Piece<'_>, slot: &mut [u8], need: u64, what: &str) -> Result<()> 
     let body = &raw[8..];
     let exact = match codec {
         Codec::Zstd => zstd_in_place(body, slot).is_ok_and(|n| n == slot.len()),
-        Codec::Lz4Frame => {
-            let mut frame = lz4_flex::frame::FrameDecoder::new(body);
-            frame.read_exact(slot).is_ok() && frame.read(&mut [0u8; 1]).is_ok_and(|n| n == 0)
-        }
+        Codec::Lz4Frame => match lz4_frame(body) {
+            Some(frame) if !frame.checksums => lz4_blocks_in_place(body, &frame, slot),
+            // Checksummed or unusual frames: the frame decoder checks them.
+            _ => {
+                let mut frame = lz4_flex::frame::FrameDecoder::new(body);
+                frame.read_exact(slot).is_ok() && frame.read(&mut [0u8; 1]).is_ok_and(|n| n == 0)
+            }
+        },
     };
     if exact {
         return Ok(());
@@ -346,6 +351,37 @@ fn fill(piece: Piece<'_>, slot: &mut [u8], need: u64, what: &str) -> Result<()> 
     Err(malformed(format!(
         "{what}: {codec:?} data decode differently each time"
     )))
+}
+
+/// Decode the blocks of LZ4 `frame` (walked from `body`) one after another into `slot`,
+/// each straight into its place: a block of a linked frame refers to the 64 KiB decoded
+/// before it, which lie just before its place. Whether they fill `slot` exactly.
+fn lz4_blocks_in_place(body: &[u8], frame: &Lz4Frame, slot: &mut [u8]) -> bool {
+    const WINDOW: usize = 64 << 10;
+    let mut at = 0;
+    for &(offset, len, stored) in &frame.blocks {
+        let input = &body[offset as usize..(offset + len) as usize];
+        let (done, rest) = slot.split_at_mut(at);
+        let room = rest.len().min(frame.block_max as usize);
+        let out = &mut rest[..room];
+        let written = if stored {
+            if input.len() > room {
+                return false;
+            }
+            out[..input.len()].copy_from_slice(input);
+            Ok(input.len())
+        } else if frame.linked {
+            let window = &done[done.len().saturating_sub(WINDOW)..];
+            lz4_flex::block::decompress_into_with_dict(input, out, window)
+        } else {
+            lz4_flex::block::decompress_into(input, out)
+        };
+        match written {
+            Ok(n) => at += n,
+            Err(_) => return false,
+        }
+    }
+    at == slot.len()
 }
 
 /// A compressed plan decoded on the host.
@@ -446,21 +482,37 @@ mod tests {
 
     use super::*;
 
-    /// `parts` compressed with `codec`, one frame each, after a prefix declaring `declared`.
-    fn buffer(codec: Codec, declared: i64, parts: &[&[u8]]) -> Vec<u8> {
+    /// `parts` compressed with `codec`, one frame each, after a prefix declaring `declared`;
+    /// LZ4 frames of 64 KiB blocks, independent, linked, or independent with checksums
+    /// (`lz4` 0, 1, 2).
+    fn buffer_of(codec: Codec, declared: i64, parts: &[&[u8]], lz4: u8) -> Vec<u8> {
+        use lz4_flex::frame::{BlockMode, BlockSize, FrameEncoder, FrameInfo};
         let mut raw = declared.to_le_bytes().to_vec();
         for part in parts {
             match codec {
                 Codec::Zstd => raw.extend_from_slice(&zstd::bulk::compress(part, 1).unwrap()),
                 Codec::Lz4Frame => {
                     use std::io::Write;
-                    let mut w = lz4_flex::frame::FrameEncoder::new(Vec::new());
+                    let info = FrameInfo::new()
+                        .block_size(BlockSize::Max64KB)
+                        .block_mode(if lz4 == 1 {
+                            BlockMode::Linked
+                        } else {
+                            BlockMode::Independent
+                        })
+                        .block_checksums(lz4 == 2)
+                        .content_checksum(lz4 == 2);
+                    let mut w = FrameEncoder::with_frame_info(info, Vec::new());
                     w.write_all(part).unwrap();
                     raw.extend_from_slice(&w.finish().unwrap());
                 }
             }
         }
         raw
+    }
+
+    fn buffer(codec: Codec, declared: i64, parts: &[&[u8]]) -> Vec<u8> {
+        buffer_of(codec, declared, parts, 1)
     }
 
     /// What [`fill`] leaves in a slot of `declared` bytes (0xEE before), or its error.
@@ -476,11 +528,25 @@ mod tests {
 
     #[test]
     fn buffers_decode_in_place_or_say_how_they_misstate_their_length() {
-        let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 253) as u8).collect();
+        // Over 64 KiB and repetitive: LZ4 blocks refer back across block boundaries.
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i / 3 % 253) as u8).collect();
+        let n = data.len();
+        for lz4 in 0..3 {
+            let raw = buffer_of(Codec::Lz4Frame, n as i64, &[&data], lz4);
+            let decoded = filled(Codec::Lz4Frame, raw.clone(), n).unwrap();
+            assert_eq!(decoded, data, "LZ4 kind {lz4}");
+            // A damaged header checksum (after the prefix, magic and descriptor) is refused.
+            let mut damaged = raw;
+            damaged[8 + 6] ^= 1;
+            assert!(
+                filled(Codec::Lz4Frame, damaged, n).is_err(),
+                "LZ4 kind {lz4}"
+            );
+        }
         for codec in [Codec::Zstd, Codec::Lz4Frame] {
-            let raw = buffer(codec, 5000, &[&data]);
-            assert_eq!(filled(codec, raw, 5000).unwrap(), data, "{codec:?}");
-            for declared in [4999, 5001] {
+            let raw = buffer(codec, n as i64, &[&data]);
+            assert_eq!(filled(codec, raw, n).unwrap(), data, "{codec:?}");
+            for declared in [n - 1, n + 1] {
                 let raw = buffer(codec, declared as i64, &[&data]);
                 let Err(Error::InvalidArgument(m)) = filled(codec, raw, declared) else {
                     panic!("{codec:?} {declared}: decoded");
@@ -491,9 +557,9 @@ mod tests {
             }
         }
         // Two ZSTD frames in one buffer fill it with both.
-        let raw = buffer(Codec::Zstd, 10_000, &[&data, &data]);
+        let raw = buffer(Codec::Zstd, 2 * n as i64, &[&data, &data]);
         assert_eq!(
-            filled(Codec::Zstd, raw, 10_000).unwrap(),
+            filled(Codec::Zstd, raw, 2 * n).unwrap(),
             [&data[..], &data[..]].concat()
         );
     }
@@ -506,14 +572,15 @@ mod tests {
         #[test]
         fn in_place_agrees_with_the_stream(
             zstd in any::<bool>(),
-            declared in 0usize..2048,
+            declared in prop_oneof![0usize..2048, 60_000usize..200_000],
             body in prop::collection::vec(any::<u8>(), 0..256),
             valid in any::<bool>(),
+            lz4 in 0u8..3,
         ) {
             let codec = if zstd { Codec::Zstd } else { Codec::Lz4Frame };
             let raw = if valid {
                 let data: Vec<u8> = body.iter().cycle().take(declared).copied().collect();
-                let mut raw = buffer(codec, declared as i64, &[&data]);
+                let mut raw = buffer_of(codec, declared as i64, &[&data], lz4);
                 if let Some(b) = body.first() {
                     let at = 8 + usize::from(*b) % (raw.len() - 8);
                     raw[at] ^= body.len() as u8; // damaged when body.len() is not 0 mod 256

@@ -10,6 +10,7 @@ mod compression;
 mod concat;
 mod framing;
 mod gpu_decode;
+mod lz4;
 mod plan;
 mod runs;
 mod schema;
@@ -20,9 +21,8 @@ use std::path::Path;
 pub use compression::{assemble, decode, decode_to_host, Codec, Decoded};
 pub use concat::{concat, concatenable, Part};
 pub use framing::{scan, Format, Kind, MessageRef, Messages, ReadAt, SchemaBytes, MAGIC};
-pub use gpu_decode::{
-    lz4_frame, plan_gpu_decode, zstd_content_size, GpuDecodePlan, Lz4Frame, Piece, Step,
-};
+pub use gpu_decode::{plan_gpu_decode, zstd_content_size, GpuDecodePlan, Piece, Step};
+pub use lz4::{lz4_frame, Lz4Frame};
 pub use plan::{plan, BatchLayout, Built, Column, ReadPlan};
 pub use runs::{coalesce, Runs};
 pub use schema::{convert, IpcSchema, SchemaNode};
