@@ -416,21 +416,6 @@ pub fn decode_to_host(
     })
 }
 
-/// [`decode_to_host`] into a `Vec`: the bytes, and each range's offset and decoded size
-/// in them.
-pub fn assemble(
-    reader: &(impl ReadAt + ?Sized),
-    plan: &ReadPlan,
-    align: usize,
-) -> Result<(Vec<u8>, Vec<usize>, Vec<usize>)> {
-    let read = RangesRead::of(reader, plan)?;
-    let assembly = prepare(&read, plan, align)?;
-    let (offsets, sizes) = (assembly.offsets.clone(), assembly.sizes.clone());
-    let mut bytes = vec![0u8; assembly.total];
-    assembly.decode_into(&mut bytes)?;
-    Ok((bytes, offsets, sizes))
-}
-
 /// Each range's name: the record batch, the column path and the buffer's position.
 pub fn labels(plan: &ReadPlan) -> Vec<String> {
     fn walk(column: &Column, path: &str, batch: usize, out: &mut [String]) {

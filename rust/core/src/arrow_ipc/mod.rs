@@ -18,7 +18,7 @@ mod write;
 
 use std::path::Path;
 
-pub use compression::{assemble, decode, decode_to_host, Codec, Decoded};
+pub use compression::{decode, decode_to_host, Codec, Decoded};
 pub use concat::{concat, concatenable, Part};
 pub use framing::{scan, Format, Kind, MessageRef, Messages, ReadAt, SchemaBytes, MAGIC};
 pub use gpu_decode::{plan_gpu_decode, zstd_content_size, GpuDecodePlan, Piece, Step};

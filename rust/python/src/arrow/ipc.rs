@@ -54,6 +54,21 @@ pub struct IpcTable {
     ordinal: Option<usize>,
 }
 
+/// The IPC file or stream at `path` opened, its metadata read and checked, and the plan
+/// of the chosen `columns` (names; all when None) of the chosen record `batches`.
+fn open_plan(
+    path: &std::path::Path,
+    settings: &Settings,
+    columns: Option<Vec<String>>,
+    batches: Option<Vec<usize>>,
+) -> kvikpy_core::Result<(SourceReader, ReadPlan)> {
+    let reader = SourceReader::open(path, settings)?;
+    let file = IpcFile::read(&reader)?;
+    let columns = columns.map(|c| file.column_indices(&c)).transpose()?;
+    let plan = file.plan(columns.as_deref(), batches.as_deref())?;
+    Ok((reader, plan))
+}
+
 /// Read the chosen `columns` (names; all when None) of the chosen record `batches`
 /// (indices; all when None) of the IPC file or stream at `path` onto device `ordinal`
 /// (the host when None).
@@ -70,10 +85,7 @@ pub fn read_ipc_table(
     let settings = kvikpy_core::settings::current()?;
     let meta_path = path.clone();
     let (plan, decoded) = interruptible_alone(py, &CancelToken::new(), move || {
-        let reader = SourceReader::open(&meta_path, &settings)?;
-        let file = IpcFile::read(&reader)?;
-        let columns = columns.map(|c| file.column_indices(&c)).transpose()?;
-        let plan = file.plan(columns.as_deref(), batches.as_deref())?;
+        let (reader, plan) = open_plan(&meta_path, &settings, columns, batches)?;
         // Compressed buffers are decoded on the host, into the table's memory when that is
         // host memory, else then moved in one copy.
         let decoded = if plan.is_compressed() {
@@ -174,10 +186,7 @@ pub fn read_ipc_table_gpu(
     let settings = kvikpy_core::settings::current()?;
     let meta_path = path.clone();
     let (plan, gpu, host) = interruptible_alone(py, &CancelToken::new(), move || {
-        let reader = SourceReader::open(&meta_path, &settings)?;
-        let file = IpcFile::read(&reader)?;
-        let columns = columns.map(|c| file.column_indices(&c)).transpose()?;
-        let plan = file.plan(columns.as_deref(), batches.as_deref())?;
+        let (reader, plan) = open_plan(&meta_path, &settings, columns, batches)?;
         // Dictionaries extended by deltas are joined from the decoded bytes when the
         // table is made, before nvCOMP could run: such a read decodes on the host.
         let (gpu, host) = match (plan.is_compressed(), plan.built.is_empty()) {
