@@ -13,7 +13,7 @@ use crate::blocking::{interruptible_alone, without_gil};
 use crate::buffer::{mark_ready, Buffer};
 use crate::errors::{BindError, BindResult};
 use crate::future::{Future, StreamFuture};
-use crate::intake::{file_offset, int_arg, intake, intake_with, opt_int_arg, Access, Pending};
+use crate::intake::{file_offset, int_arg, intake_with, opt_int_arg, Access, Pending};
 
 /// An open file (the private handle behind `kvikpy.CuFile`).
 #[pyclass(module = "kvikpy._lib", frozen)]
@@ -107,9 +107,11 @@ impl FileHandle {
             Direction::Read => Access::Fill,
             Direction::Write => Access::Drain,
         };
+        // A producer's pending work is waited for inside the submission's own release of
+        // the GIL below, not in a release of its own.
         let pending = match call.completion {
             Completion::StreamOrdered(stream) => Pending::InStreamOrder(stream.as_raw()),
-            _ => Pending::Wait,
+            _ => Pending::Deferred,
         };
         let taken = match call.raw {
             Some(raw) => {
@@ -118,9 +120,9 @@ impl FileHandle {
                 taken.device_only(raw.method, raw.alternative)?;
                 taken.select(raw.dev_offset, call.size, "dev_offset")?
             }
-            None => intake(buf, access)?.select(0, call.size, "offset")?,
+            None => intake_with(buf, access, pending)?.select(0, call.size, "offset")?,
         };
-        let span = taken.span;
+        let (span, wait) = (taken.span, taken.wait);
         let request = Request {
             direction: call.direction,
             span,
@@ -131,6 +133,9 @@ impl FileHandle {
         };
         let (inner, completion) = (&self.inner, call.completion);
         let future = without_gil(py, move || {
+            if let Some(wait) = wait {
+                wait.run()?;
+            }
             let settings = kvikpy_core::settings::current()?;
             kvikpy_core::submit(&settings, inner, request, completion)
         })?;

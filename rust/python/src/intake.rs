@@ -47,6 +47,11 @@ pub enum Pending {
     /// Order it before this stream (a raw `CUstream`), the one the call is ordered on
     /// (`raw_read_async`, `raw_write_async`), on the GPU: the call must not block.
     InStreamOrder(usize),
+    /// Wait for it, but leave the wait to the caller: the intake carries it
+    /// ([`Intake::wait`]), and the caller runs it ([`ProducerWait::run`]) inside its own
+    /// release of the GIL, before the call touches the memory. A small blocking read then
+    /// releases the GIL once instead of twice.
+    Deferred,
 }
 
 impl Pending {
@@ -55,9 +60,25 @@ impl Pending {
     /// call's own stream (its handle; 0, the legacy default stream, is DLPack's 1).
     fn dlpack_stream(self) -> i64 {
         match self {
-            Pending::Wait | Pending::InStreamOrder(0) => 1,
+            Pending::Wait | Pending::Deferred | Pending::InStreamOrder(0) => 1,
             Pending::InStreamOrder(stream) => stream as i64,
         }
+    }
+}
+
+/// Work a producer queued on a GPU buffer, still to be waited for ([`Pending::Deferred`]).
+#[derive(Clone, Copy)]
+#[must_use = "the producer's pending work must be waited for before the memory is touched"]
+pub struct ProducerWait {
+    ordinal: usize,
+    /// The producer's stream (a raw `CUstream`).
+    stream: usize,
+}
+
+impl ProducerWait {
+    /// Wait for the work queued on the producer's stream so far (call it without the GIL).
+    pub fn run(self) -> kvikpy_core::Result<()> {
+        cuda::record_and_wait(self.ordinal, cuda::Stream::from_raw(self.stream))
     }
 }
 
@@ -65,6 +86,9 @@ impl Pending {
 pub struct Intake {
     pub span: Span,
     pub keepalive: Box<dyn Any + Send>,
+    /// The producer's pending work, still to be waited for (only with
+    /// [`Pending::Deferred`]; every other choice has dealt with it already).
+    pub wait: Option<ProducerWait>,
 }
 
 impl Intake {
@@ -103,6 +127,7 @@ impl Intake {
         Ok(Self {
             span: self.span.sub(offset, size),
             keepalive: self.keepalive,
+            wait: self.wait,
         })
     }
 
@@ -161,6 +186,7 @@ pub fn intake_with(obj: &Bound<'_, PyAny>, access: Access, pending: Pending) -> 
         return Ok(Intake {
             span,
             keepalive: Box::new(storage),
+            wait: None,
         });
     }
     // Plain CuPy arrays before the buffer protocol, whose slot on a CuPy array raises for
@@ -340,6 +366,7 @@ fn from_export(obj: &Bound<'_, PyAny>, export: HostExport, access: Access) -> Py
     Ok(Intake {
         span: Span::Host(span),
         keepalive: Box::new(export),
+        wait: None,
     })
 }
 
@@ -465,23 +492,29 @@ fn descr_has_objects(descr: &Bound<'_, PyAny>) -> bool {
 
 /// Work queued on `stream` (a raw `CUstream`) may still be producing or reading the
 /// memory of `span`: wait for it, or, in a stream-ordered call, make the call's stream
-/// wait for it on the GPU. Nothing to do for host memory.
-fn order_pending(py: Python<'_>, span: Span, stream: usize, pending: Pending) -> PyResult<()> {
+/// wait for it on the GPU, or, deferred, return the wait for the caller to run. Nothing
+/// to do for host memory.
+fn order_pending(
+    py: Python<'_>,
+    span: Span,
+    stream: usize,
+    pending: Pending,
+) -> PyResult<Option<ProducerWait>> {
     let Span::Device(d) = span else {
-        return Ok(());
+        return Ok(None);
     };
     let ordinal = d.ordinal;
+    let wait = ProducerWait { ordinal, stream };
     match pending {
-        Pending::Wait => without_gil(py, move || {
-            cuda::record_and_wait(ordinal, cuda::Stream::from_raw(stream))
-        })?,
+        Pending::Deferred => return Ok(Some(wait)),
+        Pending::Wait => without_gil(py, move || wait.run())?,
         Pending::InStreamOrder(call) if call != stream => without_gil(py, move || {
             let producer = cuda::Stream::from_raw(stream);
             cuda::record_and_order(ordinal, producer, cuda::Stream::from_raw(call))
         })?,
         Pending::InStreamOrder(_) => {} // the same stream orders it already
     }
-    Ok(())
+    Ok(None)
 }
 
 /// A plain torch CUDA tensor ([`torch::view`]): device memory as torch reports it (torch
@@ -504,10 +537,11 @@ fn from_torch(
             ordinal: tensor.device,
         })
     };
-    order_pending(py, span, tensor.stream, pending)?;
+    let wait = order_pending(py, span, tensor.stream, pending)?;
     Ok(Intake {
         span,
         keepalive: Box::new(obj.clone().unbind()),
+        wait,
     })
 }
 
@@ -526,6 +560,7 @@ fn from_cupy(
         return Ok(Some(Intake {
             span: Span::Host(HostSpan::from_slice(&mut [])),
             keepalive: Box::new(obj.clone().unbind()),
+            wait: None,
         }));
     }
     if !array.known_device {
@@ -540,10 +575,11 @@ fn from_cupy(
         len: array.nbytes,
         ordinal: array.device,
     });
-    order_pending(py, span, array.stream, pending)?;
+    let wait = order_pending(py, span, array.stream, pending)?;
     Ok(Some(Intake {
         span,
         keepalive: Box::new(obj.clone().unbind()),
+        wait,
     }))
 }
 
@@ -680,12 +716,14 @@ fn from_cuda_array_interface(
     }
     let span = route(py, ptr, nbytes, None)?;
     // Version 3: work queued on `stream` may still be producing the data.
-    if let Some(stream) = stream {
-        order_pending(py, span, stream, pending)?;
-    }
+    let wait = match stream {
+        Some(stream) => order_pending(py, span, stream, pending)?,
+        None => None,
+    };
     Ok(Intake {
         span,
         keepalive: Box::new(obj.clone().unbind()),
+        wait,
     })
 }
 
@@ -722,17 +760,21 @@ fn from_dlpack(obj: &Bound<'_, PyAny>, access: Access, gpu: Option<Pending>) -> 
             (imported.device_type == DEVICE_CUDA).then_some(imported.device_id.max(0) as usize);
         route(py, imported.ptr, imported.nbytes, hint)?
     };
-    // Asked to order its work before the legacy default stream: wait for that. (Asked to
-    // order it before a stream-ordered call's stream, the producer has done all there is.)
-    if let (Span::Device(d), Some(Pending::Wait)) = (span, gpu) {
-        let ordinal = d.ordinal;
-        let legacy = cuda::Stream::from_raw(Pending::Wait.dlpack_stream() as usize);
-        without_gil(py, move || cuda::record_and_wait(ordinal, legacy))?;
-    }
+    // Asked to order its work before the legacy default stream: wait for that (now or,
+    // deferred, in the caller's call). (Asked to order it before a stream-ordered call's
+    // stream, the producer has done all there is.)
+    let legacy = Pending::Wait.dlpack_stream() as usize;
+    let wait = match gpu {
+        Some(pending @ (Pending::Wait | Pending::Deferred)) => {
+            order_pending(py, span, legacy, pending)?
+        }
+        _ => None,
+    };
     Ok(Intake {
         span,
         // The unconsumed capsule owns the producer's tensor until it is dropped.
         keepalive: Box::new(capsule.unbind()),
+        wait,
     })
 }
 
