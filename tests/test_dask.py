@@ -432,7 +432,9 @@ def client() -> Iterator[Any]:
         n_workers=2,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        # A free loopback port: None still serves the scheduler's metrics on 8787, and
+        # another cluster on the machine (a parallel test worker's) may hold it.
+        dashboard_address="127.0.0.1:0",
         memory_limit="2GiB",
     )
     with cluster, distributed.Client(cluster) as c:
@@ -557,13 +559,20 @@ def test_cuda_chunks(tmp_path: Path, zarr_root: tuple[Path, np.ndarray, np.ndarr
 
 
 @pytest.mark.multi_gpu
+# Receiving a CuPy result makes distributed import numba.cuda, which warns about NumPy's
+# generic timedelta unit at import (numba-cuda with NumPy 2.5): not kvikpy's warning.
+@pytest.mark.filterwarnings(
+    "ignore:The 'generic' unit for NumPy timedelta is deprecated:DeprecationWarning"
+)
 def test_one_worker_per_gpu_with_dask_cuda(tmp_path: Path) -> None:
     cupy = pytest.importorskip("cupy")
     dask_cuda = pytest.importorskip("dask_cuda")
     a = _data((4000, 256), "float32")
     path = _write(tmp_path / "a.bin", a)
     with (
-        dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES="0,1", dashboard_address=None) as cluster,
+        dask_cuda.LocalCUDACluster(
+            CUDA_VISIBLE_DEVICES="0,1", dashboard_address="127.0.0.1:0"
+        ) as cluster,
         distributed.Client(cluster) as c,
     ):
         c.wait_for_workers(2, timeout=120)
