@@ -15,7 +15,12 @@ cache. Memory, per method, in its first run:
 - ``rss_peak``: the process's resident host memory (pinned staging included), polled,
   above what it was before the load.
 
-Usage: python -m benchmarks load_into [--sizes 2,8 --runs 2 --out FILE]
+Time: each method's median of ``--runs`` loads in one process; over ``--rounds`` rounds
+(each runs every method once in a fresh process, the order rotating from round to
+round) the median round, with the lowest and highest (``min_s``, ``max_s``).
+
+Usage: python -m benchmarks load_into [--sizes 2,8 --runs 2 --rounds 1 --methods ...
+    --out FILE]
 """
 
 from __future__ import annotations
@@ -203,7 +208,8 @@ def make_checkpoint(folder: str, gib: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="2,8", help="checkpoint sizes in GiB")
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=2, help="loads per process")
+    parser.add_argument("--rounds", type=int, default=1, help="processes per method")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -213,20 +219,31 @@ def main() -> None:
         size = make_checkpoint(folder, gib)
         row: dict = {"gib": gib, "file_bytes": size, "shards": 0, "methods": {}}
         row["shards"] = sum(n.endswith(".safetensors") for n in os.listdir(folder))
-        sums = {}
-        for method in args.methods.split(","):
-            try:
-                r = run_child(CHILD, method, folder, args.runs, what=method, timeout=600)
-            except RuntimeError as e:
-                row["methods"][method] = {"failed": str(e)[-600:]}
-                continue
-            times = r["times"]
-            row["methods"][method] = {
-                "median_s": statistics.median(times),
-                "GBps": size / statistics.median(times) / 1e9,
-                **r["memory"],
-            }
-            sums[method] = r["checksum"]
+        sums: dict[str, float] = {}
+        methods = args.methods.split(",")
+        medians: dict[str, list[float]] = {m: [] for m in methods}
+        for turn in range(args.rounds):
+            shift = turn % len(methods)
+            for method in methods[shift:] + methods[:shift]:
+                if "failed" in row["methods"].get(method, {}):
+                    continue
+                try:
+                    r = run_child(CHILD, method, folder, args.runs, what=method, timeout=600)
+                except RuntimeError as e:
+                    row["methods"][method] = {"failed": str(e)[-600:]}
+                    continue
+                medians[method].append(statistics.median(r["times"]))
+                row["methods"].setdefault(method, dict(r["memory"]))  # the first round's
+                sums.setdefault(method, r["checksum"])
+        for method, got in medians.items():
+            if got:
+                row["methods"][method] |= {
+                    "median_s": statistics.median(got),
+                    "min_s": min(got),
+                    "max_s": max(got),
+                    "rounds": got,
+                    "GBps": size / statistics.median(got) / 1e9,
+                }
         # The reference: safetensors' own loader, else kvikpy's load_file into the model.
         ref = sums.get("safetensors", sums.get("load_file"))
         row["checksums"] = sums
