@@ -236,7 +236,8 @@ def main() -> None:
                 row["methods"].setdefault(method, dict(r["memory"]))  # the first round's
                 sums.setdefault(method, r["checksum"])
         for method, got in medians.items():
-            if got:
+            # A method that failed in any round is reported as failed, not half timed.
+            if got and "failed" not in row["methods"][method]:
                 row["methods"][method] |= {
                     "median_s": statistics.median(got),
                     "min_s": min(got),
