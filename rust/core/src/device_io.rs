@@ -6,6 +6,7 @@ use crate::cuda::{self, Lane};
 use crate::error::Result;
 use crate::future::{run_caught, IoFuture};
 use crate::memory::{DeviceSpan, Span};
+use crate::profile::{self, Phase};
 use crate::ring::{pinned_buffers, stage, staging_capacity, Chunk, Chunks, Ring, MAX_SLOTS};
 use crate::settings::Settings;
 use crate::source::{Direct, Keepalive, Ordered, Source};
@@ -56,6 +57,22 @@ fn chunk_size(len: usize, settings: &Settings, source_min: usize, direction: Dir
         .max(1)
 }
 
+/// Smallest transfer whose DMAs go through the device's copy thread: below it the hop to
+/// that thread and back costs more than the driver calls it saves.
+const MIN_COPIER_TRANSFER: usize = 1 << 20;
+
+/// Whether a ring transfer of `len` bytes hands its DMAs to the device's copy thread
+/// (see [`crate::cuda::copier`]): large transfers when several pool threads run.
+fn through_copier(len: usize, settings: &Settings) -> bool {
+    static MODE: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = *MODE.get_or_init(|| match std::env::var("KVIKPY_COPY_THREAD").as_deref() {
+        Ok("0") => Some(false),
+        Ok("1") => Some(true),
+        _ => None,
+    });
+    forced.unwrap_or(true) && len >= MIN_COPIER_TRANSFER && settings.num_threads >= MANY_THREADS
+}
+
 /// Move `span.len()` bytes between `source` at `offset` and host or device memory, in
 /// the calling thread: one task of a request, or one piece of a batch request. The count
 /// is short only where a read reaches the end of the file.
@@ -86,8 +103,8 @@ pub fn transfer(
     }
     // Declared first, so dropped last: the ring drains before the caller's context comes
     // back.
-    let context = cuda::bind(span.ordinal)?;
-    let lane = cuda::thread_stream(&context)?;
+    let context = profile::time(Phase::Bind, || cuda::bind(span.ordinal))?;
+    let lane = profile::time(Phase::Bind, || cuda::thread_stream(&context))?;
     let moved = match source.device_direct(direction, span, offset, settings, lane)? {
         Direct::Complete(n) => return Ok(n),
         Direct::Partial(n) => n,
@@ -166,7 +183,12 @@ pub fn via_ring(
     }
     let chunk = chunk_size(span.len, settings, source.min_device_chunk(), direction);
     let slots = if span.len > chunk { MAX_SLOTS } else { 1 };
-    let mut ring = Ring::pinned_for(lane, slots, settings, chunk.min(span.len))?;
+    let mut ring = profile::time(Phase::Buffers, || {
+        Ring::pinned_for(lane, slots, settings, chunk.min(span.len))
+    })?;
+    if through_copier(span.len, settings) {
+        ring = ring.through_copier()?;
+    }
     let pipeline = Pipeline {
         source,
         span,
@@ -203,21 +225,28 @@ impl Pipeline<'_> {
             slot, start, len, ..
         } in self.chunks(ring).iter()
         {
-            ring.reclaim(slot)?; // its previous DMA has drained
+            profile::time(Phase::Wait, || ring.reclaim(slot).map(|_| ()))?; // its DMA drained
             let at = self.offset + start as u64;
             let staged = ring.stage(slot, at, len);
-            let got = self.source.read_host(staged, at, self.settings)?;
+            let got = profile::time(Phase::HostIo, || {
+                self.source.read_host(staged, at, self.settings)
+            })?;
             if got > 0 {
-                // SAFETY: `staged` lies in the slot's pinned buffer, which the ring keeps
-                // until the copy has completed; the destination lies inside the span.
-                unsafe { ring.upload(slot, self.span.ptr + start as u64, staged.as_ptr(), got)? };
+                let dst = self.span.ptr + start as u64;
+                profile::time(Phase::Enqueue, || {
+                    // SAFETY: `staged` lies in the slot's pinned buffer, which the ring
+                    // keeps until the copy has completed; the destination lies inside the
+                    // span.
+                    unsafe { ring.upload(slot, dst, staged.as_ptr(), got) }
+                })?;
+                profile::moved(got);
             }
             done += got;
             if got < len {
                 break; // end of file
             }
         }
-        ring.drain()?;
+        profile::time(Phase::Wait, || ring.drain())?;
         Ok(done)
     }
 

@@ -24,6 +24,7 @@ pub mod memory;
 pub mod mmap_handle;
 pub mod page_cache;
 pub mod pool;
+pub mod profile;
 pub mod redact;
 #[cfg(test)]
 mod remote_cancel_tests;

@@ -1,4 +1,5 @@
-//! `_lib.pread_ceiling`: the native-thread pread reference the benchmarks compare against.
+//! `_lib.pread_ceiling`, the native-thread pread reference the benchmarks compare against, and
+//! `_lib.profile_*`, the engine's per-phase timing of device transfers.
 
 use kvikpy_macros::boundary;
 use pyo3::prelude::*;
@@ -35,4 +36,23 @@ pub fn pread_ceiling(
         }
     })?;
     Ok((c.seconds, c.bytes, c.byte_sum))
+}
+
+/// Switch the engine's per-phase timing of device transfers on or off.
+#[pyfunction]
+pub fn profile_enable(on: bool) {
+    kvikpy_core::profile::enable(on);
+}
+
+/// The per-phase totals of device transfers since the last reset: a list of
+/// (phase, nanoseconds summed over threads, count), and the bytes moved; `reset` zeroes
+/// them.
+#[pyfunction]
+#[pyo3(signature = (reset=false))]
+pub fn profile_phases(reset: bool) -> (Vec<(&'static str, u64, u64)>, u64) {
+    let (phases, bytes) = kvikpy_core::profile::snapshot(reset);
+    (
+        phases.iter().map(|p| (p.name, p.nanos, p.count)).collect(),
+        bytes,
+    )
 }

@@ -73,6 +73,8 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(settings::thread_pool_size, m)?)?;
     m.add_function(wrap_pyfunction!(blocking::_panic_for_tests, m)?)?;
     m.add_function(wrap_pyfunction!(ceiling::pread_ceiling, m)?)?;
+    m.add_function(wrap_pyfunction!(ceiling::profile_enable, m)?)?;
+    m.add_function(wrap_pyfunction!(ceiling::profile_phases, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::cufile_version, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::cufile_driver_open, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::cufile_driver_close, m)?)?;
