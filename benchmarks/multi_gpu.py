@@ -1,17 +1,27 @@
-"""Every GPU of a host at once: what limits concurrent reads onto several GPUs, and how
-close kvikpy comes to it.
+"""Every GPU of a host at once: warm files read onto 1, 2, 4... GPUs from one process and
+from one process per GPU, by kvikpy and kvikio, beside the host's ceilings, in one run.
 
-Measured in one run, warm page cache, medians:
+One file per GPU (``--file-mib`` each, random bytes, warm in the page cache). Rows:
 
-- pinned host-to-device copies on every GPU at once (one thread and one pinned buffer per
-  GPU, released together), against one GPU alone;
-- page-cache ``pread`` into pinned memory with kvikpy's engine at several thread counts
-  (``--threads``), the host side's ceiling;
-- kvikpy: one file per GPU read with ``read_many(files, device=[every GPU])`` against the
-  same files read onto one GPU, at kvikpy's default thread count and at the others of
-  ``--threads``. Every file's bytes are checked on its GPU.
+- ceilings: one pinned host-to-device copy per GPU at once (PCIe), and page-cache
+  ``preadv`` into pinned memory of every file at once from 16, 32 and 64 threads (the
+  page-cache copy, no GPU);
+- kvikpy in one process: one ``CuFile.read`` per GPU from Python threads started
+  together, at each ``--threads`` value, and ``read_many(files, device=[...])`` (which
+  allocates its destinations: the allocation is in the time);
+- kvikpy with one process per GPU, started together (each its own pools);
+- kvikio 26.10 the same two ways (16 MiB tasks, ``--kvikio-threads`` threads), when it is
+  installed.
 
-Usage: python -m benchmarks multi_gpu [--file-mib 2048 --threads 16,24,32 --out m.json]
+Each library runs in processes of its own; rounds alternate the libraries and rotate
+their order; a row is the median over rounds of each round's median run, in GB/s of file
+bytes delivered to all GPUs (a run's time is from the first read's start to the last
+read's end). Every GPU's bytes are checked against the file's sum. kvikpy's one-process
+runs at the first ``--threads`` value also report where its I/O threads spent their
+time (``kvikpy._lib.profile_phases``).
+
+Usage: python -m benchmarks multi_gpu [--file-mib 2048 --gpus 1,2,4 --threads 8,16
+--rounds 2 --runs 5 --out m.json --markdown m.md]
 """
 
 from __future__ import annotations
@@ -20,118 +30,380 @@ import argparse
 import json
 import os
 import statistics
-import threading
+import subprocess
+import sys
 import time
+from typing import Any
 
-import kvikpy
-from benchmarks.common import scratch_dir, write_random_file
-from kvikpy import _lib
+from benchmarks.common import scratch_dir, versions, warm_page_cache, write_random_file
 
+MIB = 1 << 20
 
-def pinned_copies(gpus: list[int], nbytes: int, runs: int) -> float:
-    """GB/s in all of one pinned host-to-device copy per GPU, all started together."""
-    import torch
+#: The code of every worker process: ``python -c WORKER spec.json``; prints one JSON line.
+WORKER = r"""
+import json, os, sys, threading, time
+import torch
+spec = json.load(open(sys.argv[1]))
+lib, files, sums, gpus = spec["lib"], spec["files"], spec["sums"], spec["gpus"]
+if lib == "kvikpy":
+    import kvikpy as io
+    io.defaults.set({"num_threads": spec["threads"]})
+else:
+    import kvikio as io
+    import kvikio.defaults
+    io.defaults.set({"num_threads": spec["threads"], "task_size": 16 << 20})
+nbytes = os.path.getsize(files[0])
+dst = {g: torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{g}") for g in gpus}
+torch.cuda.synchronize()
 
-    pairs = []
-    for g in gpus:
-        with torch.cuda.device(g):
-            pairs.append((torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{g}"),
-                          torch.empty(nbytes, dtype=torch.uint8).pin_memory()))  # fmt: skip
-    start = threading.Barrier(len(gpus) + 1)
-    done = threading.Barrier(len(gpus) + 1)
+def check(g, buf):
+    got = int(buf.sum(dtype=torch.int64).item())
+    assert got == sums[g], f"{lib} read wrong bytes onto cuda:{g}: sum {got}, want {sums[g]}"
 
-    def copier(g: int, dev: object, host: object) -> None:
-        with torch.cuda.device(g):
-            for _ in range(1 + runs):
+def cufile(use):
+    spans = {}
+    def one(g):
+        t0 = time.time()
+        with io.CuFile(files[g], "r") as f:
+            n = f.read(dst[g])
+        assert n == nbytes, f"short read {n}"
+        spans[g] = (t0, time.time())
+    threads = [threading.Thread(target=one, args=(g,)) for g in use]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    if len(spans) != len(use):
+        raise RuntimeError("a read failed")
+    return min(s[0] for s in spans.values()), max(s[1] for s in spans.values())
+
+def read_many(use):
+    t0 = time.time()
+    batch = io.read_many([files[g] for g in use], device=[f"cuda:{g}" for g in use])
+    t1 = time.time()
+    for g, buf in zip(use, batch):
+        check(g, torch.from_dlpack(buf))
+    return t0, t1
+
+out = {"runs": {}, "phases": {}}
+for label, counts in spec["plan"]:
+    for count in counts:
+        use = gpus[:count]
+        fn = read_many if label == "read_many" else cufile
+        profile = lib == "kvikpy" and spec.get("profile") and label == "cufile"
+        fn(use)  # warm-up: pools, pinned buffers, contexts
+        spans = []
+        if profile:
+            io._lib.profile_enable(True); io._lib.profile_phases(reset=True)
+        # One process per GPU: run k starts at slots[k], the same moment in every process.
+        slots = spec.get("slots") or [None] * spec["runs"]
+        for at in slots:
+            while at and time.time() < at:
+                time.sleep(0.0002)
+            spans.append(fn(use))
+        if profile:
+            io._lib.profile_enable(False)
+            phases, moved = io._lib.profile_phases(reset=True)
+            out["phases"][str(count)] = {"phases": phases, "bytes": moved,
+                                         "seconds": sum(b - a for a, b in spans)}
+        if label == "cufile":
+            for g in use:
+                check(g, dst[g])
+        out["runs"][f"{label}:{count}"] = spans
+print(json.dumps(out))
+"""
+
+#: Ceilings, in a process of their own: pinned copies and page-cache preadv.
+CEILINGS = r"""
+import json, os, sys, threading, time, statistics
+import torch
+spec = json.load(open(sys.argv[1]))
+files, gpus, runs = spec["files"], spec["gpus"], spec["runs"]
+nbytes = os.path.getsize(files[0])
+out = {"pinned": {}, "preadv": {}}
+pairs = {}
+for g in gpus:
+    with torch.cuda.device(g):
+        pairs[g] = (torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{g}"),
+                    torch.randint(0, 255, (nbytes,), dtype=torch.uint8).pin_memory())
+for count in spec["counts"]:
+    use = gpus[:count]
+    times = []
+    for r in range(runs + 1):
+        start = threading.Barrier(count + 1)
+        def copy(g):
+            with torch.cuda.device(g):
                 start.wait()
-                dev.copy_(host, non_blocking=True)  # type: ignore[attr-defined]
-                torch.cuda.synchronize()
-                done.wait()
-
-    threads = [
-        threading.Thread(target=copier, args=(g, *p)) for g, p in zip(gpus, pairs, strict=True)
-    ]
-    for t in threads:
-        t.start()
-    times = []
-    for i in range(1 + runs):
-        start.wait()
-        t0 = time.perf_counter()
-        done.wait()
-        if i:
+                pairs[g][0].copy_(pairs[g][1], non_blocking=True)
+                torch.cuda.synchronize(g)
+        threads = [threading.Thread(target=copy, args=(g,)) for g in use]
+        for t in threads: t.start()
+        start.wait(); t0 = time.perf_counter()
+        for t in threads: t.join()
+        if r:
             times.append(time.perf_counter() - t0)
-    for t in threads:
-        t.join()
-    return nbytes * len(gpus) / statistics.median(times) / 1e9
-
-
-def host_bytes_sum(buf: object) -> int:
-    """The sum of a buffer's bytes, computed where it lives (CuPy on a GPU)."""
-    device = buf.device  # type: ignore[attr-defined]
-    if device == "cpu":
-        import numpy as np
-
-        return int(np.frombuffer(memoryview(buf), dtype=np.uint8).sum(dtype=np.int64))  # type: ignore[call-overload]
-    import cupy
-
-    with cupy.cuda.Device(int(device.split(":")[1])):
-        return int(cupy.from_dlpack(buf).sum(dtype=cupy.int64).item())
-
-
-def kvikpy_reads(files: list[str], device: object, sums: list[int], runs: int) -> float:
-    """GB/s of ``read_many(files, device=device)``, bytes checked."""
-    total = sum(os.path.getsize(f) for f in files)
+    out["pinned"][str(count)] = nbytes * count / statistics.median(times) / 1e9
+hosts = [pairs[g][1] for g in gpus]
+views = [memoryview(h.numpy()) for h in hosts]
+piece = 4 << 20
+for nthreads in spec["preadv_threads"]:
     times = []
-    for i in range(1 + runs):
-        t0 = time.perf_counter()
-        batch = kvikpy.read_many(files, device=device)  # type: ignore[call-overload]
-        times.append(time.perf_counter() - t0)
-        if i == 0:
-            assert [host_bytes_sum(b) for b in batch] == sums, "read the wrong bytes"
-        del batch
-    return total / statistics.median(times[1:]) / 1e9
+    for r in range(runs + 1):
+        jobs = [(i, off) for i in range(len(gpus)) for off in range(0, nbytes, piece)]
+        shares = [jobs[k::nthreads] for k in range(nthreads)]
+        fds = [os.open(files[i], os.O_RDONLY) for i in range(len(gpus))]
+        start = threading.Barrier(nthreads + 1)
+        def reader(share):
+            start.wait()
+            for i, off in share:
+                os.preadv(fds[i], [views[i][off:off + piece]], off)
+        threads = [threading.Thread(target=reader, args=(s,)) for s in shares]
+        for t in threads: t.start()
+        start.wait(); t0 = time.perf_counter()
+        for t in threads: t.join()
+        if r:
+            times.append(time.perf_counter() - t0)
+        for fd in fds: os.close(fd)
+    out["preadv"][str(nthreads)] = nbytes * len(gpus) / statistics.median(times) / 1e9
+print(json.dumps(out))
+"""
+
+
+def spawn(
+    code: str, spec: dict[str, Any], folder: str, env: dict[str, str]
+) -> subprocess.Popen[str]:
+    """Start ``python -c code spec.json`` with ``env`` added to this process's."""
+    path = os.path.join(folder, f"spec-{time.monotonic_ns()}.json")
+    with open(path, "w") as fh:
+        json.dump(spec, fh)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, path],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, **env),
+    )
+
+
+def collect(procs: list[subprocess.Popen[str]], what: str, timeout: float) -> list[Any]:
+    """Each process's JSON line; a failure raises ``RuntimeError`` naming ``what``."""
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout)
+        if p.returncode:
+            raise RuntimeError(f"{what} failed: {err[-3000:]}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+def gbps(nbytes: int, spans: list[tuple[float, float]]) -> float:
+    """GB/s of the median run."""
+    return nbytes / statistics.median(b - a for a, b in spans) / 1e9
+
+
+def per_gpu_spans(results: list[Any], key: str) -> list[tuple[float, float]]:
+    """Run ``r`` of every process merged into one span: first start to last end."""
+    mine = [r["runs"][key] for r in results if key in r["runs"]]
+    return [(min(s[i][0] for s in mine), max(s[i][1] for s in mine)) for i in range(len(mine[0]))]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--file-mib", type=int, default=2048)
-    parser.add_argument("--threads", default="16,24,32")
+    parser.add_argument(
+        "--gpus", default=None, help="GPU counts, e.g. 1,2,4 (default: 1, 2, 4... up to all)"
+    )
+    parser.add_argument("--threads", default="16", help="kvikpy num_threads values (per GPU)")
+    parser.add_argument("--kvikio-threads", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--no-kvikio", action="store_true")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--markdown", default=None)
     args = parser.parse_args()
-    counts = [int(t) for t in args.threads.split(",")]
-    gpus = list(range(kvikpy.device_count() if kvikpy.cuda_available() else 0))
-    n = args.file_mib << 20
+
+    import torch
+
+    total = torch.cuda.device_count()
+    if not total:
+        raise SystemExit("multi_gpu needs at least one CUDA GPU")
+    counts = (
+        [int(c) for c in args.gpus.split(",")]
+        if args.gpus
+        else [c for c in (1, 2, 4, 8, 16) if c <= total]
+    )
+    if max(counts) > total:
+        raise SystemExit(f"--gpus asks for {max(counts)} GPUs; this host has {total}")
+    gpus = list(range(max(counts)))
+    threads = [int(t) for t in args.threads.split(",")]
+    libs = ["kvikpy"]
+    if not args.no_kvikio:
+        try:
+            import kvikio  # noqa: F401
+
+            libs.append("kvikio")
+        except ImportError:
+            print("kvikio is not installed: its rows are left out", flush=True)
+
     folder = scratch_dir("kvikpy-multi-")
-    files = [os.path.join(folder, f"f{i}.bin") for i in range(max(len(gpus), 1))]
-    sums = [write_random_file(f, n, seed=i) for i, f in enumerate(files)]
-    results: dict[str, object] = {"gpus": len(gpus), "file_bytes": n, "files": len(files)}
-    if gpus:
-        results["pinned_h2d_1gpu_GBps"] = pinned_copies(gpus[:1], n, args.runs)
-        results[f"pinned_h2d_{len(gpus)}gpu_GBps"] = pinned_copies(gpus, n, args.runs)
-    for threads in counts:
-        speeds = []
-        for i in range(1 + args.runs):
-            s, b, total = _lib.pread_ceiling(files[0], threads, 4 << 20, False, bool(gpus))
-            assert b == n and total == sums[0], "ceiling read wrong bytes"
-            if i:
-                speeds.append(b / s / 1e9)
-        results[f"pread_pinned_{threads}t_GBps"] = statistics.median(speeds)
-    everyone = [f"cuda:{g}" for g in gpus] or ["cpu"]
-    one = everyone[0]
-    for threads in [None, *counts]:
-        label = "default" if threads is None else f"{threads}t"
-        with kvikpy.defaults.set({} if threads is None else {"num_threads": threads}):
-            results[f"kvikpy_{label}_one_device_GBps"] = kvikpy_reads(files, one, sums, args.runs)
-            results[f"kvikpy_{label}_all_devices_GBps"] = kvikpy_reads(
-                files, everyone, sums, args.runs
+    nbytes = args.file_mib * MIB
+    files = [os.path.join(folder, f"f{g}.bin") for g in gpus]
+    sums = [write_random_file(f, nbytes, seed=g) for g, f in enumerate(files)]
+    for f in files:
+        warm_page_cache(f)
+    env = {"KVIKIO_COMPAT_MODE": "ON", "NCCL_NVLS_ENABLE": "0"}
+    base = {"files": files, "sums": sums, "gpus": gpus, "runs": args.runs}
+
+    (ceil,) = collect(
+        [spawn(CEILINGS, {**base, "counts": counts, "preadv_threads": [16, 32, 64]}, folder, env)],
+        "ceilings",
+        600,
+    )
+    # Configurations: (row, library, threads, one process per GPU?)
+    configs: list[tuple[str, str, int, bool]] = [
+        (f"kvikpy, one process, {t} threads", "kvikpy", t, False) for t in threads
+    ]
+    configs.append(
+        (f"kvikpy, one process per GPU, {threads[0]} threads each", "kvikpy", threads[0], True)
+    )
+    if "kvikio" in libs:
+        k = args.kvikio_threads
+        configs.append((f"kvikio, one process, {k} threads, 16 MiB tasks", "kvikio", k, False))
+        configs.append((f"kvikio, one process per GPU, {k} threads each", "kvikio", k, True))
+    spans: dict[str, dict[str, list[list[tuple[float, float]]]]] = {}
+    phases: dict[str, Any] = {}
+    gap = 0.3 + nbytes / 1e9 / 5  # a run at 5 GB/s per GPU fits a slot
+
+    def measure(row: str, lib: str, t: int, per_gpu: bool) -> None:
+        """One configuration's runs of this round, into ``spans`` (and ``phases``)."""
+        nonlocal phases
+        plan: list[tuple[str, list[int]]] = [("cufile", counts)]
+        if lib == "kvikpy" and not per_gpu:
+            plan.append(("read_many", [c for c in counts if c > 1] or counts))
+        spec = {
+            **base,
+            "lib": lib,
+            "threads": t,
+            "plan": plan,
+            "profile": lib == "kvikpy" and t == threads[0] and not per_gpu,
+        }
+        if not per_gpu:
+            (res,) = collect([spawn(WORKER, spec, folder, env)], row, 900)
+            for key, s in res["runs"].items():
+                spans.setdefault(row, {}).setdefault(key, []).append(s)
+            if res["phases"]:
+                phases = res["phases"]
+            return
+        # One process per GPU: process g reads its own file in every run of each
+        # count that includes it, all processes starting a run at the same moment.
+        start_at = time.time() + 12.0 + 0.5 * len(gpus)
+        slot = {
+            c: [start_at + gap * (k * args.runs + r) for r in range(args.runs)]
+            for k, c in enumerate(counts)
+        }
+        procs = []
+        for g in gpus:
+            mine = [c for c in counts if g < c]
+            one = {
+                **spec,
+                "gpus": [g],
+                "plan": [("cufile", [1])],
+                "slots": [at for c in mine for at in slot[c]],
+            }
+            procs.append(spawn(WORKER, one, folder, env))
+        results = collect(procs, row, 900)
+        for c in counts:
+            merged = []
+            for r in range(args.runs):
+                part = []
+                for g in range(c):
+                    mine = [x for x in counts if g < x]
+                    part.append(results[g]["runs"]["cufile:1"][mine.index(c) * args.runs + r])
+                merged.append((min(p[0] for p in part), max(p[1] for p in part)))
+            spans.setdefault(row, {}).setdefault(f"cufile:{c}", []).append(merged)
+
+    for rnd in range(args.rounds):
+        order = configs[rnd % len(configs) :] + configs[: rnd % len(configs)]
+        for row, lib, t, per_gpu in order:
+            try:
+                measure(row, lib, t, per_gpu)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                print(f"{row}: failed, left out of this round: {e}", flush=True)
+        print(f"round {rnd + 1} of {args.rounds} done", flush=True)
+
+    table: dict[str, dict[str, float]] = {}
+    for row, keys in spans.items():
+        for key, rounds in keys.items():
+            label, count = key.split(":")
+            name = (
+                row if label == "cufile" else row.replace("one process", "one process, read_many")
             )
-    results["default_num_threads"] = kvikpy.defaults.get("num_threads")
-    for k, v in results.items():
-        print(f"{k:>36}: {v:8.2f}" if isinstance(v, float) else f"{k:>36}: {v}")
+            name = (
+                name
+                if label == "read_many" or "per GPU" in row
+                else name + ", one CuFile.read per GPU"
+            )
+            table.setdefault(name, {})[count] = statistics.median(
+                gbps(nbytes * int(count), r) for r in rounds
+            )
+    results = {
+        "versions": versions(),
+        "gpus": torch.cuda.get_device_name(0),
+        "host_cpus": os.cpu_count(),
+        "file_bytes": nbytes,
+        "rounds": args.rounds,
+        "runs": args.runs,
+        "ceilings": ceil,
+        "rows": table,
+        "kvikpy_phases": phases,
+    }
+    lines = [
+        "| one run, GB/s in all | "
+        + " | ".join(f"{c} GPU{'s' if c > 1 else ''}" for c in counts)
+        + " |",
+        "|---|" + "---|" * len(counts),
+    ]
+    lines.append(
+        "| pinned host-to-device copy, one per GPU at once (PCIe) | "
+        + " | ".join(f"{ceil['pinned'][str(c)]:.1f}" for c in counts)
+        + " |"
+    )
+    pre = " / ".join(f"{v:.1f}" for v in ceil["preadv"].values())
+    lines.append(
+        "| page-cache preadv into pinned memory, every file, 16 / 32 / 64 threads | "
+        + " | ".join([""] * (len(counts) - 1) + [pre])
+        + " |"
+    )
+    for name, by in table.items():
+        lines.append(
+            f"| {name} | "
+            + " | ".join(f"{by[str(c)]:.1f}" if str(c) in by else "" for c in counts)
+            + " |"
+        )
+    one = table.get(f"kvikpy, one process, {threads[0]} threads, one CuFile.read per GPU", {})
+    each = table.get(f"kvikpy, one process per GPU, {threads[0]} threads each", {})
+    if one and each:
+        ratios = ", ".join(
+            f"{c} GPU(s) {one[str(c)] / each[str(c)]:.2f}"
+            for c in counts
+            if str(c) in one and str(c) in each
+        )
+        lines += ["", f"kvikpy, one process / one process per GPU: {ratios}"]
+    if phases:
+        top = str(max(int(c) for c in phases))
+        p = phases[top]
+        busy = sum(ns for _, ns, _ in p["phases"]) or 1
+        lines.append("")
+        lines.append(
+            f"kvikpy's I/O threads, one process onto {top} GPUs, threads {threads[0]}: "
+            + ", ".join(f"{name} {100 * ns / busy:.0f}%" for name, ns, _ in p["phases"])
+        )
+    text = "\n".join(lines)
+    print(text, flush=True)
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(results, fh, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write(text + "\n")
 
 
 if __name__ == "__main__":

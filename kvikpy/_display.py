@@ -74,6 +74,18 @@ def backend(f: Any) -> str:
 NO_GPU_IO = "none: CUDA is not available, so reads and writes use host memory only"
 
 
+def io_threads(num_threads: int, per_gpu: int, device_count: int) -> str:
+    """How many I/O threads kvikpy runs, for ``info``: one pool of ``num_threads`` for
+    host transfers, and one of ``per_gpu`` for each GPU that device transfers use."""
+    rule = f"{num_threads} for host transfers"
+    if device_count:
+        rule += (
+            f", and {per_gpu} per GPU for transfers to and from it (one pool each; up to "
+            f"{num_threads + per_gpu * device_count} with all {device_count} GPU(s) in use)"
+        )
+    return rule
+
+
 def gpu_io(gds: dict[str, Any], compat_mode: str, cuda_available: bool = True) -> str:
     """Which path GPU reads take under ``compat_mode``, for ``info`` (none without CUDA)."""
     if not cuda_available:

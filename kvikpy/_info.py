@@ -30,7 +30,8 @@ def collect_info() -> dict[str, Any]:
         ``cuda_available``, ``cuda_unavailable_reason``, ``device_count``, ``devices``
         (``"cuda:N"`` labels: the engine does not report device names), ``compat_mode``
         (whether I/O resolves to POSIX rather than cuFile), ``gpu_io`` (which path GPU
-        reads take), ``cufile`` (one line: whether cuFile is usable, why not, and what
+        reads take), ``io_threads`` (the I/O thread pools: one for host transfers and one
+        per GPU, sized by ``num_threads`` and ``gpu_threads``), ``cufile`` (one line: whether cuFile is usable, why not, and what
         ``compat_mode`` then does), ``gds`` (see :func:`kvikpy._gds.gds_status`: usable,
         the first reason it is not, the libcufile loaded, stand-in or not, its version,
         nvidia-fs, the driver properties), ``settings`` and ``library`` (the path of the
@@ -52,6 +53,9 @@ def collect_info() -> dict[str, Any]:
         "devices": [_devices.label(i) for i in range(count)],
         "compat_mode_preferred": defaults.is_compat_mode_preferred(),
         "gpu_io": _display.gpu_io(gds, mode, available),
+        "io_threads": _display.io_threads(
+            int(defaults.get("num_threads")), _lib.gpu_pool_threads(), count
+        ),
         "cufile": _display.cufile_note(gds, mode),
         "gds": gds,
         "settings": {name: _setting_value(name) for name in _lib.setting_names()},

@@ -49,6 +49,7 @@ INFO_KEYS = {
     "devices",
     "compat_mode_preferred",
     "gpu_io",
+    "io_threads",
     "cufile",
     "gds",
     "settings",
@@ -297,6 +298,8 @@ def test_info_json_in_a_subprocess():
     assert d["device_count"] == (kvikpy.device_count() if d["cuda_available"] else 0)
     assert d["devices"] == [f"cuda:{i}" for i in range(d["device_count"])]
     assert (d["cuda_unavailable_reason"] is None) == d["cuda_available"]
+    assert d["io_threads"].startswith("5 for host transfers")
+    assert ("per GPU" in d["io_threads"]) == (d["device_count"] > 0)
     assert set(d["settings"]) == set(_lib.setting_names())
     assert d["settings"]["num_threads"] == 5  # the environment variable is seen
     assert d["settings"]["compat_mode"] in {"ON", "OFF", "AUTO"}
@@ -412,3 +415,11 @@ def test_read_bad_paths_exit_1(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
     assert main(["read", str(tmp_path)]) == 1
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_io_threads_rule_counts_one_pool_per_gpu():
+    from kvikpy import _display
+
+    assert _display.io_threads(16, 0, 0) == "16 for host transfers"
+    four = _display.io_threads(16, 8, 4)
+    assert "8 per GPU" in four and "up to 48 with all 4 GPU(s) in use" in four

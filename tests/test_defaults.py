@@ -12,6 +12,7 @@ from kvikpy import CompatMode, _lib, defaults
 NAMES = [
     "compat_mode",
     "num_threads",
+    "gpu_threads",
     "task_size",
     "gds_threshold",
     "bounce_buffer_size",
@@ -28,6 +29,7 @@ NAMES = [
 OTHER = {
     "compat_mode": CompatMode.ON,
     "num_threads": 7,
+    "gpu_threads": 3,
     "task_size": 123457,
     "gds_threshold": 4097,
     "bounce_buffer_size": 12289,
@@ -162,6 +164,8 @@ def test_settings_apply_to_io(tmp_path):
 INVALID = [
     ("num_threads", 0),
     ("num_threads", -1),
+    ("gpu_threads", -1),
+    ("gpu_threads", 1025),
     ("task_size", 0),
     ("task_size", -1),
     ("task_size", -(2**70)),
@@ -206,6 +210,7 @@ WRONG_TYPE = [
     ("num_threads", "4"),
     ("num_threads", None),
     ("num_threads", True),
+    ("gpu_threads", 1.5),
     ("task_size", True),
     ("task_size", 1.5),
     ("gds_threshold", False),

@@ -78,6 +78,8 @@ MALFORMED = [
     ("KVIKIO_AUTO_DIRECT_IO_READ", "2"),
     ("KVIKIO_AUTO_DIRECT_IO_WRITE", "enabled"),
     ("KVIKPY_PAGE_CACHE_DMA", "maybe"),
+    ("KVIKPY_GPU_THREADS", "-1"),
+    ("KVIKPY_GPU_THREADS", "1025"),
     ("KVIKIO_HTTP_MAX_ATTEMPTS", "0"),
     ("KVIKIO_HTTP_TIMEOUT", "-5"),
     ("KVIKIO_HTTP_STATUS_CODES", "503;429"),
@@ -110,6 +112,7 @@ def _cases() -> dict[str, dict[str, str]]:
         "none": {},
         "numeric": {
             "KVIKIO_NTHREADS": "3",
+            "KVIKPY_GPU_THREADS": "5",
             "KVIKIO_TASK_SIZE": "1048576",
             "KVIKIO_GDS_THRESHOLD": "12345",
             "KVIKIO_BOUNCE_BUFFER_SIZE": "8192",
@@ -167,6 +170,7 @@ def test_defaults_without_any_variable(env_results):
     assert env_results["none"] == {
         "compat_mode": "AUTO",
         "num_threads": expected_default_threads(),
+        "gpu_threads": 0,
         "task_size": 4 << 20,
         "gds_threshold": 16 << 10,
         "bounce_buffer_size": 16 << 20,
@@ -203,6 +207,7 @@ def test_default_num_threads_follows_cpu_affinity():
 def test_numeric_variables_win_over_defaults(env_results):
     s = env_results["numeric"]
     assert s["num_threads"] == 3
+    assert s["gpu_threads"] == 5
     assert s["task_size"] == 1048576
     assert s["gds_threshold"] == 12345
     assert s["bounce_buffer_size"] == 8192

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PAGE, aligned_array, o_direct_supported, random_array, random_bytes
+from conftest import (
+    PAGE,
+    aligned_array,
+    o_direct_supported,
+    random_array,
+    random_bytes,
+    run_python,
+)
 
 import kvikpy
 
@@ -447,6 +454,27 @@ def test_split_read_crossing_eof_counts_only_existing_bytes(file_with, num_threa
         assert f.pread(buf, file_offset=999, task_size=4097).get() == len(DATA) - 999
     assert buf[: len(DATA) - 999].tobytes() == DATA[999:]
     assert (buf[len(DATA) - 999 :] == 7).all()
+
+
+def test_host_reads_use_the_shared_pool_and_no_device_pool(file_with):
+    """Host transfers run on the shared pool; only device transfers make a GPU's pool,
+    and the engine's phase timing (device transfers only) stays empty."""
+    path = file_with(random_bytes(8 * MiB, seed=27))
+    code = (
+        "import sys, numpy as np, kvikpy\n"
+        "from kvikpy import _lib\n"
+        "kvikpy.defaults.set('num_threads', 3)\n"
+        "_lib.profile_enable(True)\n"
+        "buf = np.empty(8 << 20, dtype=np.uint8)\n"
+        "with kvikpy.CuFile(sys.argv[1]) as f:\n"
+        "    assert f.pread(buf, task_size=1 << 20).get() == 8 << 20\n"
+        "phases, moved = _lib.profile_phases(reset=True)\n"
+        "print(_lib.thread_pool_size(), _lib.device_pool_sizes(), moved,"
+        " sorted(c for _, _, c in phases))\n"
+    )
+    r = run_python(code, str(path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[0] == "3 [] 0 [0, 0, 0, 0, 0]"
 
 
 def test_num_threads_setting_sizes_the_pool(file_with):

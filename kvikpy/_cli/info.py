@@ -36,6 +36,7 @@ def format_info(d: dict[str, Any]) -> str:
         f"platform  {d['platform']}",
         f"cuda      {cuda}",
         f"gpu I/O   {io}",
+        f"threads   {d['io_threads']}",
         f"cuFile    {d['cufile']}",
         *(f"  {name:<22}  {value}" for name, value in (d["gds"]["properties"] or {}).items()),
         f"library   {d['library']}",

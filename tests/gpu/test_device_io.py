@@ -280,3 +280,29 @@ def test_bounce_pool_is_bounded_and_freeable(tmp_path: Path) -> None:
     # Each pool thread (and the caller) holds at most two pinned buffers.
     assert 0 < freed <= 2 * (threads + 1) * (bounce + 8192)
     assert kvikpy.bounce_buffer_free() == 0
+
+
+def test_profile_counts_the_phases_of_device_reads(tmp_path: Path) -> None:
+    """The engine's per-phase timing sees a device read's bytes and each of its phases
+    while on, and nothing while off."""
+    p, data = random_file(tmp_path, 32 << 20)
+    t = torch.empty(len(data), dtype=torch.uint8, device="cuda")
+    lib = kvikpy._lib
+    lib.profile_phases(reset=True)
+    with kvikpy.CuFile(p, "r") as f:
+        f.read(t)
+    phases, moved = lib.profile_phases(reset=True)
+    assert moved == 0 and all(c == 0 for _, _, c in phases), "off unless switched on"
+    lib.profile_enable(True)
+    try:
+        with kvikpy.defaults.set({"num_threads": 4}), kvikpy.CuFile(p, "r") as f:
+            f.read(t)
+    finally:
+        lib.profile_enable(False)
+    phases, moved = lib.profile_phases(reset=True)
+    assert moved == len(data)
+    counts = {name: c for name, _, c in phases}
+    assert set(counts) == {"bind", "buffers", "host_io", "enqueue", "wait"}
+    assert counts["host_io"] > 0 and counts["enqueue"] == counts["host_io"]
+    assert counts["wait"] > 0 and counts["bind"] > 0
+    assert t.cpu().numpy().tobytes() == data

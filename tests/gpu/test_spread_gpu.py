@@ -51,3 +51,28 @@ def test_chunks_take_the_gpus_in_turn(tmp_path: Path) -> None:
             it.__arrow_c_device_stream__()
     assert b"".join(got) == data
     assert devices == [f"cuda:{k % 2}" for k in range(len(got))]
+
+
+def test_each_gpu_reads_on_a_pool_of_its_own(tmp_path: Path) -> None:
+    """Concurrent reads onto every GPU run on one pool per GPU (of num_threads threads
+    each), never on threads that also serve another GPU; the host pool is separate."""
+    import threading
+
+    n = torch.cuda.device_count()
+    files = [random_file(tmp_path, 24 << 20, seed=40 + g, name=f"g{g}") for g in range(n)]
+    dst = [torch.empty(24 << 20, dtype=torch.uint8, device=f"cuda:{g}") for g in range(n)]
+    with kvikpy.defaults.set({"num_threads": 3, "task_size": 1 << 20}):
+
+        def one(g: int) -> None:
+            with kvikpy.CuFile(files[g][0], "r") as f:
+                assert f.read(dst[g]) == 24 << 20
+
+        threads = [threading.Thread(target=one, args=(g,)) for g in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        sizes = dict(kvikpy._lib.device_pool_sizes())
+    for g in range(n):
+        assert sizes.get(g) == 3, sizes
+        assert dst[g].cpu().numpy().tobytes() == files[g][1]

@@ -57,22 +57,6 @@ fn chunk_size(len: usize, settings: &Settings, source_min: usize, direction: Dir
         .max(1)
 }
 
-/// Smallest transfer whose DMAs go through the device's copy thread: below it the hop to
-/// that thread and back costs more than the driver calls it saves.
-const MIN_COPIER_TRANSFER: usize = 1 << 20;
-
-/// Whether a ring transfer of `len` bytes hands its DMAs to the device's copy thread
-/// (see [`crate::cuda::copier`]): large transfers when several pool threads run.
-fn through_copier(len: usize, settings: &Settings) -> bool {
-    static MODE: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let forced = *MODE.get_or_init(|| match std::env::var("KVIKPY_COPY_THREAD").as_deref() {
-        Ok("0") => Some(false),
-        Ok("1") => Some(true),
-        _ => None,
-    });
-    forced.unwrap_or(true) && len >= MIN_COPIER_TRANSFER && settings.num_threads >= MANY_THREADS
-}
-
 /// Move `span.len()` bytes between `source` at `offset` and host or device memory, in
 /// the calling thread: one task of a request, or one piece of a batch request. The count
 /// is short only where a read reaches the end of the file.
@@ -186,9 +170,6 @@ pub fn via_ring(
     let mut ring = profile::time(Phase::Buffers, || {
         Ring::pinned_for(lane, slots, settings, chunk.min(span.len))
     })?;
-    if through_copier(span.len, settings) {
-        ring = ring.through_copier()?;
-    }
     let pipeline = Pipeline {
         source,
         span,
@@ -420,7 +401,7 @@ pub fn submit_stream_ordered(
         drop(buffers);
         outcome.map(|()| done)
     };
-    let pool = crate::pool::pool(settings.num_threads)?;
+    let pool = crate::pool::pool_for(&settings, Some(span.ordinal))?;
     let (future, reporter) = IoFuture::single(keepalive);
     pool.spawn(move || reporter.report(run_caught(job)));
     Ok(future)

@@ -109,6 +109,14 @@ pub enum Span {
 }
 
 impl Span {
+    /// The GPU the span lies on (`None` for host memory).
+    pub fn ordinal(&self) -> Option<usize> {
+        match self {
+            Self::Host(_) => None,
+            Self::Device(d) => Some(d.ordinal),
+        }
+    }
+
     /// Length in bytes.
     pub fn len(&self) -> usize {
         match self {

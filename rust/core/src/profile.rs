@@ -119,11 +119,15 @@ mod tests {
     #[test]
     fn totals_count_only_while_enabled() {
         let _ = snapshot(true);
-        time(Phase::Wait, || std::thread::sleep(std::time::Duration::from_millis(1)));
+        time(Phase::Wait, || {
+            std::thread::sleep(std::time::Duration::from_millis(1))
+        });
         let (phases, _) = snapshot(false);
         assert!(phases.iter().all(|p| p.count == 0), "off by default");
         enable(true);
-        time(Phase::Wait, || std::thread::sleep(std::time::Duration::from_millis(2)));
+        time(Phase::Wait, || {
+            std::thread::sleep(std::time::Duration::from_millis(2))
+        });
         moved(10);
         enable(false);
         let (phases, bytes) = snapshot(true);

@@ -237,7 +237,7 @@ pub fn submit(
             .try_fold(0usize, |total, &task| Ok(total + job.run(task)?));
         return Ok(IoFuture::ready(result, keepalive));
     }
-    let pool = crate::pool::pool(settings.num_threads)?;
+    let pool = crate::pool::pool_for(settings, job.span.ordinal())?;
     let (future, reporters) = IoFuture::new(tasks.len(), keepalive);
     let job = Arc::new(job);
     let mut jobs = tasks.into_iter().zip(reporters);
@@ -266,7 +266,7 @@ fn pooled(
     tasks: Vec<Task>,
     keepalive: Keepalive,
 ) -> Result<IoFuture> {
-    let pool = crate::pool::pool(settings.num_threads)?;
+    let pool = crate::pool::pool_for(settings, job.span.ordinal())?;
     let token = CancelToken::new();
     let (future, reporters) = IoFuture::cancellable(tasks.len(), keepalive, Some(token.clone()));
     let job = Arc::new(job);

@@ -13,7 +13,7 @@
 //! GPU-side counters instead of events (their host side makes no driver call).
 
 use crate::bounce::BounceBuffer;
-use crate::cuda::{self, Copier, CopyKind, Lane, Ticket};
+use crate::cuda::{self, Lane};
 use crate::error::Result;
 use crate::memory::HostSpan;
 use crate::settings::Settings;
@@ -134,19 +134,13 @@ pub fn stage(buffer: &mut BounceBuffer, file_offset: u64, len: usize) -> HostSpa
 
 struct Slot<P> {
     payload: P,
-    /// A DMA queued on the lane's stream may still use the payload.
     busy: bool,
-    /// A DMA handed to the device's copy thread, until it has landed.
-    ticket: Option<Ticket>,
 }
 
-/// Slots of pinned memory paced by the calling thread's events, or by the device's copy
-/// thread; see the module docs.
+/// Slots of pinned memory paced by the calling thread's events; see the module docs.
 pub struct Ring<'l, P = BounceBuffer> {
     lane: Lane<'l>,
-    /// Where DMAs go: the lane's stream (`None`), or the device's copy thread.
-    copier: Option<&'static Copier>,
-    // Dropped after `Ring::drop` has drained the stream and waited for the tickets.
+    // Dropped after `Ring::drop` has drained the stream.
     slots: Vec<Slot<P>>,
 }
 
@@ -182,24 +176,14 @@ impl<'l, P> Ring<'l, P> {
         debug_assert!(payloads.len() <= MAX_SLOTS);
         Self {
             lane,
-            copier: None,
             slots: payloads
                 .into_iter()
                 .map(|payload| Slot {
                     payload,
                     busy: false,
-                    ticket: None,
                 })
                 .collect(),
         }
-    }
-
-    /// The same ring with its DMAs handed to the device's copy thread (see
-    /// [`crate::cuda::copier`]) instead of queued on the calling thread's stream: the
-    /// caller then makes no driver call per chunk, and waits on a ticket instead.
-    pub fn through_copier(mut self) -> Result<Self> {
-        self.copier = Some(cuda::copier(self.lane.context.ordinal())?);
-        Ok(self)
     }
 
     /// The number of slots.
@@ -214,9 +198,6 @@ impl<'l, P> Ring<'l, P> {
 
     /// Slot `slot`'s payload, once the DMA last queued on it (if any) has completed.
     pub fn reclaim(&mut self, slot: usize) -> Result<&mut P> {
-        if let Some(ticket) = self.slots[slot].ticket.take() {
-            ticket.wait()?;
-        }
         if self.slots[slot].busy {
             self.lane.wait(slot)?;
             self.slots[slot].busy = false;
@@ -237,13 +218,6 @@ impl<'l, P> Ring<'l, P> {
         src: *const u8,
         len: usize,
     ) -> Result<()> {
-        if let Some(copier) = self.copier {
-            // SAFETY: forwarded from the caller; the payload outlives the copy (reclaim,
-            // drain or drop waits for the ticket).
-            let ticket = unsafe { copier.copy(CopyKind::HostToDevice, dst, src, len)? };
-            self.slots[slot].ticket = Some(ticket);
-            return Ok(());
-        }
         // SAFETY: forwarded from the caller; the payload outlives the copy (reclaim or
         // drop waits for the slot's event or the stream).
         unsafe { self.lane.copy_htod(dst, src, len)? };
@@ -262,12 +236,6 @@ impl<'l, P> Ring<'l, P> {
         src: u64,
         len: usize,
     ) -> Result<()> {
-        if let Some(copier) = self.copier {
-            // SAFETY: forwarded from the caller, as in `upload`.
-            let ticket = unsafe { copier.copy(CopyKind::DeviceToHost, src, dst, len)? };
-            self.slots[slot].ticket = Some(ticket);
-            return Ok(());
-        }
         // SAFETY: forwarded from the caller, as in `upload`.
         unsafe { self.lane.copy_dtoh(dst, src, len)? };
         self.mark(slot)
@@ -281,29 +249,16 @@ impl<'l, P> Ring<'l, P> {
 
     /// Wait until every queued DMA has completed.
     pub fn drain(&mut self) -> Result<()> {
-        let mut outcome = Ok(());
-        for s in &mut self.slots {
-            if let Some(ticket) = s.ticket.take() {
-                outcome = outcome.and(ticket.wait());
-            }
-        }
-        if self.copier.is_none() || self.slots.iter().any(|s| s.busy) {
-            self.lane.synchronize()?;
-        }
+        self.lane.synchronize()?;
         for s in &mut self.slots {
             s.busy = false;
         }
-        outcome
+        Ok(())
     }
 }
 
 impl<P> Drop for Ring<'_, P> {
     fn drop(&mut self) {
-        for s in &mut self.slots {
-            if let Some(ticket) = s.ticket.take() {
-                let _ = ticket.wait();
-            }
-        }
         if self.slots.iter().any(|s| s.busy) {
             let _ = self.lane.synchronize();
         }

@@ -50,9 +50,10 @@ impl OpenFlags {
 }
 
 /// Every setting name, in documentation order.
-pub const SETTING_NAMES: [&str; 12] = [
+pub const SETTING_NAMES: [&str; 13] = [
     "compat_mode",
     "num_threads",
+    "gpu_threads",
     "task_size",
     "gds_threshold",
     "bounce_buffer_size",

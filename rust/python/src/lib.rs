@@ -71,6 +71,8 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(settings::default_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(settings::bounce_buffer_free, m)?)?;
     m.add_function(wrap_pyfunction!(settings::thread_pool_size, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::device_pool_sizes, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::gpu_pool_threads, m)?)?;
     m.add_function(wrap_pyfunction!(blocking::_panic_for_tests, m)?)?;
     m.add_function(wrap_pyfunction!(ceiling::pread_ceiling, m)?)?;
     m.add_function(wrap_pyfunction!(ceiling::profile_enable, m)?)?;

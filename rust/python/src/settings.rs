@@ -133,7 +133,7 @@ fn convert_int(name: &str, value: &Bound<'_, PyAny>) -> BindResult<SettingValue>
             what: format!("setting '{name}'"),
             value: int.to_string(),
             expected: match name {
-                "gds_threshold" => "a non-negative integer",
+                "gds_threshold" | "gpu_threads" => "a non-negative integer",
                 _ => "a positive integer",
             },
         }
@@ -246,9 +246,28 @@ pub fn bounce_buffer_free() -> usize {
     kvikpy_core::bounce::host_pool().free_idle() + pinned
 }
 
-/// Threads of the I/O pool now running (0 before the first pooled operation).
+/// Threads of the shared I/O pool (host transfers) now running (0 before the first pooled
+/// operation).
 #[boundary]
 #[pyfunction]
 pub fn thread_pool_size() -> usize {
     kvikpy_core::pool::current_size()
+}
+
+/// The GPUs whose transfers have run on a pool of their own so far, as (ordinal, threads).
+#[boundary]
+#[pyfunction]
+pub fn device_pool_sizes() -> Vec<(usize, usize)> {
+    kvikpy_core::pool::device_pool_sizes()
+}
+
+/// Threads each GPU's pool has under the current settings on this host (see the
+/// `gpu_threads` setting); 0 where CUDA is unavailable.
+#[boundary]
+#[pyfunction]
+pub fn gpu_pool_threads() -> BindResult<usize> {
+    if !kvikpy_core::cuda::available() {
+        return Ok(0);
+    }
+    Ok(kvikpy_core::pool::gpu_threads(&settings::current()?))
 }

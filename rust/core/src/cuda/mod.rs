@@ -7,16 +7,14 @@
 //! previous context current again when dropped.
 
 // Layered bottom up: driver (loading, result codes), device (contexts and binding),
-// memory (allocations, the pinned pool), then streams (queues, events, copies),
-// registrations and the per-device copy threads; a file names only the files below it.
-mod copier;
+// memory (allocations, the pinned pool), then streams (queues, events, copies) and
+// registrations; a file names only the files below it.
 mod device;
 mod driver;
 mod memory;
 mod register;
 mod stream;
 
-pub use copier::{copier, CopyKind, Copier, Ticket};
 pub use device::{bind, device, free_under, ContextGuard, Device};
 pub use driver::{
     available, check, current_device, device_count, ensure_driver, note_initialised,

@@ -121,12 +121,12 @@ impl Piece {
     }
 }
 
-/// The device of a span (`None` for host memory).
-fn place(span: &Span) -> Option<usize> {
-    match span {
-        Span::Host(_) => None,
-        Span::Device(d) => Some(d.ordinal),
-    }
+/// The one GPU every device destination of `items` lies on (whose pool then runs the
+/// batch), or `None` when they lie on several, or none does.
+fn one_device(items: &[Item]) -> Option<usize> {
+    let mut devices = items.iter().filter_map(|i| Span::ordinal(&i.dest));
+    let first = devices.next()?;
+    devices.all(|d| d == first).then_some(first)
 }
 
 /// The address of a span's first byte.
@@ -142,7 +142,7 @@ fn address(span: &Span) -> u64 {
 fn gap(before: &Piece, after: &Piece) -> Option<u64> {
     let end = address(&before.dest).checked_add(before.len() as u64)?;
     let start = address(&after.dest);
-    (place(&before.dest) == place(&after.dest) && start >= end).then(|| start - end)
+    (Span::ordinal(&before.dest) == Span::ordinal(&after.dest) && start >= end).then(|| start - end)
 }
 
 /// Cut every item into pieces of at most `cap` bytes (an empty item is one empty piece,
@@ -189,7 +189,7 @@ fn segments(pieces: &mut [Piece], cap: usize, gaps_writable: bool) -> Vec<Range<
         if i > start {
             let before = &pieces[i - 1];
             let joins = !alone(&piece, cap) && !alone(before, cap);
-            let same = place(&before.dest) == place(&piece.dest);
+            let same = Span::ordinal(&before.dest) == Span::ordinal(&piece.dest);
             at = match gap(before, &piece) {
                 Some(g) if gaps_writable && g < cap as u64 => used + g as usize,
                 _ => used,
@@ -279,7 +279,7 @@ pub fn submit_batch(
         return Ok(batch.into_errors());
     }
     let segments = segments(&mut work, cap, gaps_writable);
-    let pool = crate::pool::pool(settings.num_threads)?;
+    let pool = crate::pool::pool_for(settings, one_device(&items))?;
     // Pieces watch the caller's cancellation (a pooled call that was interrupted) and,
     // with `fail_fast`, the batch's first error: those not yet read are skipped, remote
     // ones stop waiting for their server (a stalled file fails the batch in one
@@ -368,7 +368,7 @@ impl Batch<'_> {
         let [ItemSource::Open(file)] = self.sources else {
             return None;
         };
-        let first = place(&work.first()?.dest)?;
+        let first = Span::ordinal(&work.first()?.dest)?;
         let mut reads = Vec::with_capacity(work.len());
         for p in work {
             match p.dest {
@@ -416,7 +416,7 @@ impl Batch<'_> {
         let Some(first) = part.first() else {
             return Ok(());
         };
-        match place(&first.dest) {
+        match Span::ordinal(&first.dest) {
             Some(ordinal) if part.len() > 1 || !alone(first, cap) => self.gather(part, ordinal),
             _ => {
                 // Host memory, or a piece as large as a single read's task: each piece

@@ -501,7 +501,7 @@ impl CuFileSource {
             }
             Ok(n as usize)
         };
-        let pool = crate::pool::pool(settings.num_threads)?;
+        let pool = crate::pool::pool_for(settings, Some(span.ordinal))?;
         let (future, reporter) = IoFuture::single(keepalive);
         pool.spawn(move || reporter.report(run_caught(job)));
         Ok(future)
