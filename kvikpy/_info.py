@@ -31,11 +31,12 @@ def collect_info() -> dict[str, Any]:
         (``"cuda:N"`` labels: the engine does not report device names), ``compat_mode``
         (whether I/O resolves to POSIX rather than cuFile), ``gpu_io`` (which path GPU
         reads take), ``io_threads`` (the I/O thread pools: one for host transfers and one
-        per GPU, sized by ``num_threads`` and ``gpu_threads``), ``cufile`` (one line: whether cuFile is usable, why not, and what
-        ``compat_mode`` then does), ``gds`` (see :func:`kvikpy._gds.gds_status`: usable,
-        the first reason it is not, the libcufile loaded, stand-in or not, its version,
-        nvidia-fs, the driver properties), ``settings`` and ``library`` (the path of the
-        loaded extension module).
+        per GPU, sized by ``num_threads`` and ``gpu_threads``), ``cufile`` (one line:
+        whether cuFile is usable, why not, and what ``compat_mode`` then does), ``gds``
+        (see :func:`kvikpy._gds.gds_status`: usable, the first reason it is not, the
+        libcufile loaded, stand-in or not, its version, nvidia-fs, the driver
+        properties), ``settings`` and ``library`` (the path of the loaded extension
+        module).
     """
     available = cuda_available()
     gds = _gds.gds_status()

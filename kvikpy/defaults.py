@@ -80,11 +80,11 @@ system call. The probes cost about 1-2 us per MiB read. Data read with O_DIRECT 
 left in the page cache, so a cold file read twice comes from the disk twice: set
 ``False`` for files read again soon.
 
-``page_cache_dma`` is kvikpy's own: with a one-thread pool, device reads of at least 1 MiB
-whose pages are all in the page cache are DMAed straight from the cached pages (pinned in
-place for the copy) instead of being copied through pinned bounce buffers first. (The
-driver pins pages one registration at a time, so with more threads the bounce buffers
-are faster.) Set it to ``False`` to always use the bounce buffers.
+``page_cache_dma`` is kvikpy's own: when a GPU's pool has one thread, device reads of at
+least 1 MiB whose pages are all in the page cache are DMAed straight from the cached
+pages (pinned in place for the copy) instead of being copied through pinned bounce
+buffers first. (The driver pins pages one registration at a time, so with more threads
+the bounce buffers are faster.) Set it to ``False`` to always use the bounce buffers.
 """
 
 from __future__ import annotations

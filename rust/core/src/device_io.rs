@@ -36,14 +36,15 @@ const MANY_THREADS: usize = 4;
 /// twentieth of its time. `write_chunk_size` (`KVIKPY_WRITE_CHUNK_SIZE`) overrides the
 /// choice for writes.
 fn chunk_size(len: usize, settings: &Settings, source_min: usize, direction: Direction) -> usize {
+    let threads = crate::pool::gpu_threads(settings);
     let wanted = match direction {
         Direction::Write if settings.write_chunk_size > 0 => {
             align_up(settings.write_chunk_size as u64, DIRECT_IO_ALIGNMENT) as usize
         }
-        Direction::Write if settings.num_threads >= MANY_THREADS => len,
+        Direction::Write if threads >= MANY_THREADS => len,
         _ => {
             let piece = align_up(len.div_ceil(CHUNKS_PER_TASK) as u64, DIRECT_IO_ALIGNMENT);
-            let floor = if settings.num_threads >= MANY_THREADS {
+            let floor = if threads >= MANY_THREADS {
                 MIN_CHUNK_MANY_THREADS
             } else {
                 MIN_CHUNK_FEW_THREADS

@@ -74,6 +74,14 @@ pub fn pool_for(settings: &Settings, device: Option<usize>) -> Result<Arc<rayon:
     }
 }
 
+/// Threads of the pool that runs work on `device` (`None`: host work) under `settings`.
+pub fn threads_for(settings: &Settings, device: Option<usize>) -> usize {
+    match device {
+        None => settings.num_threads,
+        Some(_) => gpu_threads(settings),
+    }
+}
+
 /// Threads of each GPU's pool under `settings` on this host (see
 /// [`Settings::gpu_pool_threads`]).
 pub fn gpu_threads(settings: &Settings) -> usize {

@@ -205,7 +205,8 @@ pub fn submit(
         }
         Completion::Blocking => {
             // One task: run it here, without sizing the file first.
-            let spread = spread_task_size(job.span.len(), task_size, settings.num_threads);
+            let threads = crate::pool::threads_for(settings, job.span.ordinal());
+            let spread = spread_task_size(job.span.len(), task_size, threads);
             let spread = bounded_task_size(job.span.len(), spread);
             let mut tasks = split_tasks(offset, job.span.len(), spread);
             if let (Some(task), None, false) = (tasks.next(), tasks.clone().next(), stalls) {
@@ -222,7 +223,11 @@ pub fn submit(
     check_end(offset, size)?;
     let spread = bounded_task_size(
         size,
-        spread_task_size(size, task_size, settings.num_threads),
+        spread_task_size(
+            size,
+            task_size,
+            crate::pool::threads_for(settings, job.span.ordinal()),
+        ),
     );
     let tasks: Vec<Task> = split_tasks(offset, size, spread).collect();
     if job.direction == Direction::Write && tasks.len() > 1 && settings.write_preallocate {

@@ -39,6 +39,7 @@ pub fn pread_ceiling(
 }
 
 /// Switch the engine's per-phase timing of device transfers on or off.
+#[boundary]
 #[pyfunction]
 pub fn profile_enable(on: bool) {
     kvikpy_core::profile::enable(on);
@@ -47,6 +48,7 @@ pub fn profile_enable(on: bool) {
 /// The per-phase totals of device transfers since the last reset: a list of
 /// (phase, nanoseconds summed over threads, count), and the bytes moved; `reset` zeroes
 /// them.
+#[boundary]
 #[pyfunction]
 #[pyo3(signature = (reset=false))]
 pub fn profile_phases(reset: bool) -> (Vec<(&'static str, u64, u64)>, u64) {

@@ -260,7 +260,9 @@ pub fn submit_batch(
             source.check_access(Direction::Read)?;
         }
     }
-    let cap = segment_size(total, settings.num_threads, settings.bounce_buffer_size);
+    let device = one_device(&items);
+    let threads = crate::pool::threads_for(settings, device);
+    let cap = segment_size(total, threads, settings.bounce_buffer_size);
     let mut work = pieces(&items, cap);
     let errors: Vec<Mutex<Option<Error>>> = items.iter().map(|_| Mutex::new(None)).collect();
     let batch = Batch {
@@ -279,7 +281,7 @@ pub fn submit_batch(
         return Ok(batch.into_errors());
     }
     let segments = segments(&mut work, cap, gaps_writable);
-    let pool = crate::pool::pool_for(settings, one_device(&items))?;
+    let pool = crate::pool::pool_for(settings, device)?;
     // Pieces watch the caller's cancellation (a pooled call that was interrupted) and,
     // with `fail_fast`, the batch's first error: those not yet read are skipped, remote
     // ones stop waiting for their server (a stalled file fails the batch in one

@@ -50,7 +50,7 @@ pub fn bytes_moved() -> u64 {
 /// Whether a device read of `span` under `settings` may try page-cache DMA at all.
 pub fn worth_trying(span: &DeviceSpan, settings: &Settings) -> bool {
     settings.page_cache_dma
-        && settings.num_threads <= MAX_THREADS
+        && crate::pool::gpu_threads(settings) <= MAX_THREADS
         && span.len >= MIN_MAPPED_READ
         && cuda::can_register_read_only(span.ordinal)
 }
