@@ -19,7 +19,8 @@ transformers checkpoint into a model: time and peak GPU and host memory of
 load_pretrained against load_file + load_state_dict, safetensors and from_pretrained),
 arrow (Arrow IPC tables onto the GPU: kvikpy.arrow.read_ipc against pyarrow plus CuPy,
 whole and 2 of 10 columns, warm and cold), arrow-zstd (a compressed IPC file onto the
-GPU: nvCOMP decoding against host decoding and pyarrow plus CuPy).
+GPU: nvCOMP decoding against host decoding and pyarrow plus CuPy), arrow-wide (a table of
+100,000 columns on the host, whole and chosen by name, against pyarrow).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -53,6 +54,7 @@ SCRIPTS = {
     "load_into": "benchmarks.load_into",
     "arrow": "benchmarks.arrow_tables",
     "arrow-zstd": "benchmarks.arrow_zstd",
+    "arrow-wide": "benchmarks.arrow_wide",
 }
 
 

@@ -201,8 +201,12 @@ def write(path: _paths.StrPath, buf: BufferLike, *, offset: int = 0, progress: b
     """Write all of ``buf`` (host or GPU memory) to ``path`` at ``offset``.
 
     The file is created if missing and otherwise not truncated, so bytes outside
-    ``[offset, offset + nbytes)`` are kept. Arguments are checked before the file is
-    created, and a file this call created is removed again if the write fails.
+    ``[offset, offset + nbytes)`` are kept. It is written whole or not at all: the call
+    writes a new file under a temporary name beside ``path`` (starting from a copy of the
+    existing file where some of its bytes stay) and renames it over ``path`` once every
+    byte is written, synced first with the ``write_sync`` setting. If the write fails (a
+    full disk, Ctrl-C, a bad buffer), ``path`` is exactly as it was, or still absent, and
+    no temporary file is left. Arguments are checked before anything is created.
 
     Parameters
     ----------
@@ -232,9 +236,14 @@ def write(path: _paths.StrPath, buf: BufferLike, *, offset: int = 0, progress: b
     offset = _args.non_negative("offset", offset)
     nbytes = _lib.buffer_nbytes(buf)  # refuse a bad buffer before the file is created
     _args.end("the write", offset, nbytes)
-    # O_CREAT | O_EXCL, else the existing file without O_TRUNC (see CuFile._one_shot): a
-    # file this call created is removed again if the write fails.
-    with CuFile._one_shot(path, truncate=False) as f:
+    # Written whole or not at all (see CuFile._one_shot): the bytes outside the range
+    # come along from the existing file only where some of them remain.
+    try:
+        size = os.stat(_paths.fspath(path)).st_size
+    except FileNotFoundError:
+        size = 0
+    keep = offset > 0 or size > offset + nbytes
+    with CuFile._one_shot(path, keep=keep) as f:
         if not progress:
             return f.write(buf, file_offset=offset)
         from kvikpy._progress import follow_future

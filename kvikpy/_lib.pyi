@@ -15,6 +15,7 @@ __all__ = [
     "MmapHandle",
     "Progress",
     "RemoteHandle",
+    "Replacement",
     "S3Credentials",
     "StreamFuture",
     "__git_commit__",
@@ -380,6 +381,13 @@ class S3Credentials:
     ) -> S3Credentials: ...
 
 @final
+class Replacement:
+    def __init__(self, target: str | os.PathLike[str], keep: bool) -> None: ...
+    @property
+    def path(self) -> str: ...
+    def commit(self, sync: bool) -> None: ...
+    def abort(self) -> None: ...
+
 class RemoteHandle:
     @staticmethod
     def open_http(url: str, nbytes: int | None = None) -> RemoteHandle: ...

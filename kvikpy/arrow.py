@@ -633,5 +633,6 @@ def _write_pyarrow(name: str, data: Any, compression: str | None) -> int:
 
     from kvikpy.cufile import CuFile
 
-    with CuFile(name, "w") as f:  # "w" truncates: an older, longer file leaves nothing
+    # A new file replaces any at `name` only once complete (see CuFile._one_shot).
+    with CuFile._one_shot(name, keep=False) as f:
         return int(f.write(np.frombuffer(body, dtype=np.uint8)))

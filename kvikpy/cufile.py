@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
@@ -332,31 +333,37 @@ class CuFile(ClosedOnExit):
 
     @classmethod
     @contextlib.contextmanager
-    def _one_shot(cls, file: _paths.StrPath, truncate: bool) -> Iterator[CuFile]:
-        """``file`` opened to be written by one call (:func:`kvikpy.write`,
-        :func:`kvikpy.numpy.tofile`), created if missing and kept (or, with ``truncate``,
-        emptied) if present. If the body raises and this very call created the file, the
-        file is removed again, so a refused or failed write leaves nothing behind.
+    def _one_shot(cls, file: _paths.StrPath, keep: bool) -> Iterator[CuFile]:
+        """``file`` written by one call (:func:`kvikpy.write`, :func:`kvikpy.numpy.tofile`,
+        :func:`kvikpy.arrow.write_ipc` through pyarrow), whole or not at all.
 
-        The open tries O_CREAT | O_EXCL first, so the call knows whether it made the file;
-        it falls back to opening the existing file, whose bytes it never removes. The
-        file is removed only while its path still names the file the call created."""
+        The body writes a new file under a temporary name beside ``file``: a copy of
+        ``file``'s bytes with ``keep`` (the call overwrites a part of it), else empty. It
+        takes ``file``'s place only once the body has finished (synced to the disk first
+        with the ``write_sync`` setting); if the body raises (a full disk, an interrupt, a
+        bad source), the temporary file is removed and ``file`` is exactly as it was, or
+        still absent. A path naming something other than a regular file (a device, a
+        pipe) cannot be replaced and is written in place."""
+        name = _paths.fspath(file)
         try:
-            f = cls._open_raw(file, _CREATE_NEW, "r+")
-            created = True
-        except FileExistsError:
-            # Not ours. Reopened with O_CREAT, as before, in case it was removed in between;
-            # it then counts as not created, and is kept if the write fails.
-            f = CuFile(file, "w") if truncate else cls._create_keep(file)
-            created = False
+            regular = stat.S_ISREG(os.stat(name).st_mode)
+        except FileNotFoundError:
+            regular = True
+        if not regular:
+            f = cls._create_keep(file) if keep else CuFile(file, "w")
+            try:
+                yield f
+            finally:
+                f.close()
+            return
+        replacement = _lib.Replacement(name, keep)
         try:
-            yield f
+            with CuFile(replacement.path, "r+") as f:
+                yield f
         except BaseException:
-            if created:
-                _remove_own(_paths.fspath(file), f)
+            replacement.abort()
             raise
-        finally:
-            f.close()
+        replacement.commit(bool(_lib.get_setting("write_sync")))
 
     def close(self) -> None:
         """Close the file. Idempotent; reads and writes still running finish first."""

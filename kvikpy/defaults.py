@@ -19,6 +19,7 @@ setting                  environment variable              default
 ``auto_direct_io_read``  ``KVIKIO_AUTO_DIRECT_IO_READ``    ``"auto"``
 ``auto_direct_io_write`` ``KVIKIO_AUTO_DIRECT_IO_WRITE``   ``True``
 ``page_cache_dma``       ``KVIKPY_PAGE_CACHE_DMA``         ``True``
+``write_sync``           ``KVIKPY_WRITE_SYNC``             ``False``
 ``http_max_attempts``    ``KVIKIO_HTTP_MAX_ATTEMPTS``      3
 ``http_status_codes``    ``KVIKIO_HTTP_STATUS_CODES``      ``[429, 500, 502, 503, 504]``
 ``http_timeout``         ``KVIKIO_HTTP_TIMEOUT``           60 (seconds)
@@ -85,6 +86,13 @@ least 1 MiB whose pages are all in the page cache are DMAed straight from the ca
 pages (pinned in place for the copy) instead of being copied through pinned bounce
 buffers first. (The driver pins pages one registration at a time, so with more threads
 the bounce buffers are faster.) Set it to ``False`` to always use the bounce buffers.
+
+``write_sync`` is kvikpy's own. The writers that produce a whole file
+(:func:`kvikpy.write`, :func:`kvikpy.numpy.tofile` with a path,
+:func:`kvikpy.arrow.write_ipc`) write it under a temporary name beside the target and
+rename it into place once complete, so a failed write leaves the target as it was. With
+``write_sync`` on, the new file's bytes and the rename reach the disk (``fsync`` of the
+file, then of its directory) before the call returns.
 """
 
 from __future__ import annotations
@@ -251,6 +259,7 @@ _SETTING_VARIABLES = {
     "auto_direct_io_read": "KVIKIO_AUTO_DIRECT_IO_READ",
     "auto_direct_io_write": "KVIKIO_AUTO_DIRECT_IO_WRITE",
     "page_cache_dma": "KVIKPY_PAGE_CACHE_DMA",
+    "write_sync": "KVIKPY_WRITE_SYNC",
     "http_max_attempts": "KVIKIO_HTTP_MAX_ATTEMPTS",
     "http_status_codes": "KVIKIO_HTTP_STATUS_CODES",
     "http_timeout": "KVIKIO_HTTP_TIMEOUT",

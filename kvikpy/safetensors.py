@@ -54,7 +54,15 @@ _DTYPES: dict[str, tuple[str, str | None, int]] = {
     "BOOL": ("bool", "bool", 1),
     "F8_E4M3": ("float8_e4m3fn", None, 1),
     "F8_E5M2": ("float8_e5m2", None, 1),
+    "F8_E8M0": ("float8_e8m0fnu", None, 1),
+    "F8_E4M3FNUZ": ("float8_e4m3fnuz", None, 1),
+    "F8_E5M2FNUZ": ("float8_e5m2fnuz", None, 1),
+    "C64": ("complex64", "complex64", 8),
 }
+
+# Dtypes the safetensors format defines that kvikpy does not read: floats narrower than a
+# byte, packed (a tensor's bytes are not whole items, and torch has no matching dtype).
+_SUB_BYTE = ("F4", "F6_E2M3", "F6_E3M2")
 
 # The format caps the header at 100 MB; anything larger is a corrupt or hostile file.
 _MAX_HEADER = 100_000_000
@@ -274,6 +282,11 @@ def _check_tensor(name: str, tensor: str, info: object, data_size: int) -> tuple
     if missing:
         raise ValueError(f"{where} lacks {', '.join(missing)}")
     dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if isinstance(dtype, str) and dtype in _SUB_BYTE:
+        raise ValueError(
+            f"{where} has dtype {dtype}, a float narrower than a byte, which kvikpy does not "
+            f"read; supported: {', '.join(_DTYPES)}"
+        )
     if not isinstance(dtype, str) or dtype not in _DTYPES:
         raise ValueError(f"{where} has unknown dtype {_short(dtype)}; known: {', '.join(_DTYPES)}")
     if (
@@ -344,9 +357,22 @@ def _typed(flat: Any, info: dict[str, Any]) -> Any:
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     torch_name, _, itemsize = _DTYPES[info["dtype"]]
+    dtype = _torch_dtype(torch, info["dtype"], torch_name)
     if flat.storage_offset() % itemsize:
         flat = flat.clone()  # views need item-aligned offsets
-    return flat.view(getattr(torch, torch_name)).reshape(info["shape"])
+    return flat.view(dtype).reshape(info["shape"])
+
+
+def _torch_dtype(torch: Any, name: str, torch_name: str) -> Any:
+    """torch's dtype for the safetensors dtype ``name``; ``ValueError`` where this torch
+    lacks it (``float8_e8m0fnu`` came with torch 2.7)."""
+    dtype = getattr(torch, torch_name, None)
+    if dtype is None:
+        raise ValueError(
+            f"a tensor has dtype {name}, which torch {torch.__version__} lacks "
+            f"(torch.{torch_name}); upgrade torch to read it"
+        )
+    return dtype
 
 
 def _wanted(names: Sequence[str], tensor_filter: Needs) -> list[str]:

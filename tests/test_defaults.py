@@ -19,6 +19,7 @@ NAMES = [
     "auto_direct_io_read",
     "auto_direct_io_write",
     "page_cache_dma",
+    "write_sync",
     "http_max_attempts",
     "http_status_codes",
     "http_timeout",
@@ -36,6 +37,7 @@ OTHER = {
     "auto_direct_io_read": True,
     "auto_direct_io_write": False,
     "page_cache_dma": False,
+    "write_sync": True,
     "http_max_attempts": 5,
     "http_status_codes": [500, 429],
     "http_timeout": 7,
@@ -186,6 +188,7 @@ INVALID = [
     ("auto_direct_io_write", None),
     ("page_cache_dma", 1),
     ("page_cache_dma", "yes"),
+    ("write_sync", 1),
 ]
 
 

@@ -78,6 +78,7 @@ MALFORMED = [
     ("KVIKIO_AUTO_DIRECT_IO_READ", "2"),
     ("KVIKIO_AUTO_DIRECT_IO_WRITE", "enabled"),
     ("KVIKPY_PAGE_CACHE_DMA", "maybe"),
+    ("KVIKPY_WRITE_SYNC", "maybe"),
     ("KVIKPY_GPU_THREADS", "-1"),
     ("KVIKPY_GPU_THREADS", "1025"),
     ("KVIKIO_HTTP_MAX_ATTEMPTS", "0"),
@@ -125,6 +126,7 @@ def _cases() -> dict[str, dict[str, str]]:
             "KVIKIO_AUTO_DIRECT_IO_READ": "yes",
             "KVIKIO_AUTO_DIRECT_IO_WRITE": "no",
             "KVIKPY_PAGE_CACHE_DMA": "off",
+            "KVIKPY_WRITE_SYNC": "yes",
         },
     }
     # One interpreter per compat-mode spelling, also testing two boolean spellings.
@@ -177,6 +179,7 @@ def test_defaults_without_any_variable(env_results):
         "auto_direct_io_read": "auto",
         "auto_direct_io_write": True,
         "page_cache_dma": True,
+        "write_sync": False,
         "http_max_attempts": 3,
         "http_status_codes": [429, 500, 502, 503, 504],
         "http_timeout": 60,
@@ -256,6 +259,7 @@ def test_auto_direct_io_variables_are_independent(env_results):
     s = env_results["gds0-read-yes-write-no"]
     assert (s["auto_direct_io_read"], s["auto_direct_io_write"]) == (True, False)
     assert s["page_cache_dma"] is False
+    assert s["write_sync"] is True
 
 
 @pytest.mark.parametrize(("var", "value"), MALFORMED, ids=[f"{v}={x}" for v, x in MALFORMED])

@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import kvikpy
+import kvikpy.arrow
 import kvikpy.numpy
 from kvikpy import _paths
 
@@ -590,3 +591,77 @@ def test_hostile_integers_raise_argument_errors_only(
         call(value)
     assert not target.exists()
     assert data_file.read_bytes() == before
+
+
+def test_failed_writes_leave_an_existing_file_exactly_as_it_was(tmp_path: Path) -> None:
+    """Every writer replaces a file whole or not at all: a write that fails part-way (here
+    a file-size limit, as a full disk would) leaves the old file's bytes and no
+    temporary file, through kvikpy's own IPC writer and pyarrow's, a whole write and one
+    that keeps the bytes around its range."""
+    pytest.importorskip("pyarrow")
+    code = """
+        import os, resource, signal, sys
+        import numpy as np
+        import pyarrow as pa
+        import kvikpy, kvikpy.arrow, kvikpy.numpy
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        folder = sys.argv[1]
+        table = pa.table({"x": np.arange(100_000, dtype=np.int64)})
+        data = np.arange(100_000, dtype=np.int64)
+        calls = {
+            "write_ipc": lambda p: kvikpy.arrow.write_ipc(p, table),
+            "write_ipc_zstd": lambda p: kvikpy.arrow.write_ipc(p, table, compression="zstd"),
+            "write": lambda p: kvikpy.write(p, data),
+            "write_part": lambda p: kvikpy.write(p, data, offset=10),
+            "tofile": lambda p: kvikpy.numpy.tofile(data, p),
+        }
+        old = bytes(range(256)) * 16
+        for name in calls:
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(old)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+        out = {}
+        for name, call in calls.items():
+            path = os.path.join(folder, name)
+            try:
+                call(path)
+                out[name] = "written"
+            except OSError:
+                with open(path, "rb") as f:
+                    out[name] = "kept" if f.read() == old else "changed"
+        left = sorted(n for n in os.listdir(folder) if ".kvikpy-" in n)
+        print(out, left)
+    """
+    result = run_python(textwrap.dedent(code), str(tmp_path), timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    kept = {n: "kept" for n in ("write_ipc", "write_ipc_zstd", "write", "write_part", "tofile")}
+    assert result.stdout.strip().splitlines()[-1] == f"{kept} []"
+
+
+def test_a_replaced_file_keeps_its_permissions_and_sync_is_a_setting(tmp_path: Path) -> None:
+    path = tmp_path / "kept.bin"
+    path.write_bytes(b"0123456789")
+    path.chmod(0o640)
+    with kvikpy.defaults.set(write_sync=True):
+        assert kvikpy.write(path, b"ab", offset=4) == 2
+    assert path.read_bytes() == b"0123ab6789"
+    assert path.stat().st_mode & 0o777 == 0o640
+    assert not [p for p in tmp_path.iterdir() if ".kvikpy-" in p.name]
+
+
+def test_a_source_that_fails_mid_table_leaves_the_old_file(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    schema = pa.schema([("x", pa.int64())])
+
+    def batches() -> Any:
+        yield pa.record_batch([pa.array(np.arange(1000))], schema=schema)
+        raise RuntimeError("the source failed")
+
+    for compression in (None, "zstd"):
+        path = tmp_path / f"old-{compression}.arrow"
+        path.write_bytes(b"old bytes")
+        reader = pa.RecordBatchReader.from_batches(schema, batches())
+        with pytest.raises(Exception, match="the source failed"):
+            kvikpy.arrow.write_ipc(path, reader, compression=compression)
+        assert path.read_bytes() == b"old bytes"
+    assert not [p for p in tmp_path.iterdir() if ".kvikpy-" in p.name]

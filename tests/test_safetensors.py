@@ -168,3 +168,60 @@ def test_torch_shards_and_filter_on_the_host(tmp_path: Path) -> None:
     write_safetensors(tmp_path / "dup.safetensors", {"w": tensors["w"]})
     with pytest.raises(ValueError, match="tensor 'w' is in both"):
         kst.load_files([shards[0], tmp_path / "dup.safetensors"], "cpu")
+
+
+# Every dtype safetensors 0.8 defines (its `Dtype` enum), and what kvikpy does with it.
+# Item sizes in bytes of the dtypes kvikpy reads.
+READ = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4}
+READ |= {"U32": 4, "F32": 4, "C64": 8, "F64": 8, "I64": 8, "U64": 8, "F8_E5M2": 1}
+READ |= {"F8_E4M3": 1, "F8_E8M0": 1, "F8_E4M3FNUZ": 1, "F8_E5M2FNUZ": 1}
+SUB_BYTE = ["F4", "F6_E2M3", "F6_E3M2"]
+
+
+def test_every_dtype_safetensors_writes_is_read_or_refused_by_name(tmp_path: Path) -> None:
+    for dtype, size in READ.items():
+        p = corrupt(
+            tmp_path / f"{dtype}.safetensors",
+            {"t": {"dtype": dtype, "shape": [2], "data_offsets": [0, 2 * size]}},
+            b"\x01" * 16,
+        )
+        _, header, _ = kst.read_header(p)
+        assert header["t"]["dtype"] == dtype
+    for dtype in SUB_BYTE:
+        p = corrupt(
+            tmp_path / f"{dtype}.safetensors",
+            {"t": {"dtype": dtype, "shape": [2], "data_offsets": [0, 1]}},
+            b"\x01",
+        )
+        with pytest.raises(ValueError, match=f"dtype {dtype}, a float narrower than a byte") as e:
+            kst.read_header(p)
+        assert "supported: " in str(e.value) and "C64" in str(e.value)
+
+
+def test_complex64_written_by_safetensors_reads_back(tmp_path: Path) -> None:
+    st = pytest.importorskip("safetensors.numpy")
+    tensors = {
+        "c": (RNG.standard_normal((5, 3)) + 1j * RNG.standard_normal((5, 3))).astype(
+            np.complex64
+        ),
+        "u16": RNG.integers(0, 2**16, 7).astype(np.uint16),
+        "f": RNG.standard_normal(4).astype(np.float32),
+    }
+    p = tmp_path / "c.safetensors"
+    st.save_file(tensors, str(p))
+    got = kst.load_file(p, device="cpu", framework="numpy")
+    for name, a in tensors.items():
+        assert got[name].dtype == a.dtype and np.array_equal(got[name], a), name
+    # And the other way: safetensors reads what kvikpy's header check accepts.
+    assert np.array_equal(st.load_file(str(p))["c"], tensors["c"])
+
+
+def test_float8_variants_numpy_lacks_are_named(tmp_path: Path) -> None:
+    for dtype in ("F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ"):
+        p = corrupt(
+            tmp_path / f"{dtype}.safetensors",
+            {"t": {"dtype": dtype, "shape": [4], "data_offsets": [0, 4]}},
+            b"\x01" * 8,
+        )
+        with pytest.raises(ValueError, match=f"dtype {dtype}, which numpy lacks"):
+            kst.load_file(p, device="cpu", framework="numpy")

@@ -28,6 +28,7 @@ pub mod profile;
 pub mod redact;
 #[cfg(test)]
 mod remote_cancel_tests;
+pub mod replace;
 pub mod request;
 pub mod ring;
 pub mod settings;

@@ -72,7 +72,8 @@ impl DirectIoRead {
 /// A setting's value as seen from outside the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SettingValue {
-    /// A switch (`auto_direct_io_read` when forced, `auto_direct_io_write`, `page_cache_dma`).
+    /// A switch (`auto_direct_io_read` when forced, `auto_direct_io_write`, `page_cache_dma`,
+    /// `write_sync`).
     Bool(bool),
     /// A count or a size in bytes (`num_threads`, `gpu_threads`, `task_size`,
     /// `gds_threshold`, `bounce_buffer_size`).
@@ -138,6 +139,9 @@ pub struct Settings {
     /// kvikpy's own: DMA device reads of page-cache-resident ranges straight from the
     /// cached pages (pinned in place) instead of copying them through bounce buffers.
     pub page_cache_dma: bool,
+    /// kvikpy's own: a file a writer replaces whole (`write_ipc`, `kvikpy.write`) reaches
+    /// the disk (`fsync` of the file and its directory) before the call returns.
+    pub write_sync: bool,
     /// Attempts of one HTTP request (remote files), the first included, at least 1.
     pub http_max_attempts: usize,
     /// HTTP status codes answered by a retry (with backoff) rather than an error.
@@ -191,6 +195,7 @@ impl Default for Settings {
             auto_direct_io_read: DirectIoRead::ByResidency,
             auto_direct_io_write: true,
             page_cache_dma: true,
+            write_sync: false,
             http_max_attempts: 3,
             http_status_codes: StatusCodes::KVIKIO_DEFAULT,
             http_timeout: 60,
@@ -277,6 +282,9 @@ impl Settings {
         if let Some(v) = getenv("KVIKPY_PAGE_CACHE_DMA") {
             s.page_cache_dma = env_bool("KVIKPY_PAGE_CACHE_DMA", &v)?;
         }
+        if let Some(v) = getenv("KVIKPY_WRITE_SYNC") {
+            s.write_sync = env_bool("KVIKPY_WRITE_SYNC", &v)?;
+        }
         if let Some(v) = getenv("KVIKPY_WRITE_CHUNK_SIZE") {
             s.write_chunk_size = env_int("KVIKPY_WRITE_CHUNK_SIZE", &v, 0)? as usize;
         }
@@ -353,6 +361,7 @@ impl Settings {
             },
             "auto_direct_io_write" => SettingValue::Bool(self.auto_direct_io_write),
             "page_cache_dma" => SettingValue::Bool(self.page_cache_dma),
+            "write_sync" => SettingValue::Bool(self.write_sync),
             "http_max_attempts" => SettingValue::Int(self.http_max_attempts as u64),
             "http_status_codes" => SettingValue::Codes(self.http_status_codes),
             "http_timeout" => SettingValue::Int(self.http_timeout),
@@ -435,7 +444,10 @@ impl Settings {
             ("auto_direct_io_read", _) => return Err(invalid("True, False or 'auto'")),
             ("auto_direct_io_write", SettingValue::Bool(b)) => self.auto_direct_io_write = b,
             ("page_cache_dma", SettingValue::Bool(b)) => self.page_cache_dma = b,
-            ("auto_direct_io_write" | "page_cache_dma", _) => return Err(invalid("a bool")),
+            ("write_sync", SettingValue::Bool(b)) => self.write_sync = b,
+            ("auto_direct_io_write" | "page_cache_dma" | "write_sync", _) => {
+                return Err(invalid("a bool"))
+            }
             ("http_ca_bundle", SettingValue::Path(path)) => {
                 let path = path.filter(|p| !p.as_os_str().is_empty());
                 if let Some(p) = path {

@@ -50,7 +50,7 @@ impl OpenFlags {
 }
 
 /// Every setting name, in documentation order.
-pub const SETTING_NAMES: [&str; 13] = [
+pub const SETTING_NAMES: [&str; 14] = [
     "compat_mode",
     "num_threads",
     "gpu_threads",
@@ -60,6 +60,7 @@ pub const SETTING_NAMES: [&str; 13] = [
     "auto_direct_io_read",
     "auto_direct_io_write",
     "page_cache_dma",
+    "write_sync",
     "http_max_attempts",
     "http_status_codes",
     "http_timeout",

@@ -20,6 +20,7 @@ mod mmap;
 mod modules;
 mod page_cache;
 mod remote;
+mod replace;
 mod settings;
 mod torch;
 
@@ -93,6 +94,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(page_cache::drop_system_page_cache, m)?)?;
     m.add_function(wrap_pyfunction!(page_cache::read_path_counters, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_os_error_for_tests, m)?)?;
+    m.add_class::<replace::Replacement>()?;
     m.add_class::<remote::RemoteHandle>()?;
     m.add_class::<remote::S3Credentials>()?;
     m.add_function(wrap_pyfunction!(remote::infer_remote_endpoint_type, m)?)?;

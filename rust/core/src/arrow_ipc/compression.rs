@@ -1,8 +1,11 @@
 //! IPC buffer compression (LZ4 frames, ZSTD) decoded on the host: each compressed buffer
 //! starts with its uncompressed length (-1: stored as is), and decodes to exactly that
-//! many bytes, or the file is malformed. Output grows with the bytes decoded, never
-//! allocated up front from the declared length. Errors name the buffer: its record batch,
-//! column and position.
+//! many bytes, or the file is malformed. The declared length is checked before anything
+//! is allocated or decoded ([`check_declared`]: against what the column needs, the
+//! frame's own content size and what its compressed bytes can hold; [`DecodeBudget`]:
+//! the whole call against the machine's memory), then each buffer decodes into a
+//! destination of exactly that size, which never grows. Errors name the buffer: its
+//! record batch, column and position.
 
 use std::cell::RefCell;
 use std::io::Read;
@@ -19,11 +22,146 @@ use crate::allocation::{Allocation, Placement};
 use crate::batch::layout_aligned;
 use crate::error::{Error, Result};
 
-/// Decoded bytes reserved up front per compressed byte (at least [`TRUSTED_MIN`], for a
-/// buffer or for a whole table): declared lengths within it are taken at their word (and
-/// checked as they decode), larger ones are decoded first and sized by what they hold.
-pub(super) const TRUSTED_RATIO: u64 = 64;
-const TRUSTED_MIN: u64 = 1 << 20;
+/// The most bytes one byte of a ZSTD frame can decode to: a block of at most 128 KiB
+/// takes at least 4 bytes (a 3-byte header and one byte repeated).
+pub(super) const ZSTD_MAX_RATIO: u64 = 32 * 1024;
+/// The most bytes one byte of an LZ4 frame decodes to: a match of n bytes takes at least
+/// n / 255 bytes of length.
+const LZ4_MAX_RATIO: u64 = 256;
+/// Room for a frame's fixed overhead in the ratio bounds.
+const FRAME_SLACK: u64 = 1 << 10;
+pub(super) const ZSTD_MAGIC: u32 = 0xFD2F_B528;
+
+/// The most bytes a buffer may declare where its column needs `need` (more than 0): the
+/// format lets writers pad buffers (to 8 or 64 bytes) and keep a little more; twice the
+/// need is far beyond any writer's padding, and far below a decompression bomb's claim.
+fn need_limit(need: u64) -> u64 {
+    need.saturating_mul(2).saturating_add(64)
+}
+
+/// Check a compressed buffer's declared uncompressed length `declared` before anything is
+/// allocated or decoded: at least what its column needs (`need`), at most twice that (when
+/// the need is known: variable-length data is sized by offsets not yet read), agreeing with
+/// the content size its frame states (`frame`: the frame's first bytes, all of it for
+/// LZ4), and no more than its `body_len` compressed bytes can hold.
+pub fn check_declared(
+    codec: Codec,
+    declared: u64,
+    frame: &[u8],
+    body_len: u64,
+    need: u64,
+    what: &str,
+) -> Result<()> {
+    if declared < need {
+        return Err(malformed(format!(
+            "{what}: a buffer of {declared} bytes where {need} are needed"
+        )));
+    }
+    if need > 0 && declared > need_limit(need) {
+        return Err(malformed(format!(
+            "{what}: says it holds {declared} bytes uncompressed where its column needs \
+             {need}; refused before decoding"
+        )));
+    }
+    // An LZ4 frame walked whole fills the buffer, so its content size is the buffer's; a
+    // ZSTD buffer may hold several frames, so its first frame must not hold more.
+    let content = match codec {
+        Codec::Zstd => zstd_content_size(frame).filter(|&c| c > declared),
+        Codec::Lz4Frame => lz4_frame(frame)
+            .and_then(|f| f.content_size)
+            .filter(|&c| c != declared),
+    };
+    if let Some(content) = content {
+        return Err(malformed(format!(
+            "{what}: says it holds {declared} bytes uncompressed, its {codec:?} frame \
+             {content}"
+        )));
+    }
+    let ratio = match codec {
+        Codec::Zstd => ZSTD_MAX_RATIO,
+        Codec::Lz4Frame => LZ4_MAX_RATIO,
+    };
+    if declared > body_len.saturating_mul(ratio).saturating_add(FRAME_SLACK) {
+        return Err(malformed(format!(
+            "{what}: says it holds {declared} bytes uncompressed, more than its {body_len} \
+             compressed bytes can hold"
+        )));
+    }
+    Ok(())
+}
+
+/// The bytes one call may decode in all: the machine's physical memory. Every declared
+/// length is counted against it before the table's memory is allocated.
+pub struct DecodeBudget {
+    left: u64,
+    limit: u64,
+}
+
+impl DecodeBudget {
+    /// A budget of this machine's physical memory.
+    pub fn new() -> Self {
+        let limit = physical_memory();
+        Self { left: limit, limit }
+    }
+
+    /// Count `bytes` more against the budget.
+    pub fn take(&mut self, bytes: u64) -> Result<()> {
+        if bytes > self.left {
+            return Err(malformed(format!(
+                "its compressed buffers say they hold more than this machine's {} bytes of \
+                 memory once decoded; refused before decoding",
+                self.limit
+            )));
+        }
+        self.left -= bytes;
+        Ok(())
+    }
+}
+
+impl Default for DecodeBudget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// This machine's physical memory in bytes (`u64::MAX` where it cannot be told).
+fn physical_memory() -> u64 {
+    // SAFETY: sysconf has no memory preconditions.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    match (u64::try_from(pages), u64::try_from(size)) {
+        (Ok(p), Ok(s)) if p > 0 && s > 0 => p.saturating_mul(s),
+        _ => u64::MAX,
+    }
+}
+
+/// The content size a ZSTD frame's header states (None: a header without one, with a
+/// dictionary, or not a ZSTD frame header at all; the host then decodes it).
+pub fn zstd_content_size(frame: &[u8]) -> Option<u64> {
+    let magic = u32::from_le_bytes(*frame.first_chunk::<4>()?);
+    let descriptor = *frame.get(4)?;
+    if magic != ZSTD_MAGIC || descriptor & 0b1000 != 0 || descriptor & 0b11 != 0 {
+        return None;
+    }
+    let single_segment = descriptor & 0b10_0000 != 0;
+    let at = 5 + usize::from(!single_segment);
+    let size_bytes = match descriptor >> 6 {
+        0 if single_segment => 1,
+        0 => return None,
+        1 => 2,
+        2 => 4,
+        _ => 8,
+    };
+    let field = frame.get(at..at + size_bytes)?;
+    let mut le = [0u8; 8];
+    le[..size_bytes].copy_from_slice(field);
+    let value = u64::from_le_bytes(le);
+    Some(if size_bytes == 2 { value + 256 } else { value })
+}
 
 thread_local! {
     /// Each thread's ZSTD decoding context, made at its first use (tens of KiB of tables).
@@ -46,25 +184,58 @@ fn zstd_in_place<C: zstd::zstd_safe::WriteBuf + ?Sized>(
     })
 }
 
-/// Decode `body` with `codec` as a stream, reading at most `limit` bytes into `out`.
-fn decode_stream(
-    codec: Codec,
-    body: &[u8],
-    limit: u64,
-    out: &mut Vec<u8>,
-) -> std::io::Result<usize> {
+/// How many bytes `body` decodes to with `codec`, counting at most `limit` (so a buffer
+/// that holds more than it says is told apart after one byte more), into no memory.
+fn decoded_len(codec: Codec, body: &[u8], limit: u64) -> std::io::Result<u64> {
+    let mut sink = std::io::sink();
     match codec {
-        Codec::Lz4Frame => lz4_flex::frame::FrameDecoder::new(body)
-            .take(limit)
-            .read_to_end(out),
-        Codec::Zstd => zstd::stream::read::Decoder::with_buffer(body)?
-            .take(limit)
-            .read_to_end(out),
+        Codec::Lz4Frame => std::io::copy(
+            &mut lz4_flex::frame::FrameDecoder::new(body).take(limit),
+            &mut sink,
+        ),
+        Codec::Zstd => std::io::copy(
+            &mut zstd::stream::read::Decoder::with_buffer(body)?.take(limit),
+            &mut sink,
+        ),
+    }
+}
+
+/// Decode `body` with `codec` into `slot`: whether it fills it exactly.
+fn decode_exact(codec: Codec, body: &[u8], slot: &mut [u8]) -> bool {
+    match codec {
+        Codec::Zstd => zstd_in_place(body, slot).is_ok_and(|n| n == slot.len()),
+        Codec::Lz4Frame => match lz4_frame(body) {
+            Some(frame) if !frame.checksums => lz4_blocks_in_place(body, &frame, slot),
+            // Checksummed or unusual frames: the frame decoder checks them.
+            _ => {
+                let mut frame = lz4_flex::frame::FrameDecoder::new(body);
+                frame.read_exact(slot).is_ok() && frame.read(&mut [0u8; 1]).is_ok_and(|n| n == 0)
+            }
+        },
+    }
+}
+
+/// The error of a buffer that does not decode to the `declared` bytes it says it holds:
+/// what it decodes to instead (counted up to one byte more, into no memory), or why it
+/// does not decode.
+fn mismatch(codec: Codec, body: &[u8], declared: u64, what: &str) -> Error {
+    match decoded_len(codec, body, declared.saturating_add(1)) {
+        Ok(n) if n > declared => malformed(format!(
+            "{what}: says it holds {declared} bytes uncompressed, decodes to more"
+        )),
+        Ok(n) if n < declared => malformed(format!(
+            "{what}: says it holds {declared} bytes uncompressed, decodes to {n}"
+        )),
+        Ok(_) => malformed(format!(
+            "{what}: {codec:?} data decode differently each time"
+        )),
+        Err(e) => malformed(format!("{what}: {codec:?} data: {e}")),
     }
 }
 
 /// Decode one compressed buffer (`raw`, its 8-byte length prefix first) that must hold at
-/// least `need` bytes once decoded.
+/// least `need` bytes once decoded: its declared length checked first
+/// ([`check_declared`]), then decoded into exactly that many bytes.
 pub fn decode(codec: Codec, raw: &[u8], need: u64, what: &str) -> Result<Vec<u8>> {
     if raw.is_empty() {
         return if need == 0 {
@@ -82,42 +253,29 @@ pub fn decode(codec: Codec, raw: &[u8], need: u64, what: &str) -> Result<Vec<u8>
         ))
     })?;
     let declared = i64::from_le_bytes(*prefix);
-    let out = if declared == -1 {
-        body.to_vec()
-    } else {
-        let declared = u64::try_from(declared)
-            .map_err(|_| malformed(format!("{what}: uncompressed length {declared}")))?;
-        // The declared length is the file's word: memory is reserved up front for it only
-        // up to a bound set by the compressed size; beyond, the output grows as it decodes.
-        let bound = trusted(body.len() as u64);
-        let mut out = Vec::with_capacity(declared.min(bound) as usize);
-        // Past `declared`, one byte more is enough to tell that the buffer lied.
-        let limit = declared.saturating_add(1);
-        let read = if codec == Codec::Zstd && declared <= bound {
-            // Reserved in full: decoded in place in one call. A buffer that holds more
-            // than it declares (or is not ZSTD) is decoded again as a stream, which says
-            // how it differs.
-            zstd_in_place(body, &mut out).or_else(|_| {
-                out.clear();
-                decode_stream(codec, body, limit, &mut out)
-            })
-        } else {
-            decode_stream(codec, body, limit, &mut out)
-        };
-        read.map_err(|e| malformed(format!("{what}: {codec:?} data: {e}")))?;
-        if out.len() as u64 != declared {
+    if declared == -1 {
+        if (body.len() as u64) < need {
             return Err(malformed(format!(
-                "{what}: says it holds {declared} bytes uncompressed, decodes to {}",
-                out.len()
+                "{what}: a buffer of {} bytes where {need} are needed",
+                body.len()
             )));
         }
-        out
-    };
-    if (out.len() as u64) < need {
-        return Err(malformed(format!(
-            "{what}: a buffer of {} bytes where {need} are needed",
-            out.len()
-        )));
+        return Ok(body.to_vec());
+    }
+    let declared = u64::try_from(declared)
+        .map_err(|_| malformed(format!("{what}: uncompressed length {declared}")))?;
+    check_declared(codec, declared, body, body.len() as u64, need, what)?;
+    let size = usize::try_from(declared)
+        .map_err(|_| malformed(format!("{what}: uncompressed length {declared}")))?;
+    let mut out = Vec::new();
+    out.try_reserve_exact(size).map_err(|_| {
+        Error::OutOfMemory(format!(
+            "{what}: could not allocate the {declared} bytes it says it holds uncompressed"
+        ))
+    })?;
+    out.resize(size, 0);
+    if !decode_exact(codec, body, &mut out) {
+        return Err(mismatch(codec, body, declared, what));
     }
     Ok(out)
 }
@@ -126,13 +284,10 @@ pub fn decode(codec: Codec, raw: &[u8], need: u64, what: &str) -> Result<Vec<u8>
 enum Piece<'a> {
     /// An uncompressed range: goes in as it is.
     Plain(&'a [u8]),
-    /// A buffer already decoded (one declaring a length past the budget, decoded as it
-    /// grew): goes in as it is.
-    Ready(Vec<u8>),
     /// A buffer stored uncompressed (declared length -1, prefix first): its body goes in.
     Stored(&'a [u8]),
-    /// A compressed buffer (`raw`, its length prefix first) declaring `declared` bytes
-    /// within the budget: decoded straight into its place.
+    /// A compressed buffer (`raw`, its length prefix first) whose declared length passed
+    /// [`check_declared`]: decoded straight into its place of exactly that size.
     InPlace {
         codec: Codec,
         raw: &'a [u8],
@@ -145,7 +300,6 @@ impl Piece<'_> {
     fn size(&self) -> usize {
         match self {
             Piece::Plain(bytes) => bytes.len(),
-            Piece::Ready(bytes) => bytes.len(),
             Piece::Stored(raw) => raw.len() - 8,
             Piece::InPlace { declared, .. } => *declared,
         }
@@ -158,7 +312,6 @@ impl Piece<'_> {
 struct Assembly<'a> {
     pieces: Vec<Piece<'a>>,
     labels: Vec<String>,
-    needs: &'a [u64],
     /// Each range's offset in the allocation.
     offsets: Vec<usize>,
     /// Each range's size once decoded.
@@ -197,57 +350,62 @@ impl RangesRead {
     }
 }
 
-/// Size every range of `plan` (read into `read`) once decoded: from the length a
-/// compressed buffer declares while the declared lengths stay within [`TRUSTED_RATIO`]
-/// times the plan's compressed bytes (each checked again as it decodes), else by decoding
-/// it now.
+/// Size every range of `plan` (read into `read`) once decoded: a compressed buffer by the
+/// length it declares, checked ([`check_declared`], and the whole plan against a
+/// [`DecodeBudget`]) before anything is allocated or decoded.
 fn prepare<'a>(read: &'a RangesRead, plan: &'a ReadPlan, align: usize) -> Result<Assembly<'a>> {
     let labels = labels(plan);
     let mut pieces = Vec::with_capacity(plan.ranges.len());
-    let mut later = Vec::new();
-    // Declared lengths are taken at their word up to this many bytes for the whole plan.
-    let compressed = plan
-        .ranges
-        .iter()
-        .fold(0u64, |sum, r| sum.saturating_add(r.1));
-    let mut budget = trusted(compressed);
+    let mut budget = DecodeBudget::new();
     for (i, &(_, len)) in plan.ranges.iter().enumerate() {
         let raw = read.range(i, len);
         let need = plan.needs[i];
+        let what = &labels[i];
         let piece = match (plan.codecs[i], declared(raw)) {
             (None, _) => Piece::Plain(raw),
-            (Some(_), Some(-1)) if (raw.len() - 8) as u64 >= need => Piece::Stored(raw),
-            (Some(codec), Some(n)) if n >= 0 && (n as u64) >= need && (n as u64) <= budget => {
-                budget -= n as u64;
+            (Some(_), Some(-1)) => {
+                let body = (raw.len() - 8) as u64;
+                if body < need {
+                    return Err(malformed(format!(
+                        "{what}: a buffer of {body} bytes where {need} are needed"
+                    )));
+                }
+                Piece::Stored(raw)
+            }
+            (Some(codec), Some(n)) => {
+                let n = u64::try_from(n)
+                    .map_err(|_| malformed(format!("{what}: uncompressed length {n}")))?;
+                let body = &raw[8..];
+                check_declared(codec, n, body, body.len() as u64, need, what)?;
+                budget.take(n)?;
+                let declared = usize::try_from(n)
+                    .map_err(|_| malformed(format!("{what}: uncompressed length {n}")))?;
                 Piece::InPlace {
                     codec,
                     raw,
-                    declared: n as usize,
+                    declared,
                 }
             }
-            // Decoded below: its size is what it decodes to (or its error says why not).
-            (Some(codec), _) => {
-                later.push((i, codec, raw));
-                Piece::Ready(Vec::new())
+            (Some(_), None) if need == 0 && raw.is_empty() => Piece::Plain(raw),
+            (Some(_), None) => {
+                return Err(malformed(format!(
+                    "{what}: a compressed buffer of {} bytes{}",
+                    raw.len(),
+                    if need > 0 {
+                        format!(" where {need} bytes are needed")
+                    } else {
+                        String::new()
+                    }
+                )))
             }
         };
         pieces.push(piece);
-    }
-    let decoded: Vec<(usize, Vec<u8>)> = on_pool(later.len(), || {
-        later
-            .into_par_iter()
-            .map(|(i, codec, raw)| Ok((i, decode(codec, raw, plan.needs[i], &labels[i])?)))
-            .collect::<Result<_>>()
-    })?;
-    for (i, bytes) in decoded {
-        pieces[i] = Piece::Ready(bytes);
     }
     let sizes: Vec<usize> = pieces.iter().map(Piece::size).collect();
     let (offsets, total) = layout_aligned(&sizes, align)?;
     Ok(Assembly {
         pieces,
         labels,
-        needs: &plan.needs,
         offsets,
         sizes,
         total,
@@ -257,11 +415,6 @@ fn prepare<'a>(read: &'a RangesRead, plan: &'a ReadPlan, align: usize) -> Result
 /// The length a compressed buffer's prefix declares (`None`: shorter than the prefix).
 fn declared(raw: &[u8]) -> Option<i64> {
     raw.first_chunk::<8>().map(|p| i64::from_le_bytes(*p))
-}
-
-/// The most bytes `body` compressed bytes are taken to hold up front.
-fn trusted(body: u64) -> u64 {
-    body.saturating_mul(TRUSTED_RATIO).max(TRUSTED_MIN)
 }
 
 /// `work` on the I/O pool when it has more than one thing to do and the pool more than
@@ -298,7 +451,7 @@ impl Assembly<'_> {
             at = offset + size;
         }
         rest.fill(0);
-        let (labels, needs) = (&self.labels, self.needs);
+        let labels = &self.labels;
         let compressed = self
             .pieces
             .iter()
@@ -309,48 +462,24 @@ impl Assembly<'_> {
                 .into_par_iter()
                 .zip(slots)
                 .enumerate()
-                .try_for_each(|(i, (piece, slot))| fill(piece, slot, needs[i], &labels[i]))
+                .try_for_each(|(i, (piece, slot))| fill(piece, slot, &labels[i]))
         })
     }
 }
 
 /// Put `piece` into `slot` (its size), decoding it there if it is compressed.
-fn fill(piece: Piece<'_>, slot: &mut [u8], need: u64, what: &str) -> Result<()> {
-    let (codec, raw) = match piece {
-        Piece::Plain(bytes) => {
-            slot.copy_from_slice(bytes);
-            return Ok(());
-        }
-        Piece::Ready(bytes) => {
-            slot.copy_from_slice(&bytes);
-            return Ok(());
-        }
-        Piece::Stored(raw) => {
-            slot.copy_from_slice(&raw[8..]);
-            return Ok(());
-        }
-        Piece::InPlace { codec, raw, .. } => (codec, raw),
-    };
-    let body = &raw[8..];
-    let exact = match codec {
-        Codec::Zstd => zstd_in_place(body, slot).is_ok_and(|n| n == slot.len()),
-        Codec::Lz4Frame => match lz4_frame(body) {
-            Some(frame) if !frame.checksums => lz4_blocks_in_place(body, &frame, slot),
-            // Checksummed or unusual frames: the frame decoder checks them.
-            _ => {
-                let mut frame = lz4_flex::frame::FrameDecoder::new(body);
-                frame.read_exact(slot).is_ok() && frame.read(&mut [0u8; 1]).is_ok_and(|n| n == 0)
+fn fill(piece: Piece<'_>, slot: &mut [u8], what: &str) -> Result<()> {
+    match piece {
+        Piece::Plain(bytes) => slot.copy_from_slice(bytes),
+        Piece::Stored(raw) => slot.copy_from_slice(&raw[8..]),
+        Piece::InPlace { codec, raw, .. } => {
+            let body = &raw[8..];
+            if !decode_exact(codec, body, slot) {
+                return Err(mismatch(codec, body, slot.len() as u64, what));
             }
-        },
-    };
-    if exact {
-        return Ok(());
+        }
     }
-    // The buffer is not what it declares: decoding it as a stream says how it differs.
-    decode(codec, raw, need, what)?;
-    Err(malformed(format!(
-        "{what}: {codec:?} data decode differently each time"
-    )))
+    Ok(())
 }
 
 /// Decode the blocks of LZ4 `frame` (walked from `body`) one after another into `slot`,
@@ -551,6 +680,32 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Whatever length a buffer declares and whatever it holds, `decode` returns
+        /// exactly the bytes it holds or an error, and never more bytes than the checks
+        /// allow: twice the column's need (when known), and what its compressed bytes can
+        /// hold.
+        #[test]
+        fn decode_is_bounded_by_need_and_frame(
+            zstd in any::<bool>(),
+            size in 0usize..100_000,
+            seed in prop::collection::vec(any::<u8>(), 1..64),
+            lie in prop_oneof![Just(None), (0u64..(1u64 << 62)).prop_map(Some)],
+            need in prop_oneof![Just(0u64), 1u64..200_000],
+        ) {
+            let codec = if zstd { Codec::Zstd } else { Codec::Lz4Frame };
+            let data: Vec<u8> = seed.iter().cycle().take(size).copied().collect();
+            let declared = lie.unwrap_or(size as u64);
+            let raw = buffer(codec, declared as i64, &[&data]);
+            if let Ok(out) = decode(codec, &raw, need, "b") {
+                prop_assert_eq!(&out, &data);
+                prop_assert_eq!(out.len() as u64, declared);
+                prop_assert!(need == 0 || declared <= 2 * need + 64);
+                let held = (raw.len() - 8) as u64;
+                let ratio = if zstd { ZSTD_MAX_RATIO } else { LZ4_MAX_RATIO };
+                prop_assert!(declared <= held * ratio + FRAME_SLACK);
+            }
+        }
 
         /// Decoding in place agrees with decoding as a stream on any bytes: the same
         /// decoded bytes, or an error from both.

@@ -282,6 +282,7 @@ fn scan_stream(reader: &(impl ReadAt + ?Sized), size: u64) -> Result<Messages> {
     let mut pos = 0u64;
     let mut schema = None;
     let mut messages = Vec::new();
+    let mut ended = false;
     while size - pos >= 4 {
         let head = window.get(pos, (size - pos).min(8) as usize)?;
         let first = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
@@ -294,6 +295,7 @@ fn scan_stream(reader: &(impl ReadAt + ?Sized), size: u64) -> Result<Messages> {
             (first as i32, 4u64)
         };
         if len == 0 {
+            ended = true;
             break; // end-of-stream marker
         }
         let room = size - pos - prefix;
@@ -339,6 +341,14 @@ fn scan_stream(reader: &(impl ReadAt + ?Sized), size: u64) -> Result<Messages> {
             )),
         }
         pos = body_offset + body_len;
+    }
+    // A clean end falls between messages (or at the end-of-stream marker); 1 to 3 bytes
+    // left are the start of a message marker whose rest is missing.
+    if !ended && pos < size {
+        return Err(malformed(format!(
+            "the stream is cut short: it ends {} byte(s) into the message marker at byte {pos}",
+            size - pos
+        )));
     }
     let schema = schema.ok_or_else(|| {
         malformed(

@@ -12,23 +12,19 @@
 //! on the host here and
 //! copied into place.
 
-use super::compression::{decode, labels};
+use super::compression::{check_declared, decode, labels, zstd_content_size, DecodeBudget};
 use super::framing::{malformed, Codec, ReadAt};
 use super::lz4::lz4_frame;
 use super::plan::ReadPlan;
 use crate::batch::layout_aligned;
 use crate::error::Result;
 
-/// The most bytes one byte of a ZSTD frame can decode to: a block of at most 128 KiB
-/// takes at least 4 bytes (a 3-byte header and one byte repeated).
-const ZSTD_MAX_RATIO: u64 = 32 * 1024;
 /// The longest ZSTD frame header: magic, descriptor, window, 4-byte dictionary id, 8-byte
 /// content size.
 const ZSTD_HEADER_MAX: usize = 4 + 1 + 1 + 4 + 8;
 /// The largest ZSTD frame nvCOMP decodes (compressed or not); larger ones decode on the
 /// host.
 const ZSTD_GPU_MAX: u64 = (1 << 31) - 1;
-const ZSTD_MAGIC: u32 = 0xFD2F_B528;
 
 /// How a piece of a buffer as read becomes bytes of the decoded buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,30 +80,6 @@ impl GpuDecodePlan {
     }
 }
 
-/// The content size a ZSTD frame's header states (None: a header without one, with a
-/// dictionary, or not a ZSTD frame header at all; the host then decodes it).
-pub fn zstd_content_size(frame: &[u8]) -> Option<u64> {
-    let magic = u32::from_le_bytes(*frame.first_chunk::<4>()?);
-    let descriptor = *frame.get(4)?;
-    if magic != ZSTD_MAGIC || descriptor & 0b1000 != 0 || descriptor & 0b11 != 0 {
-        return None;
-    }
-    let single_segment = descriptor & 0b10_0000 != 0;
-    let at = 5 + usize::from(!single_segment);
-    let size_bytes = match descriptor >> 6 {
-        0 if single_segment => 1,
-        0 => return None,
-        1 => 2,
-        2 => 4,
-        _ => 8,
-    };
-    let field = frame.get(at..at + size_bytes)?;
-    let mut le = [0u8; 8];
-    le[..size_bytes].copy_from_slice(field);
-    let value = u64::from_le_bytes(le);
-    Some(if size_bytes == 2 { value + 256 } else { value })
-}
-
 /// Plan decoding the ranges of `plan` (read as they are in the file) on the GPU, each
 /// decoded buffer at a multiple of `align` in one allocation. Reads the length prefixes
 /// and frame headers (LZ4 buffers whole) from `reader`.
@@ -120,6 +92,7 @@ pub fn plan_gpu_decode(
     let mut sizes = Vec::with_capacity(plan.ranges.len());
     let mut pieces = Vec::new();
     let mut host = Vec::new();
+    let mut budget = DecodeBudget::new();
     for (i, &(offset, len)) in plan.ranges.iter().enumerate() {
         let what = &labels[i];
         let need = plan.needs[i];
@@ -135,7 +108,7 @@ pub fn plan_gpu_decode(
             });
             continue;
         };
-        let (size, work) = plan_buffer(reader, codec, offset, len, need, i, what)?;
+        let (size, work) = plan_buffer(reader, codec, (offset, len), need, i, what, &mut budget)?;
         sizes.push(size);
         match work {
             Work::Gpu(p) => pieces.extend(p),
@@ -166,11 +139,11 @@ enum Work {
 fn plan_buffer(
     reader: &(impl ReadAt + ?Sized),
     codec: Codec,
-    offset: u64,
-    len: u64,
+    (offset, len): (u64, u64),
     need: u64,
     range: usize,
     what: &str,
+    budget: &mut DecodeBudget,
 ) -> Result<(u64, Work)> {
     let whole = usize::try_from(len).map_err(|_| malformed(format!("{what} is too large")))?;
     if len < 8 {
@@ -208,11 +181,9 @@ fn plan_buffer(
     }
     let declared = u64::try_from(declared)
         .map_err(|_| malformed(format!("{what}: uncompressed length {declared}")))?;
-    if declared < need {
-        return Err(malformed(format!(
-            "{what}: a buffer of {declared} bytes where {need} are needed"
-        )));
-    }
+    // The same checks as the host decoder's, before anything is allocated or decoded.
+    check_declared(codec, declared, body, body_len, need, what)?;
+    budget.take(declared)?;
     let on_host = |head: Vec<u8>| -> Result<(u64, Work)> {
         let raw = if head.len() == whole {
             head
@@ -227,20 +198,10 @@ fn plan_buffer(
     }
     match codec {
         Codec::Zstd => {
-            let Some(content) = zstd_content_size(body) else {
+            // One frame of the declared size goes to nvCOMP; anything else (no content
+            // size, several frames) decodes on the host.
+            if zstd_content_size(body) != Some(declared) {
                 return on_host(head);
-            };
-            if content != declared {
-                return Err(malformed(format!(
-                    "{what}: says it holds {declared} bytes uncompressed, its ZSTD frame \
-                     {content}"
-                )));
-            }
-            if declared > body_len.saturating_mul(ZSTD_MAX_RATIO) {
-                return Err(malformed(format!(
-                    "{what}: says it holds {declared} bytes uncompressed, more than its \
-                     {body_len} compressed bytes can hold"
-                )));
             }
             if declared > ZSTD_GPU_MAX || body_len > ZSTD_GPU_MAX {
                 return on_host(head);
@@ -259,12 +220,6 @@ fn plan_buffer(
             let Some(frame) = lz4_frame(body) else {
                 return on_host(head);
             };
-            if let Some(content) = frame.content_size.filter(|&c| c != declared) {
-                return Err(malformed(format!(
-                    "{what}: says it holds {declared} bytes uncompressed, its LZ4 frame \
-                     {content}"
-                )));
-            }
             let n = frame.blocks.len() as u64;
             // Every block but the last decodes to the full block size (as LZ4's encoder
             // writes them); anything else decodes on the host.
@@ -309,7 +264,7 @@ mod tests {
     use lz4_flex::frame::{BlockMode, BlockSize, FrameEncoder, FrameInfo};
     use proptest::prelude::*;
 
-    use super::super::compression::decode_to_host;
+    use super::super::compression::{decode_to_host, ZSTD_MAGIC, ZSTD_MAX_RATIO};
     use super::*;
 
     /// The host route's table: its bytes and each range's offset in them.

@@ -16,6 +16,7 @@ mod runs;
 mod schema;
 mod write;
 
+use std::collections::HashMap;
 use std::path::Path;
 
 pub use compression::{decode, decode_to_host, Codec, Decoded};
@@ -88,6 +89,9 @@ pub struct IpcFile {
     pub size: u64,
 }
 
+/// Column names an error message lists before saying how many more there are.
+const SHOWN_NAMES: usize = 20;
+
 impl IpcFile {
     /// Read the metadata of the IPC file or stream behind `reader`.
     pub fn read(reader: &(impl ReadAt + ?Sized)) -> Result<Self> {
@@ -100,26 +104,33 @@ impl IpcFile {
         })
     }
 
-    /// The index of each column named in `names`, in that order.
+    /// The index of each column named in `names`, in that order (the first column of a
+    /// name the table repeats). One map of the names, so choosing many columns is linear.
     pub fn column_indices(&self, names: &[String]) -> Result<Vec<usize>> {
+        let mut index: HashMap<&str, usize> = HashMap::with_capacity(self.schema.fields.len());
+        for (i, f) in self.schema.fields.iter().enumerate() {
+            index.entry(f.field.name().as_str()).or_insert(i);
+        }
         names
             .iter()
             .map(|n| {
-                self.schema
-                    .fields
-                    .iter()
-                    .position(|f| f.field.name() == n)
-                    .ok_or_else(|| {
-                        let have: Vec<&str> = self
-                            .schema
-                            .fields
-                            .iter()
-                            .map(|f| f.field.name().as_str())
-                            .collect();
-                        Error::InvalidArgument(format!(
-                            "the table has no column {n:?}; its columns are {have:?}"
-                        ))
-                    })
+                index.get(n.as_str()).copied().ok_or_else(|| {
+                    let have = &self.schema.fields;
+                    let shown: Vec<&str> = have
+                        .iter()
+                        .take(SHOWN_NAMES)
+                        .map(|f| f.field.name().as_str())
+                        .collect();
+                    let more = have.len().saturating_sub(SHOWN_NAMES);
+                    let more = if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    };
+                    Error::InvalidArgument(format!(
+                        "the table has no column {n:?}; its columns are {shown:?}{more}"
+                    ))
+                })
             })
             .collect()
     }

@@ -22,6 +22,7 @@ use super::framing::MAGIC;
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use crate::memory::{DeviceSpan, HostSpan, Span};
+use crate::replace::{Replacement, Start};
 use crate::request::{submit, Completion, Request};
 use crate::settings::Settings;
 
@@ -549,10 +550,12 @@ fn last_offset(
     u64::try_from(last).map_err(|_| bad(format!("'{path}' has a negative last offset {last}")))
 }
 
-/// Write `encoded` to a new file at `path` (replacing any), each buffer from `memory`
-/// with kvikpy's write path (device buffers by the device write, through the pinned
-/// bounce buffers, in parallel on the pool), through the page cache; returns the file's
-/// size.
+/// Write `encoded` to a new file at `path`, each buffer from `memory` with kvikpy's write
+/// path (device buffers by the device write, through the pinned bounce buffers, in
+/// parallel on the pool), through the page cache; returns the file's size. The file is
+/// written under a temporary name beside `path` and renamed over it once complete
+/// ([`Replacement`]; synced first with `write_sync`): on any failure an existing file at
+/// `path` is left exactly as it was, and no temporary file remains.
 ///
 /// # Safety
 /// Every [`Piece::Memory`] of `encoded` must be readable memory of its length in
@@ -570,7 +573,8 @@ pub unsafe fn write_file(
         auto_direct_io_write: false,
         ..*settings
     };
-    let handle = FileHandle::open_with(path, "w", settings)?;
+    let replacement = Replacement::new(path, Start::Empty)?;
+    let handle = FileHandle::open_with(replacement.path(), "w", settings)?;
     let mut futures = Vec::with_capacity(encoded.pieces.len());
     let mut first = None;
     for (offset, piece) in &encoded.pieces {
@@ -611,10 +615,11 @@ pub unsafe fn write_file(
         }
     }
     handle.close();
-    match first {
-        Some(e) => Err(e),
-        None => Ok(encoded.size),
+    if let Some(e) = first {
+        return Err(e); // `replacement` is dropped: the temporary file goes
     }
+    replacement.commit(settings.write_sync)?;
+    Ok(encoded.size)
 }
 
 #[cfg(test)]
