@@ -665,3 +665,32 @@ def test_a_source_that_fails_mid_table_leaves_the_old_file(tmp_path: Path) -> No
             kvikpy.arrow.write_ipc(path, reader, compression=compression)
         assert path.read_bytes() == b"old bytes"
     assert not [p for p in tmp_path.iterdir() if ".kvikpy-" in p.name]
+
+
+def test_an_interrupted_write_leaves_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C in the middle of a write (here raised after half the bytes went to the new
+    file) leaves the target as it was, new or existing, and no temporary file."""
+    real = kvikpy.CuFile.write
+
+    def half_then_interrupt(self: Any, buf: Any, *args: Any, **kwargs: Any) -> int:
+        real(self, memoryview(buf)[: len(memoryview(buf)) // 2], *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(kvikpy.CuFile, "write", half_then_interrupt)
+    existing = tmp_path / "existing.bin"
+    existing.write_bytes(b"old" * 1000)
+    for call in (
+        lambda p: kvikpy.write(p, bytes(range(256)) * 64),
+        lambda p: kvikpy.write(p, b"x" * 100, offset=7),
+        lambda p: kvikpy.numpy.tofile(np.arange(1000), p),
+    ):
+        with pytest.raises(KeyboardInterrupt):
+            call(existing)
+        assert existing.read_bytes() == b"old" * 1000
+        fresh = tmp_path / "fresh.bin"
+        with pytest.raises(KeyboardInterrupt):
+            call(fresh)
+        assert not fresh.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["existing.bin"]

@@ -58,9 +58,7 @@ def test_a_bomb_is_refused_before_it_is_decoded(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("codec", ["zstd", "lz4"])
-def test_lengths_the_frame_or_the_column_contradict_are_refused(
-    tmp_path: Path, codec: str
-) -> None:
+def test_lengths_the_frame_or_the_column_contradict_are_refused(tmp_path: Path, codec: str) -> None:
     path = tmp_path / "t.arrow"
     table = pa.table({"a": np.arange(5000, dtype=np.int64)})
     with ipc.new_file(path, table.schema, options=ipc.IpcWriteOptions(compression=codec)) as w:

@@ -183,7 +183,7 @@ def test_every_dtype_safetensors_writes_is_read_or_refused_by_name(tmp_path: Pat
         p = corrupt(
             tmp_path / f"{dtype}.safetensors",
             {"t": {"dtype": dtype, "shape": [2], "data_offsets": [0, 2 * size]}},
-            b"\x01" * 16,
+            b"\x01" * (2 * size),
         )
         _, header, _ = kst.read_header(p)
         assert header["t"]["dtype"] == dtype
@@ -201,9 +201,7 @@ def test_every_dtype_safetensors_writes_is_read_or_refused_by_name(tmp_path: Pat
 def test_complex64_written_by_safetensors_reads_back(tmp_path: Path) -> None:
     st = pytest.importorskip("safetensors.numpy")
     tensors = {
-        "c": (RNG.standard_normal((5, 3)) + 1j * RNG.standard_normal((5, 3))).astype(
-            np.complex64
-        ),
+        "c": (RNG.standard_normal((5, 3)) + 1j * RNG.standard_normal((5, 3))).astype(np.complex64),
         "u16": RNG.integers(0, 2**16, 7).astype(np.uint16),
         "f": RNG.standard_normal(4).astype(np.float32),
     }
@@ -221,7 +219,7 @@ def test_float8_variants_numpy_lacks_are_named(tmp_path: Path) -> None:
         p = corrupt(
             tmp_path / f"{dtype}.safetensors",
             {"t": {"dtype": dtype, "shape": [4], "data_offsets": [0, 4]}},
-            b"\x01" * 8,
+            b"\x01" * 4,
         )
         with pytest.raises(ValueError, match=f"dtype {dtype}, which numpy lacks"):
             kst.load_file(p, device="cpu", framework="numpy")

@@ -127,12 +127,9 @@ impl Default for DecodeBudget {
 /// This machine's physical memory in bytes (`u64::MAX` where it cannot be told).
 fn physical_memory() -> u64 {
     // SAFETY: sysconf has no memory preconditions.
-    let (pages, size) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    // SAFETY: as above.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     match (u64::try_from(pages), u64::try_from(size)) {
         (Ok(p), Ok(s)) if p > 0 && s > 0 => p.saturating_mul(s),
         _ => u64::MAX,
@@ -637,7 +634,7 @@ mod tests {
             raw: &raw,
             declared,
         };
-        fill(piece, &mut slot, 0, "record batch 0, column 'x', buffer 1").map(|()| slot)
+        fill(piece, &mut slot, "record batch 0, column 'x', buffer 1").map(|()| slot)
     }
 
     #[test]

@@ -507,7 +507,7 @@ mod tests {
     fn lying_lengths_are_refused_before_allocating() {
         let payload = data(5000, 3, true);
         let frame = zstd_frame(&payload);
-        let with = |declared: i64, body: &[u8]| {
+        let with_need = |declared: i64, body: &[u8], need: u64| {
             let mut file = vec![0u8; 8];
             file.extend(declared.to_le_bytes());
             file.extend_from_slice(body);
@@ -515,30 +515,38 @@ mod tests {
                 schema: Schema::empty(),
                 ranges: vec![(8, (8 + body.len()) as u64)],
                 codecs: vec![Some(Codec::Zstd)],
-                needs: vec![100],
+                needs: vec![need],
                 batches: Vec::new(),
                 total_batches: 0,
                 built: Vec::new(),
             };
             plan_gpu_decode(file.as_slice(), &plan, 64)
         };
+        let with = |declared: i64, body: &[u8]| with_need(declared, body, 4000);
         assert_eq!(with(5000, &frame).unwrap().total, 5000);
+        // Far past what the column needs: refused before anything is decoded.
         let err = with(1 << 40, &frame).unwrap_err().to_string();
         assert!(
-            err.contains("buffer 0") && err.contains("its ZSTD frame"),
+            err.contains("buffer 0") && err.contains("refused before decoding"),
             "{err}"
         );
+        // Less than the frame's own content size.
+        let err = with_need(4500, &frame, 0).unwrap_err().to_string();
+        assert!(err.contains("its Zstd frame 5000"), "{err}");
+        // More than a frame of its size can hold, the need unknown.
+        let err = with_need(1 << 40, &frame, 0).unwrap_err().to_string();
+        assert!(err.contains("can hold"), "{err}");
         assert!(with(50, &frame)
             .unwrap_err()
             .to_string()
-            .contains("100 are needed"));
+            .contains("4000 are needed"));
         assert!(with(-2, &frame).is_err());
         // A frame whose own header lies about a size its bytes cannot hold.
         let mut huge = ZSTD_MAGIC.to_le_bytes().to_vec();
         huge.push(0b1110_0000);
         huge.extend_from_slice(&(1u64 << 40).to_le_bytes());
         huge.extend_from_slice(&[1, 0, 0]);
-        let err = with(1 << 40, &huge).unwrap_err().to_string();
+        let err = with_need(1 << 40, &huge, 0).unwrap_err().to_string();
         assert!(err.contains("can hold"), "{err}");
     }
 

@@ -19,10 +19,12 @@ mod write;
 use std::collections::HashMap;
 use std::path::Path;
 
-pub use compression::{decode, decode_to_host, Codec, Decoded};
+pub use compression::{
+    check_declared, decode, decode_to_host, zstd_content_size, Codec, DecodeBudget, Decoded,
+};
 pub use concat::{concat, concatenable, Part};
 pub use framing::{scan, Format, Kind, MessageRef, Messages, ReadAt, SchemaBytes, MAGIC};
-pub use gpu_decode::{plan_gpu_decode, zstd_content_size, GpuDecodePlan, Piece, Step};
+pub use gpu_decode::{plan_gpu_decode, GpuDecodePlan, Piece, Step};
 pub use lz4::{lz4_frame, Lz4Frame};
 pub use plan::{plan, BatchLayout, Built, Column, ReadPlan};
 pub use runs::{coalesce, Runs};
