@@ -160,7 +160,7 @@ gpu-wheel: $(REL_STAMP) check-rust
 
 # On the GPU machine (Python 3.12, torch/cupy/pytest/hypothesis preinstalled, no Rust):
 # install the carried wheel outside the source tree, run the suite against it, and write
-# the summary to $(REPORT) (from the device tool: REPORT=$OUT/gpu-test-report.md, then
+# the summary to $(REPORT) (set REPORT to a file you copy back from the GPU machine, then
 # copy it to docs/gpu-test-report.md here).
 REPORT ?= docs/gpu-test-report.md
 # Carried wheels go outside the source tree, so the tests import the built package.
@@ -175,20 +175,22 @@ gpu-test:
 
 # kvikio's own Python tests against kvikpy (docs/kvikio-tests.md). They are never
 # committed: `make kvikio-tests-fetch` copies them from a local git mirror of
-# rapidsai/kvikio (the search tool's `fetch github:rapidsai/kvikio` makes one) into the
+# rapidsai/kvikio (`git clone --mirror https://github.com/rapidsai/kvikio`) into the
 # git-ignored .kvikio-tests/, with the kvikio commit in .kvikio-tests/KVIKIO_COMMIT.txt.
 # `make kvikio-tests` runs them here against the .venv build; `make gpu-kvikio-tests`
 # runs them on the GPU machine against the carried wheel (carry .kvikio-tests with .gpu).
 # Both put tests/kvikio_shim first on PYTHONPATH (so `import kvikio` is kvikpy) and write
 # kvikio-tests-kvikpy.xml (junit) and kvikio-tests-kvikpy.md (summary) into $(REPORT_DIR)
-# (from the device tool: REPORT_DIR=$OUT). KVIKIO_TESTS picks files (default: all of them).
+# (on the GPU machine, a folder you copy back). KVIKIO_TESTS picks files (default: all).
 # The baseline: `make gpu-kvikio-tests KVIKIO_AGAINST=kvikio` runs them on kvikio itself
 # (its wheels carried in .whl/, as for gpu-bench), into kvikio-tests-kvikio.{xml,md}.
-KVIKIO_MIRROR ?= /work/.mirror/rapidsai+kvikio/repo
+# The git directory of a local clone of rapidsai/kvikio (required by kvikio-tests-fetch).
+KVIKIO_MIRROR ?=
 KVIKIO_TESTS ?=
 REPORT_DIR ?= /tmp/kvikpy-kvikio-tests
 KVIKIO_AGAINST ?= kvikpy
 kvikio-tests-fetch:
+	@[ -n "$(KVIKIO_MIRROR)" ] || { echo "error: set KVIKIO_MIRROR to the git directory of a clone of rapidsai/kvikio (git clone --mirror https://github.com/rapidsai/kvikio)" >&2; exit 2; }
 	$(PYTHON) tests/kvikio_harness.py fetch --mirror $(KVIKIO_MIRROR)
 
 kvikio-tests: develop
@@ -223,7 +225,7 @@ GPU_WHEEL_DOWNLOAD = $(BIN)/python -m pip download -q --no-deps --only-binary=:a
 # .zwhl/ (git-ignored); carry it with .gpu/, and `make gpu-test`, `gpu-kvikio-tests`,
 # `gpu-bench` and `gpu-notebooks` install it when present.
 # `make zarr-wheels ZARR_NVCOMP=` leaves nvCOMP out (9 MB: zstd then decodes on the CPU),
-# to fit a carry with .nbwhl/ under the device tool's 64 MiB.
+# for a smaller copy to the GPU machine beside .nbwhl/.
 ZARR_NVCOMP ?= nvidia-nvcomp-cu13==6.0.0.12 nvidia-libnvcomp-cu13==6.0.0.12
 ZARR_WHEELS = $(shell grep -E '^(zarr|numcodecs|pytest-asyncio)==' requirements-dev.txt) \
 	donfig google-crc32c typing_extensions packaging pyyaml $(ZARR_NVCOMP)

@@ -20,7 +20,8 @@ load_pretrained against load_file + load_state_dict, safetensors and from_pretra
 arrow (Arrow IPC tables onto the GPU: kvikpy.arrow.read_ipc against pyarrow plus CuPy,
 whole and 2 of 10 columns, warm and cold), arrow-zstd (a compressed IPC file onto the
 GPU: nvCOMP decoding against host decoding and pyarrow plus CuPy), arrow-wide (a table of
-100,000 columns on the host, whole and chosen by name, against pyarrow).
+100,000 columns on the host, whole and chosen by name, against pyarrow), arrow-host (Arrow
+tables into host memory against pyarrow's read_all and memory map, three shapes).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -55,6 +56,7 @@ SCRIPTS = {
     "arrow": "benchmarks.arrow_tables",
     "arrow-zstd": "benchmarks.arrow_zstd",
     "arrow-wide": "benchmarks.arrow_wide",
+    "arrow-host": "benchmarks.arrow_host",
 }
 
 

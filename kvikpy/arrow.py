@@ -72,6 +72,20 @@ class ColumnChunk:
     def __dlpack_device__(self) -> tuple[int, int]:
         return self._values().__dlpack_device__()
 
+    def __repr__(self) -> str:
+        t = self._table
+        return (
+            f"<kvikpy.arrow.ColumnChunk {t.column_names[self._column]!r} "
+            f"({t.column_types[self._column]}) of record batch {self._batch}: "
+            f"{t.batch_rows[self._batch]:,} rows on {_device_label(t)}>"
+        )
+
+
+def _device_label(table: _lib.IpcTable) -> str:
+    """Where a table's memory is: ``"cuda:N"`` or ``"cpu"``."""
+    ordinal = table.ordinal
+    return "cpu" if ordinal is None else f"cuda:{ordinal}"
+
 
 class Column(Sequence[ColumnChunk]):
     """A column of a :class:`Table`: one :class:`ColumnChunk` per record batch.
@@ -124,6 +138,14 @@ class Column(Sequence[ColumnChunk]):
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self._only().__dlpack_device__()
+
+    def __repr__(self) -> str:
+        t = self._table
+        return (
+            f"<kvikpy.arrow.Column {t.column_names[self._column]!r} "
+            f"({t.column_types[self._column]}): {sum(t.batch_rows):,} rows in "
+            f"{len(self._chunks)} chunks on {_device_label(t)}>"
+        )
 
 
 class _Batch:
@@ -189,8 +211,7 @@ class Table:
     @property
     def device(self) -> str:
         """``"cuda:N"`` or ``"cpu"``."""
-        ordinal = self._inner.ordinal
-        return "cpu" if ordinal is None else f"cuda:{ordinal}"
+        return _device_label(self._inner)
 
     @property
     def buffer(self) -> _lib.Buffer:

@@ -164,6 +164,10 @@ class ConfigContextManager:
     def __enter__(self) -> None:
         return None
 
+    def __repr__(self) -> str:
+        names = ", ".join(sorted(self._old))
+        return f"<kvikpy.cufile_driver.ConfigContextManager restoring {names or 'nothing'} on exit>"
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,

@@ -389,7 +389,7 @@ def _wanted(names: Sequence[str], tensor_filter: Needs) -> list[str]:
 
 def load_file(
     path: _paths.StrPath | Sequence[_paths.StrPath],
-    device: str | int = "cuda",
+    device: str | int | None = None,
     *,
     framework: str = "torch",
     process_group: Any = None,
@@ -405,12 +405,13 @@ def load_file(
         tensor name in one file only).
     device
         ``"cuda"``, ``"cuda:N"``, ``N`` or ``"cpu"`` (host memory), as for
-        :func:`kvikpy.read`. With an NCCL ``process_group``, this rank's GPU (``"cuda"``
-        is the current device, which torchrun scripts set with
-        ``torch.cuda.set_device(local_rank)``).
+        :func:`kvikpy.read`; by default ``"cuda"`` for torch and ``"cpu"`` for numpy.
+        With an NCCL ``process_group``, this rank's GPU (``"cuda"`` is the current
+        device, which torchrun scripts set with ``torch.cuda.set_device(local_rank)``).
     framework
         ``"torch"`` (default) returns torch tensors; ``"numpy"`` returns numpy arrays
-        (host memory, one file, no process group; no bfloat16 or float8).
+        (host memory, one file, no process group; no bfloat16 or float8), and needs no
+        torch.
     process_group
         A ``torch.distributed`` process group (``torch.distributed.group.WORLD`` for
         the default one), or ``None`` to read alone. With a group, every rank calls this
@@ -466,10 +467,20 @@ def load_file(
                 "framework='numpy' loads one file alone; use framework='torch' for shards, "
                 "process_group= or tensor_filter="
             )
-        return _load_numpy(paths[0], device)
+        return _load_numpy(paths[0], "cpu" if device is None else device)
     if framework not in ("torch", "pt"):
         raise ValueError(f"framework must be 'torch' or 'numpy', got {framework!r}")
-    import torch  # type: ignore[import-not-found, unused-ignore]
+    if device is None:
+        device = "cuda"
+    try:
+        import torch  # type: ignore[import-not-found, unused-ignore]
+    except ImportError as e:
+        raise ModuleNotFoundError(
+            "kvikpy.safetensors.load_file returns torch tensors, and torch is not "
+            "installed: install torch, or pass framework='numpy' to read the tensors "
+            "into numpy arrays in host memory",
+            name="torch",
+        ) from e
 
     spans, infos, starts = _spans(paths)
     if process_group is not None:

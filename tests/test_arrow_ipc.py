@@ -794,3 +794,17 @@ def test_write_ipc_any_columns_rows_and_batches_round_trip(
     got = feather.read_table(path)
     assert got.equals(table)
     assert read_back(path).equals(table)
+
+
+def test_columns_and_chunks_have_a_readable_repr(tmp_path: Path) -> None:
+    path = tmp_path / "r.arrow"
+    table = pa.table({"ids": pa.array(list(range(10)), pa.int64())})
+    with ipc.new_file(path, table.schema) as w:
+        for batch in table.to_batches(max_chunksize=4):
+            w.write_batch(batch)
+    t = kvikpy.arrow.read_ipc(path, device="cpu")
+    column = t.column("ids")
+    assert repr(column) == "<kvikpy.arrow.Column 'ids' (Int64): 10 rows in 3 chunks on cpu>"
+    assert repr(column[2]) == (
+        "<kvikpy.arrow.ColumnChunk 'ids' (Int64) of record batch 2: 2 rows on cpu>"
+    )

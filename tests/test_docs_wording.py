@@ -103,3 +103,36 @@ def test_every_docs_page_is_in_the_site_navigation():
     pages = {p.name for p in DOCS.glob("*.md")}
     assert not sorted(pages - nav), f"mkdocs.yml's nav lacks: {sorted(pages - nav)}"
     assert not sorted(nav - pages), f"mkdocs.yml's nav names missing pages: {sorted(nav - pages)}"
+
+
+# Names of the tools and machine paths of the workplace kvikpy was developed in: the tree
+# speaks of the project and of public tools only.
+NOT_OURS = {
+    "device" + " tool": "a development tool that is not the project's",
+    "search" + " tool": "a development tool that is not the project's",
+    "/work" + "/.": "a path on a development machine",
+    "/root" + "/out": "a path on a development machine",
+}
+
+
+def test_no_file_of_the_tree_names_the_workplaces_tools_or_paths() -> None:
+    import subprocess
+
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=False, timeout=60
+    )
+    if listed.returncode:
+        pytest.skip("not a git checkout")
+    found = []
+    for name in listed.stdout.decode().split("\0"):
+        path = ROOT / name
+        if not name or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue  # binary files
+        for needle, why in NOT_OURS.items():
+            if needle in text:
+                found.append(f"{name}: {needle!r} ({why})")
+    assert found == []

@@ -223,3 +223,26 @@ def test_float8_variants_numpy_lacks_are_named(tmp_path: Path) -> None:
         )
         with pytest.raises(ValueError, match=f"dtype {dtype}, which numpy lacks"):
             kst.load_file(p, device="cpu", framework="numpy")
+
+
+def test_numpy_framework_reads_into_host_memory_by_default(tmp_path: Path) -> None:
+    tensors = sample()
+    p = tmp_path / "m.safetensors"
+    write_safetensors(p, tensors)
+    got = kst.load_file(p, framework="numpy")  # no device=: host memory, no GPU needed
+    for name, a in tensors.items():
+        assert np.array_equal(got[name], a), name
+
+
+def test_torch_framework_without_torch_says_numpy_needs_none(tmp_path: Path) -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("torch is installed here")
+    p = tmp_path / "m.safetensors"
+    write_safetensors(p, sample())
+    with pytest.raises(ModuleNotFoundError, match="framework='numpy'") as e:
+        kst.load_file(p, device="cpu")
+    assert e.value.name == "torch"
