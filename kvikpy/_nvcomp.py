@@ -1,4 +1,4 @@
-"""nvCOMP (NVIDIA's GPU compression library, ``pip install kvikpy[nvcomp]``) for kvikpy:
+"""nvCOMP (NVIDIA's GPU compression library; the kvikpy wheel's ``nvcomp`` extra) for kvikpy:
 loading its Python package where it is installed, and decoders that decode a batch of
 zstd or lz4 buffers in GPU memory in one nvCOMP call. Used by :mod:`kvikpy.zarr`
 (compressed chunks) and :mod:`kvikpy.arrow` (compressed IPC buffers)."""

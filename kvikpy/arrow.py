@@ -342,9 +342,10 @@ def read_ipc(
     allocation (each buffer 64-byte aligned), with no decoding on the host.
 
     Compressed record batches (IPC's per-buffer ZSTD and LZ4 frames) are decoded on the
-    GPU by nvCOMP when the table goes to a GPU and nvCOMP is installed (``pip install
-    kvikpy[nvcomp]``, with CuPy): the compressed buffers are read onto the GPU in the one
-    batch read and decoded in one nvCOMP call per codec into their places in the table.
+    GPU by nvCOMP when the table goes to a GPU and nvCOMP is installed (the kvikpy
+    wheel's ``nvcomp`` extra, with CuPy): the compressed buffers are read onto the GPU in
+    the one batch read and decoded in one nvCOMP call per codec into their places in the
+    table.
     LZ4 frames whose blocks depend on each other (pyarrow writes them so for buffers over
     64 KiB) cannot be decoded block by block and are decoded on the host; so is
     everything when the table goes to the host or nvCOMP is missing. The bytes are the
@@ -423,7 +424,7 @@ def read_ipc(
         raise ValueError('decode="gpu" decodes into GPU memory; read with a GPU device, not "cpu"')
     if decode == "gpu" and not _nvcomp.available():
         raise ImportError(
-            'decode="gpu" needs nvCOMP and CuPy: pip install "kvikpy[nvcomp]" cupy-cuda13x'
+            'decode="gpu" needs nvCOMP and CuPy: pip install "<kvikpy wheel>[nvcomp]" cupy-cuda13x'
         )
     name = _paths.fspath(source)
     if picked is not None and any(b < 0 for b in picked):

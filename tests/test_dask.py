@@ -80,7 +80,8 @@ def test_without_dask_the_import_says_what_to_install() -> None:
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("dask |")
-    assert "pip install 'kvikpy[dask]'" in r.stdout
+    assert "pip install 'dask[array]' distributed" in r.stdout
+    assert "<kvikpy wheel>[dask]" in r.stdout
 
 
 # ---------------------------------------------------------------------------------------

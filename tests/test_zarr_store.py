@@ -273,7 +273,8 @@ def test_without_zarr_the_import_error_names_the_package(blocked):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.startswith("zarr |")
-    assert "pip install 'kvikpy[zarr]'" in out
+    assert "pip install 'zarr>=3'" in out
+    assert "<kvikpy wheel>[zarr]" in out
 
 
 def test_zarr_2_is_refused_with_a_clear_message():

@@ -17,15 +17,16 @@ not from a worker. The graphs hold paths, never open files, and pickle; any dask
 scheduler runs them, dask.distributed included (``dask_cuda.LocalCUDACluster`` for one
 worker per GPU, where ``device="cuda"`` is each worker's own GPU).
 
-Needs dask and distributed: ``pip install 'kvikpy[dask]'``.
+Needs dask and distributed: the kvikpy wheel's ``dask`` extra, or ``pip install
+'dask[array]' distributed``.
 """
 
 from __future__ import annotations
 
 _MISSING = (
     "kvikpy.dask needs dask (with dask.array) and distributed, which are not installed; "
-    "install them with `pip install 'kvikpy[dask]'` "
-    "(or `pip install 'dask[array]' distributed`)"
+    "install them with `pip install 'dask[array]' distributed` "
+    '(or the kvikpy wheel\'s dask extra: `pip install "<kvikpy wheel>[dask]"`)'
 )
 
 try:

@@ -61,7 +61,7 @@ def from_zarr(
         For a URL, an unknown ``device`` or ``"cuda:N"``, or ``component`` with an open
         array.
     ImportError
-        Without zarr 3 (``pip install 'kvikpy[zarr]'``), or CuPy for a GPU ``device``.
+        Without zarr 3 (the kvikpy wheel's ``zarr`` extra), or CuPy for a GPU ``device``.
 
     Examples
     --------

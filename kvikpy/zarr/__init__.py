@@ -5,12 +5,12 @@ whose reads and writes go through kvikpy, batched: the chunks of one array read 
 in one kvikpy batch, into GPU memory under ``zarr.config.enable_gpu()``. Importing this
 module also selects kvikpy's codecs for ``zstd``, ``numcodecs.zstd`` and
 ``numcodecs.lz4`` in zarr's configuration (:func:`register_codecs`): zarr's own codecs,
-except that batches of chunks in GPU memory decode on the GPU through nvCOMP (``pip
-install kvikpy[nvcomp]``). :func:`enable_gpu` turns on zarr's GPU mode with batch sizes
+except that batches of chunks in GPU memory decode on the GPU through nvCOMP (the kvikpy
+wheel's ``nvcomp`` extra). :func:`enable_gpu` turns on zarr's GPU mode with batch sizes
 that suit them.
 
-Needs zarr 3 (``pip install kvikpy[zarr]``). ``import kvikpy as kvikio`` then runs
-``kvikio.zarr.GDSStore`` code.
+Needs zarr 3 (the kvikpy wheel's ``zarr`` extra, or ``pip install 'zarr>=3'``).
+``import kvikpy as kvikio`` then runs ``kvikio.zarr.GDSStore`` code.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import importlib.metadata
 
 _MISSING = (
     "kvikpy.zarr needs zarr 3 (zarr-python >= 3.0.8), which is not installed; "
-    "install it with `pip install 'kvikpy[zarr]'` (or `pip install 'zarr>=3'`)"
+    "install it with `pip install 'zarr>=3'` (or the kvikpy wheel's zarr extra: "
+    '`pip install "<kvikpy wheel>[zarr]"`)'
 )
 
 try:
@@ -40,7 +41,7 @@ def _zarr_major() -> int:
 if _zarr_major() < 3:
     raise ImportError(
         f"kvikpy.zarr needs zarr 3, but zarr {zarr.__version__} is installed; upgrade "
-        "with `pip install 'kvikpy[zarr]'` (or `pip install -U 'zarr>=3'`)",
+        "with `pip install -U 'zarr>=3'`",
         name="zarr",
     )
 

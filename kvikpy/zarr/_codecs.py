@@ -4,7 +4,7 @@ zarr (3.1) decodes compressed chunks on the CPU even under ``zarr.config.enable_
 each chunk is copied to the host, decoded there and copied back. The codecs here are
 zarr's own (same names, same metadata, same encoding on the CPU) with one change: when a
 batch of chunks to decode is in GPU memory and nvCOMP's Python package
-(``nvidia-nvcomp-cu13``, ``pip install kvikpy[nvcomp]``) is installed, the whole batch is
+(``nvidia-nvcomp-cu13``, the kvikpy wheel's ``nvcomp`` extra) is installed, the whole batch is
 decoded by one nvCOMP call on the GPU. Otherwise they decode exactly as zarr's codecs do.
 ``crc32c`` (the checksum of sharded arrays' shard indexes) is zarr's too, except that
 under zarr's GPU mode it hands zarr its result as a CUDA array: zarr's own wraps a numpy

@@ -59,7 +59,7 @@ def enable_gpu(*, batch_size: int = BATCH_SIZE, concurrency: int = CONCURRENCY) 
 
 
 def nvcomp_available() -> bool:
-    """Whether nvCOMP's Python package (``nvidia-nvcomp-cu13``, ``pip install
-    kvikpy[nvcomp]``) can be imported, so zstd and lz4 chunks in GPU memory decode on
+    """Whether nvCOMP's Python package (``nvidia-nvcomp-cu13``, the kvikpy
+    wheel's ``nvcomp`` extra) can be imported, so zstd and lz4 chunks in GPU memory decode on
     the GPU (without it they decode on the CPU, as zarr's codecs do)."""
     return nvcomp() is not None
