@@ -127,4 +127,6 @@ CELLS = [
         "assert total == expected\n"
         "print(f'8 chunks summed to {total:,}, using {chunks.allocations} buffers')"
     ),
+    new_markdown_cell("## Clean up\n\nThe files this notebook wrote go with their folder."),
+    new_code_cell("import shutil\n\nshutil.rmtree(folder)"),
 ]

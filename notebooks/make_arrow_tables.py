@@ -130,4 +130,6 @@ CELLS = [
         "assert host.equals(shard.select(['text', 'label']))\n"
         "host.slice(0, 3).to_pylist()"
     ),
+    new_markdown_cell("## Clean up\n\nThe files this notebook wrote go with their folder."),
+    new_code_cell("import shutil\n\nshutil.rmtree(folder)"),
 ]

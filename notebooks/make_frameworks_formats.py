@@ -160,6 +160,8 @@ FRAMEWORKS = [
         "print(f'  load_file + copy per name  {both / 2**20:6.1f} MiB')\n"
         "print('weights equal to the file:', same)"
     ),
+    new_markdown_cell("## Clean up\n\nThe files this notebook wrote go with their folder."),
+    new_code_cell("import shutil\n\nshutil.rmtree(workdir)"),
 ]
 
 FORMATS = [
@@ -264,4 +266,6 @@ FORMATS = [
         "print(f'kvikpy {t_kvikpy * 1e3:.1f} ms, {how} {t_numpy * 1e3:.1f} ms (medians of 3)')\n"
         "on_device"
     ),
+    new_markdown_cell("## Clean up\n\nThe files this notebook wrote go with their folder."),
+    new_code_cell("import shutil\n\nshutil.rmtree(workdir)"),
 ]

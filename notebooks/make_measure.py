@@ -137,4 +137,6 @@ CELLS = [
         "- For your own files, `python -m kvikpy bench FILE` runs one such measurement "
         "from the command line."
     ),
+    new_markdown_cell("## Clean up\n\nThe files this notebook wrote go with their folder."),
+    new_code_cell("import shutil\n\nshutil.rmtree(os.path.dirname(path))"),
 ]

@@ -173,6 +173,7 @@ one worker per GPU and the chunks are CuPy arrays on it."""
     ),
     new_code_cell(
         """try:
+    import dask
     from dask.distributed import Client, LocalCluster
 
     import kvikpy.dask
@@ -190,6 +191,9 @@ else:
     values = rng.standard_normal((SIZE_MIB << 20) // 4 // 256 * 256, dtype=np.float32)
     values.tofile(raw)
     shape = (values.size // 256, 256)
+    # Dask's scratch space (its locks, the workers' spilled data) goes with this
+    # notebook's folder.
+    dask.config.set({"temporary-directory": str(folder)})
     if GPUS and LocalCUDACluster is not None:
         cluster, device = LocalCUDACluster(dashboard_address=None), "cuda"
     else:
@@ -211,5 +215,15 @@ else:
         f"{values.nbytes / sorted(times)[1] / 1e9:.2f} GB/s (median of 3 after a warm-up, "
         "graph included)"
     )"""
+    ),
+    new_markdown_cell(
+        """## Clean up
+
+The files this notebook wrote go with their folder."""
+    ),
+    new_code_cell(
+        """import shutil
+
+shutil.rmtree(folder)"""
     ),
 ]

@@ -134,4 +134,6 @@ CELLS = [
         "* `python -m benchmarks zarr` (docs/benchmarks.md) measures the same reads at "
         "4 GiB, cold as well as warm, with a random selection of chunks."
     ),
+    new_markdown_cell("## Clean up\n\nThe files this notebook wrote go with their folder."),
+    new_code_cell("import shutil\n\nshutil.rmtree(root)"),
 ]

@@ -37,15 +37,17 @@ def regimes_run(*args: str) -> subprocess.CompletedProcess[str]:
     # not put the source tree's kvikpy first.
     tested = Path(kvikpy.__file__).resolve().parent.parent
     env["PYTHONPATH"] = os.pathsep.join([str(tested), str(REPO)])
-    return subprocess.run(
-        [sys.executable, "-m", "benchmarks", "regimes", *args],
-        cwd=tempfile.mkdtemp(prefix="kvikpy-regimes-test-"),
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=240,
-    )
+    # The folder it runs in goes when it ends, however it ends.
+    with tempfile.TemporaryDirectory(prefix="kvikpy-regimes-test-") as cwd:
+        return subprocess.run(
+            [sys.executable, "-m", "benchmarks", "regimes", *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=240,
+        )
 
 
 def test_every_row_on_the_host(tmp_path: Path) -> None:
