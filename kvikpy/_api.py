@@ -236,14 +236,8 @@ def write(path: _paths.StrPath, buf: BufferLike, *, offset: int = 0, progress: b
     offset = _args.non_negative("offset", offset)
     nbytes = _lib.buffer_nbytes(buf)  # refuse a bad buffer before the file is created
     _args.end("the write", offset, nbytes)
-    # Written whole or not at all (see CuFile._one_shot): the bytes outside the range
-    # come along from the existing file only where some of them remain.
-    try:
-        size = os.stat(_paths.fspath(path)).st_size
-    except FileNotFoundError:
-        size = 0
-    keep = offset > 0 or size > offset + nbytes
-    with CuFile._one_shot(path, keep=keep) as f:
+    # Written whole or not at all; the bytes outside the range stay (CuFile._one_shot).
+    with CuFile._one_shot(path, span=(offset, nbytes)) as f:
         if not progress:
             return f.write(buf, file_offset=offset)
         from kvikpy._progress import follow_future

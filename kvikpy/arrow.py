@@ -656,5 +656,5 @@ def _write_pyarrow(name: str, data: Any, compression: str | None) -> int:
     from kvikpy.cufile import CuFile
 
     # A new file replaces any at `name` only once complete (see CuFile._one_shot).
-    with CuFile._one_shot(name, keep=False) as f:
+    with CuFile._one_shot(name) as f:
         return int(f.write(np.frombuffer(body, dtype=np.uint8)))

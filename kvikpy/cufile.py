@@ -40,9 +40,6 @@ OpenMode: TypeAlias = Literal["r", "rb", "r+", "r+b", "rb+", "w", "wb", "w+", "w
 # kvikpy's own mode (the engine's OpenFlags::CREATE_KEEP), not one of kvikio's: read and
 # write, the file created if missing and never truncated (O_CREAT without O_TRUNC).
 _CREATE_KEEP = "r+:create"
-# And OpenFlags::CREATE_NEW: read and write a file the open creates (O_CREAT | O_EXCL,
-# FileExistsError if it exists).
-_CREATE_NEW = "r+:create-new"
 
 
 class CudaArray(Protocol):
@@ -231,21 +228,6 @@ class IOFutureStream:
         return f"<kvikpy.IOFutureStream stream={self.stream:#x} {state}>"
 
 
-def _remove_own(path: str, f: CuFile) -> None:
-    """Remove ``path`` if it still names the file ``f`` opened (same device and inode),
-    so that a file another process put there meanwhile is left alone; quietly gives up
-    where it cannot tell or cannot remove."""
-    try:
-        st = os.stat(path)
-        own = os.fstat(f.fileno()) if not f.closed else None
-    except (OSError, ValueError):
-        return
-    if own is None or (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino):
-        return
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-
-
 def _reopen(path: str, flags: OpenMode) -> CuFile:
     """A pickled :class:`CuFile` in the unpickling process: ``"w"`` modes become ``"r+"``
     (keep the bytes, still writable), others stay."""
@@ -333,23 +315,27 @@ class CuFile(ClosedOnExit):
 
     @classmethod
     @contextlib.contextmanager
-    def _one_shot(cls, file: _paths.StrPath, keep: bool) -> Iterator[CuFile]:
+    def _one_shot(
+        cls, file: _paths.StrPath, span: tuple[int, int] | None = None
+    ) -> Iterator[CuFile]:
         """``file`` written by one call (:func:`kvikpy.write`, :func:`kvikpy.numpy.tofile`,
         :func:`kvikpy.arrow.write_ipc` through pyarrow), whole or not at all.
 
-        The body writes a new file under a temporary name beside ``file``: a copy of
-        ``file``'s bytes with ``keep`` (the call overwrites a part of it), else empty. It
-        takes ``file``'s place only once the body has finished (synced to the disk first
-        with the ``write_sync`` setting); if the body raises (a full disk, an interrupt, a
-        bad source), the temporary file is removed and ``file`` is exactly as it was, or
-        still absent. A path naming something other than a regular file (a device, a
-        pipe) cannot be replaced and is written in place."""
+        The body writes a new file under a temporary name beside ``file``: empty for a
+        whole new file (``span`` None), or, for a write of ``span = (offset, nbytes)``
+        that leaves some of ``file``'s bytes in place, a copy of ``file``. It takes
+        ``file``'s place only once the body has finished (synced to the disk first with
+        the ``write_sync`` setting); if the body raises (a full disk, an interrupt, a bad
+        source), the temporary file is removed and ``file`` is exactly as it was, or still
+        absent. A path naming something other than a regular file (a device, a pipe)
+        cannot be replaced and is written in place."""
         name = _paths.fspath(file)
         try:
-            regular = stat.S_ISREG(os.stat(name).st_mode)
+            st: os.stat_result | None = os.stat(name)
         except FileNotFoundError:
-            regular = True
-        if not regular:
+            st = None
+        keep = span is not None and st is not None and (span[0] > 0 or st.st_size > sum(span))
+        if st is not None and not stat.S_ISREG(st.st_mode):
             f = cls._create_keep(file) if keep else CuFile(file, "w")
             try:
                 yield f

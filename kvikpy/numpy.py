@@ -217,7 +217,7 @@ def tofile(ary: Any, file: File) -> None:
     nbytes = _lib.buffer_nbytes(ary)  # refuse a bad buffer before the file is truncated
     if _is_path(file):
         # A path is replaced whole, or left as it was if the write fails.
-        with CuFile._one_shot(file, keep=False) as f:  # type: ignore[arg-type]
+        with CuFile._one_shot(file) as f:  # type: ignore[arg-type]
             f.write(ary)
         return
     # A file object is written where it stands, never truncated.

@@ -12,15 +12,14 @@ pub use crate::vocab::OpenFlags;
 /// vocabulary, in [`crate::vocab`]).
 impl OpenFlags {
     /// Parse a mode string; anything but `r`, `r+`, `w`, `w+` (with at most one `b`),
-    /// [`OpenFlags::CREATE_KEEP`] or [`OpenFlags::CREATE_NEW`] is an [`Error::InvalidArgument`] that lists kvikio's modes.
+    /// or [`OpenFlags::CREATE_KEEP`] is an [`Error::InvalidArgument`] that lists kvikio's modes.
     pub fn parse(mode: &str) -> Result<Self> {
-        if mode == Self::CREATE_KEEP || mode == Self::CREATE_NEW {
+        if mode == Self::CREATE_KEEP {
             return Ok(Self {
                 readable: true,
                 writable: true,
                 create: true,
                 truncate: false,
-                exclusive: mode == Self::CREATE_NEW,
             });
         }
         let invalid = |why: &str| {
@@ -44,14 +43,12 @@ impl OpenFlags {
                 writable: plus,
                 create: false,
                 truncate: false,
-                exclusive: false,
             }),
             'w' => Ok(Self {
                 readable: plus,
                 writable: true,
                 create: true,
                 truncate: true,
-                exclusive: false,
             }),
             'a' => Err(invalid(
                 "append mode is not supported (pwrite takes explicit offsets)",
@@ -208,24 +205,5 @@ mod tests {
         );
         h.close();
         assert_eq!(std::fs::read(&p).unwrap(), b"0123456789");
-    }
-
-    #[test]
-    fn create_new_creates_a_missing_file_and_refuses_an_existing_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        let flags = OpenFlags::parse(OpenFlags::CREATE_NEW).unwrap();
-        assert!(flags.exclusive && flags.create && flags.writable && !flags.truncate);
-        let h = FileHandle::open(&p, OpenFlags::CREATE_NEW).unwrap();
-        assert_eq!(h.get().unwrap().size().unwrap(), 0);
-        h.close();
-        std::fs::write(&p, b"kept").unwrap();
-        match FileHandle::open(&p, OpenFlags::CREATE_NEW) {
-            Err(Error::Os { source, .. }) => {
-                assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists)
-            }
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(std::fs::read(&p).unwrap(), b"kept");
     }
 }

@@ -1,10 +1,10 @@
-//! The I/O thread pools, each sized by the `num_threads` setting: one shared by host
-//! transfers, and one per GPU for transfers to and from that GPU's memory.
+//! The I/O thread pools: one shared by host transfers (`num_threads` threads), and one per
+//! GPU for transfers to and from that GPU's memory (`gpu_threads` threads each).
 //!
 //! rayon's pool gives named, reusable worker threads and cheap `spawn`; I/O tasks never
-//! block on each other, so its work-stealing needs no care. When `num_threads` changes,
-//! the next operation builds a new pool; operations already queued on the old one finish
-//! there, and its threads exit once it is idle and unreferenced.
+//! block on each other, so its work-stealing needs no care. When a pool's thread count
+//! changes, the next operation builds a new pool; operations already queued on the old
+//! one finish there, and its threads exit once it is idle and unreferenced.
 //!
 //! Why a pool per GPU: when one pool's threads serve every GPU of a process, each thread
 //! moving chunks for one device after another, one process delivered about 45 GB/s in
@@ -68,9 +68,10 @@ pub fn pool(num_threads: usize) -> Result<Arc<rayon::ThreadPool>> {
 /// The pool for work on GPU `device` (its own, of [`gpu_threads`] threads), or the shared
 /// pool of `num_threads` threads for host work (`None`).
 pub fn pool_for(settings: &Settings, device: Option<usize>) -> Result<Arc<rayon::ThreadPool>> {
+    let threads = threads_for(settings, device);
     match device {
-        None => pool(settings.num_threads),
-        Some(ordinal) => device_pool(gpu_threads(settings), ordinal),
+        None => pool(threads),
+        Some(ordinal) => device_pool(threads, ordinal),
     }
 }
 

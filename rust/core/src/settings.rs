@@ -213,9 +213,26 @@ pub fn default_num_threads() -> usize {
     available_cpus().clamp(1, MAX_DEFAULT_THREADS)
 }
 
-/// The CPUs this process may run on (affinity and cgroup quota aware), at least 1.
+/// The CPUs this process may run on (affinity and cgroup quota aware), at least 1;
+/// asked once (the answer reads cgroup files), since every device transfer sizes its
+/// work by it.
 pub fn available_cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// A thread count from the environment variable `var` (text `v`): from `min` to
+/// [`MAX_NUM_THREADS`], else [`Error::MalformedEnv`] saying `expected`.
+fn env_threads(var: &'static str, v: &str, min: u64, expected: &'static str) -> Result<usize> {
+    let n = env_int(var, v, min)?;
+    if n > MAX_NUM_THREADS as u64 {
+        return Err(Error::MalformedEnv {
+            var,
+            value: v.to_string(),
+            expected,
+        });
+    }
+    Ok(n as usize)
 }
 
 impl Settings {
@@ -230,29 +247,21 @@ impl Settings {
             })?;
         }
         if let Some(v) = getenv("KVIKIO_NTHREADS") {
-            let n = env_int("KVIKIO_NTHREADS", &v, 1)?;
-            if n > MAX_NUM_THREADS as u64 {
-                return Err(Error::MalformedEnv {
-                    var: "KVIKIO_NTHREADS",
-                    value: v.clone(),
-                    expected: "a number of threads from 1 to 1024 (kvikpy's limit: each I/O \
-                               thread may pin two bounce buffers, and more threads add no \
-                               bandwidth)",
-                });
-            }
-            s.num_threads = n as usize;
+            s.num_threads = env_threads(
+                "KVIKIO_NTHREADS",
+                &v,
+                1,
+                "a number of threads from 1 to 1024 (kvikpy's limit: each I/O thread may pin \
+                 two bounce buffers, and more threads add no bandwidth)",
+            )?;
         }
         if let Some(v) = getenv("KVIKPY_GPU_THREADS") {
-            let n = env_int("KVIKPY_GPU_THREADS", &v, 0)?;
-            if n > MAX_NUM_THREADS as u64 {
-                return Err(Error::MalformedEnv {
-                    var: "KVIKPY_GPU_THREADS",
-                    value: v.clone(),
-                    expected: "a number of threads per GPU from 1 to 1024, or 0 to let \
-                               kvikpy choose",
-                });
-            }
-            s.gpu_threads = n as usize;
+            s.gpu_threads = env_threads(
+                "KVIKPY_GPU_THREADS",
+                &v,
+                0,
+                "a number of threads per GPU from 1 to 1024, or 0 to let kvikpy choose",
+            )?;
         }
         if let Some(v) = getenv("KVIKIO_TASK_SIZE") {
             s.task_size = env_int("KVIKIO_TASK_SIZE", &v, 1)? as usize;

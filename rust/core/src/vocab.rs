@@ -23,9 +23,6 @@ pub struct OpenFlags {
     pub create: bool,
     /// Truncate the file (O_TRUNC): `w` modes.
     pub truncate: bool,
-    /// Fail if the file exists (O_EXCL with O_CREAT): [`OpenFlags::CREATE_NEW`] only, so
-    /// that a caller knows it created the file and may remove it if its write fails.
-    pub exclusive: bool,
 }
 
 impl OpenFlags {
@@ -34,10 +31,6 @@ impl OpenFlags {
     /// process can create or remove the file between a check and the open.
     pub const CREATE_KEEP: &'static str = "r+:create";
 
-    /// kvikpy's own mode: read and write a file this open creates, failing (EEXIST) if
-    /// it exists (O_CREAT | O_EXCL), so that a one-shot write knows the file is its own.
-    pub const CREATE_NEW: &'static str = "r+:create-new";
-
     /// Read only, as mode `r`: what the sources that cannot write (mmap, remote files)
     /// report.
     pub const READ_ONLY: Self = Self {
@@ -45,7 +38,6 @@ impl OpenFlags {
         writable: false,
         create: false,
         truncate: false,
-        exclusive: false,
     };
 }
 

@@ -98,9 +98,6 @@ impl PosixFile {
         if flags.truncate {
             base |= libc::O_TRUNC;
         }
-        if flags.exclusive {
-            base |= libc::O_EXCL;
-        }
         let buffered = open_fd(path, &cpath, base)?;
         if let Ok(st) = fstat(buffered.as_raw_fd(), path) {
             if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
