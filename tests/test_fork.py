@@ -56,8 +56,10 @@ HARNESS = textwrap.dedent(
     busy.start()
     pending_buf = np.empty_like(expected)
     pending_file = kvikpy.CuFile(path, "r")
+    # 16,384 tasks of 4 KiB on three threads beside the busy reader: running for tens of
+    # milliseconds, so a short pause lets its threads start and still forks mid-read.
     pending = pending_file.pread(pending_buf, task_size=4096)
-    time.sleep(0.02)
+    time.sleep(0.003)
     assert not pending.done(), "the read finished before the fork: nothing was tested"
 
     def child():
