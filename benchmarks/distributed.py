@@ -4,6 +4,11 @@
 distributed mode (``process_group=``, its buffered backend) and fastsafetensors' (the
 shards split over the ranks, tensors broadcast; nogds).
 
+Two more kvikpy rows: ``kvikpy-into`` is ``load_into(..., process_group=)`` into tensors
+allocated beforehand, and ``kvikpy-reads`` has each rank only read its 1/``--ranks`` of
+the checkpoint's bytes onto its GPU, with no exchange: the floor under any read-once load
+(every byte must leave the page cache once).
+
 Each library runs in its own job of ``--ranks`` processes started by torchrun. A run's
 time is the slowest rank's, from a barrier to the moment its last tensor is on its GPU;
 one warm-up, then ``--runs`` timed runs, median reported as GB/s of checkpoint delivered
@@ -45,7 +50,42 @@ def sync():
     if device != "cpu":
         torch.cuda.synchronize()
 
+targets = None
+if lib == "kvikpy-into":  # the model's tensors exist before the clock starts
+    import kvikpy.safetensors
+    targets = {}
+    for s in shards:
+        for name, meta in kvikpy.safetensors.read_header(s)[1].items():
+            targets[name] = torch.empty(meta["shape"], dtype=torch.float32, device=device)
+if lib == "kvikpy-reads":  # this rank's 1/world of the bytes, no exchange: the floor
+    sizes = [os.path.getsize(s) for s in shards]
+    total = sum(sizes)
+    per = -(-total // world)
+    lo, hi = rank * per, min(total, (rank + 1) * per)
+    pieces, at, start = [], 0, 0
+    for s, size in zip(shards, sizes):
+        a, b = max(lo, start), min(hi, start + size)
+        if a < b:
+            pieces.append((s, a - start, b - a, at))
+            at += b - a
+        start += size
+    floor = torch.empty(max(at, 1), dtype=torch.uint8, device=device)
+
 def load():
+    if lib == "kvikpy-into":
+        import kvikpy.safetensors
+        kvikpy.safetensors.load_into(targets, shards, process_group=group)
+        return targets
+    if lib == "kvikpy-reads":
+        futures = []
+        handles = [kvikpy.CuFile(s, "r") for s, *_ in pieces]
+        for f, (s, off, n, at) in zip(handles, pieces):
+            futures.append(f.pread(floor[at:at + n], n, off))
+        for fut in futures:
+            fut.get()
+        for f in handles:
+            f.close()
+        return {}
     if lib == "kvikpy":
         import kvikpy.safetensors
         return kvikpy.safetensors.load_files(shards, device, process_group=group)
@@ -84,6 +124,8 @@ for i in range(1 + runs):
     if i < runs:
         del state
 sums = {k: float(v.double().sum().item()) for k, v in state.items()}
+if lib == "kvikpy-reads":
+    sums = {"floor": int(floor[:at].sum(dtype=torch.int64).item())}
 with open(f"{out}.{rank}", "w") as fh:
     json.dump({"times": times, "sums": sums}, fh)
 dist.destroy_process_group()
@@ -107,6 +149,21 @@ def write_shards(folder: str, size_mib: int, shards: int) -> tuple[list[str], di
         paths.append(path)
         sums.update({k: float(v.sum(dtype=np.float64)) for k, v in tensors.items()})
     return paths, sums
+
+
+def rank_bytes_sum(shards: list[str], rank: int, world: int) -> int:
+    """The sum of the bytes of rank ``rank``'s 1/``world`` of the shards laid end to end."""
+    sizes = [os.path.getsize(s) for s in shards]
+    per = -(-sum(sizes) // world)
+    lo, hi = rank * per, (rank + 1) * per
+    total, start = 0, 0
+    for s, size in zip(shards, sizes, strict=True):
+        a, b = max(lo, start), min(hi, start + size)
+        if a < b:
+            data = np.memmap(s, dtype=np.uint8, mode="r", offset=a - start, shape=(b - a,))
+            total += int(data.sum(dtype=np.int64))
+        start += size
+    return total
 
 
 def run_job(lib: str, args: argparse.Namespace, shards: list[str], out: str) -> list[dict]:
@@ -144,7 +201,10 @@ def main() -> None:
     parser.add_argument("--cold", action="store_true")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
-    parser.add_argument("--libs", default="kvikpy,kvikpy-alone,instanttensor,fastsafetensors")
+    parser.add_argument(
+        "--libs",
+        default="kvikpy,kvikpy-into,kvikpy-reads,kvikpy-alone,instanttensor,fastsafetensors",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     folder = scratch_dir("kvikpy-dist-")
@@ -168,6 +228,10 @@ def main() -> None:
             continue
         for rank, result in enumerate(ranks):
             got = result["sums"]
+            if lib == "kvikpy-reads":
+                if got["floor"] != rank_bytes_sum(shards, rank, args.ranks):
+                    raise RuntimeError(f"{lib}: rank {rank} read different bytes")
+                continue
             if set(got) != set(expected) or any(
                 not np.isclose(got[k], expected[k], rtol=1e-5, atol=1e-3) for k in expected
             ):

@@ -3,12 +3,15 @@ from one process per GPU, by kvikpy and kvikio, beside the host's ceilings, in o
 
 One file per GPU (``--file-mib`` each, random bytes, warm in the page cache). Rows:
 
-- ceilings: one pinned host-to-device copy per GPU at once (PCIe), and page-cache
-  ``preadv`` into pinned memory of every file at once from 16, 32 and 64 threads (the
-  page-cache copy, no GPU);
+- ceilings: one pinned host-to-device copy per GPU at once (PCIe), page-cache ``preadv``
+  into pinned memory of every file at once from 16, 32 and 64 threads (the page-cache
+  copy, no GPU), and plain memory copies from as many threads (the host's memory, which
+  the page-cache copy reads and writes once per byte, and the DMA reads once more);
 - kvikpy in one process: one ``CuFile.read`` per GPU from Python threads started
-  together, at each ``--threads`` value, and ``read_many(files, device=[...])`` (which
-  allocates its destinations: the allocation is in the time);
+  together, at each ``--threads`` value (``gpu_threads``: the threads of each GPU's pool;
+  ``auto``: kvikpy's defaults), and ``read_many(files, device=[...])`` (which allocates
+  its destinations: the allocation is in the time); ``--also`` adds rows run under other
+  environment variables (e.g. ``--also lanes:KVIKPY_PAGE_CACHE_DMA_LANES=2``);
 - kvikpy with one process per GPU, started together (each its own pools);
 - kvikio 26.10 the same two ways (16 MiB tasks, ``--kvikio-threads`` threads), when it is
   installed.
@@ -20,8 +23,8 @@ read's end). Every GPU's bytes are checked against the file's sum. kvikpy's one-
 runs at the first ``--threads`` value also report where its I/O threads spent their
 time (``kvikpy._lib.profile_phases``).
 
-Usage: python -m benchmarks multi_gpu [--file-mib 2048 --gpus 1,2,4 --threads 8,16
---rounds 2 --runs 5 --out m.json --markdown m.md]
+Usage: python -m benchmarks multi_gpu [--file-mib 2048 --gpus 1,2,4 --threads auto,8,16
+--also LABEL:VAR=VALUE --rounds 2 --runs 5 --out m.json --markdown m.md]
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ spec = json.load(open(sys.argv[1]))
 lib, files, sums, gpus = spec["lib"], spec["files"], spec["sums"], spec["gpus"]
 if lib == "kvikpy":
     import kvikpy as io
-    io.defaults.set({"num_threads": spec["threads"]})
+    if spec["threads"]:  # each GPU's pool; 0: kvikpy's defaults
+        io.defaults.set({"gpu_threads": spec["threads"]})
 else:
     import kvikio as io
     import kvikio.defaults
@@ -163,6 +167,29 @@ for nthreads in spec["preadv_threads"]:
             times.append(time.perf_counter() - t0)
         for fd in fds: os.close(fd)
     out["preadv"][str(nthreads)] = nbytes * len(gpus) / statistics.median(times) / 1e9
+# Host memory: copies between two halves of each pinned buffer from many threads (a
+# read and a write per byte, as the page-cache copy does, with no kernel in between).
+import numpy as np
+out["memcpy"] = {}
+halves = [(v[: nbytes // 2], v[nbytes // 2 :]) for v in (np.asarray(h.numpy()) for h in hosts)]
+for nthreads in spec["preadv_threads"]:
+    jobs = [(i, off) for i in range(len(gpus)) for off in range(0, nbytes // 2, piece)]
+    shares = [jobs[k::nthreads] for k in range(nthreads)]
+    times = []
+    for r in range(runs + 1):
+        start = threading.Barrier(nthreads + 1)
+        def copier(share):
+            start.wait()
+            for i, off in share:
+                src, dst = halves[i]
+                np.copyto(dst[off:off + piece], src[off:off + piece])
+        threads = [threading.Thread(target=copier, args=(s,)) for s in shares]
+        for t in threads: t.start()
+        start.wait(); t0 = time.perf_counter()
+        for t in threads: t.join()
+        if r:
+            times.append(time.perf_counter() - t0)
+    out["memcpy"][str(nthreads)] = nbytes // 2 * len(gpus) / statistics.median(times) / 1e9
 print(json.dumps(out))
 """
 
@@ -211,7 +238,18 @@ def main() -> None:
     parser.add_argument(
         "--gpus", default=None, help="GPU counts, e.g. 1,2,4 (default: 1, 2, 4... up to all)"
     )
-    parser.add_argument("--threads", default="16", help="kvikpy num_threads values (per GPU)")
+    parser.add_argument(
+        "--threads",
+        default="auto",
+        help="kvikpy gpu_threads values (threads of each GPU's pool; auto: its defaults)",
+    )
+    parser.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        help="LABEL:VAR=VALUE[,VAR=VALUE]: one more kvikpy one-process row, at the first "
+        "--threads value, with these environment variables",
+    )
     parser.add_argument("--kvikio-threads", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--runs", type=int, default=5)
@@ -233,7 +271,11 @@ def main() -> None:
     if max(counts) > total:
         raise SystemExit(f"--gpus asks for {max(counts)} GPUs; this host has {total}")
     gpus = list(range(max(counts)))
-    threads = [int(t) for t in args.threads.split(",")]
+    threads = [0 if t == "auto" else int(t) for t in args.threads.split(",")]
+    also: list[tuple[str, dict[str, str]]] = []
+    for a in args.also:
+        label, _, assignments = a.partition(":")
+        also.append((label, dict(kv.split("=", 1) for kv in assignments.split(",") if kv)))
     libs = ["kvikpy"]
     if not args.no_kvikio:
         try:
@@ -257,22 +299,30 @@ def main() -> None:
         "ceilings",
         600,
     )
-    # Configurations: (row, library, threads, one process per GPU?)
-    configs: list[tuple[str, str, int, bool]] = [
-        (f"kvikpy, one process, {t} threads", "kvikpy", t, False) for t in threads
+
+    def named(t: int) -> str:
+        return f"{t} threads per GPU" if t else "its default threads"
+
+    # Configurations: (row, library, threads, one process per GPU?, environment)
+    configs: list[tuple[str, str, int, bool, dict[str, str]]] = [
+        (f"kvikpy, one process, {named(t)}", "kvikpy", t, False, {}) for t in threads
+    ]
+    configs += [
+        (f"kvikpy, one process, {named(threads[0])}, {label}", "kvikpy", threads[0], False, e)
+        for label, e in also
     ]
     configs.append(
-        (f"kvikpy, one process per GPU, {threads[0]} threads each", "kvikpy", threads[0], True)
+        (f"kvikpy, one process per GPU, {named(threads[0])}", "kvikpy", threads[0], True, {})
     )
     if "kvikio" in libs:
         k = args.kvikio_threads
-        configs.append((f"kvikio, one process, {k} threads, 16 MiB tasks", "kvikio", k, False))
-        configs.append((f"kvikio, one process per GPU, {k} threads each", "kvikio", k, True))
+        configs.append((f"kvikio, one process, {k} threads, 16 MiB tasks", "kvikio", k, False, {}))
+        configs.append((f"kvikio, one process per GPU, {k} threads each", "kvikio", k, True, {}))
     spans: dict[str, dict[str, list[list[tuple[float, float]]]]] = {}
     phases: dict[str, Any] = {}
     gap = 0.3 + nbytes / 1e9 / 5  # a run at 5 GB/s per GPU fits a slot
 
-    def measure(row: str, lib: str, t: int, per_gpu: bool) -> None:
+    def measure(row: str, lib: str, t: int, per_gpu: bool, extra: dict[str, str]) -> None:
         """One configuration's runs of this round, into ``spans`` (and ``phases``)."""
         nonlocal phases
         plan: list[tuple[str, list[int]]] = [("cufile", counts)]
@@ -283,10 +333,10 @@ def main() -> None:
             "lib": lib,
             "threads": t,
             "plan": plan,
-            "profile": lib == "kvikpy" and t == threads[0] and not per_gpu,
+            "profile": lib == "kvikpy" and t == threads[0] and not per_gpu and not extra,
         }
         if not per_gpu:
-            (res,) = collect([spawn(WORKER, spec, folder, env)], row, 900)
+            (res,) = collect([spawn(WORKER, spec, folder, {**env, **extra})], row, 900)
             for key, s in res["runs"].items():
                 spans.setdefault(row, {}).setdefault(key, []).append(s)
             if res["phases"]:
@@ -322,9 +372,9 @@ def main() -> None:
 
     for rnd in range(args.rounds):
         order = configs[rnd % len(configs) :] + configs[: rnd % len(configs)]
-        for row, lib, t, per_gpu in order:
+        for row, lib, t, per_gpu, extra in order:
             try:
-                measure(row, lib, t, per_gpu)
+                measure(row, lib, t, per_gpu, extra)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 print(f"{row}: failed, left out of this round: {e}", flush=True)
         print(f"round {rnd + 1} of {args.rounds} done", flush=True)
@@ -372,14 +422,19 @@ def main() -> None:
         + " | ".join([""] * (len(counts) - 1) + [pre])
         + " |"
     )
+    mem = " / ".join(f"{v:.1f}" for v in ceil["memcpy"].values())
+    lines.append(
+        "| host memory copy (half of each pinned buffer to its other half), 16 / 32 / 64 "
+        "threads | " + " | ".join([""] * (len(counts) - 1) + [mem]) + " |"
+    )
     for name, by in table.items():
         lines.append(
             f"| {name} | "
             + " | ".join(f"{by[str(c)]:.1f}" if str(c) in by else "" for c in counts)
             + " |"
         )
-    one = table.get(f"kvikpy, one process, {threads[0]} threads, one CuFile.read per GPU", {})
-    each = table.get(f"kvikpy, one process per GPU, {threads[0]} threads each", {})
+    one = table.get(f"kvikpy, one process, {named(threads[0])}, one CuFile.read per GPU", {})
+    each = table.get(f"kvikpy, one process per GPU, {named(threads[0])}", {})
     if one and each:
         ratios = ", ".join(
             f"{c} GPU(s) {one[str(c)] / each[str(c)]:.2f}"
@@ -393,7 +448,7 @@ def main() -> None:
         busy = sum(ns for _, ns, _ in p["phases"]) or 1
         lines.append("")
         lines.append(
-            f"kvikpy's I/O threads, one process onto {top} GPUs, threads {threads[0]}: "
+            f"kvikpy's I/O threads, one process onto {top} GPUs, {named(threads[0])}: "
             + ", ".join(f"{name} {100 * ns / busy:.0f}%" for name, ns, _ in p["phases"])
         )
     text = "\n".join(lines)

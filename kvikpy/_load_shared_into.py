@@ -4,10 +4,13 @@ written into that rank's own targets (:func:`kvikpy.safetensors.load_into` with
 
 The plan of :mod:`kvikpy._shared_load`, in bounded rounds: a tensor only this rank needs
 is read straight into its target; the tensors several ranks need are taken in file order,
-a round at a time of at most :data:`kvikpy._load_into.SHARED_ROUND` bytes (or one tensor,
-if larger); in each round every rank reads its share of the round's packed buffer from
-storage, one all-gather gives every rank the round, and each rank copies the tensors it
-needs from it into its targets. Peak extra memory is one round, not the checkpoint.
+a round at a time of at most a quarter of :data:`kvikpy._load_into.SHARED_ROUND` bytes (or
+one tensor, if larger); in each round every rank reads its share of the round's packed
+buffer from storage, one all-gather gives every rank the round, and each rank copies the
+tensors it needs from it into its targets. The all-gather of a round runs while the next
+rounds are read (:func:`kvikpy._shared_load.exchange`, :data:`DEPTH` rounds at once), so
+peak extra memory is ``SHARED_ROUND`` (or four times the largest shared tensor), not the
+checkpoint.
 """
 
 from __future__ import annotations
@@ -15,9 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvikpy._shared_load import TensorSpan, _all_gather, plan, read_into, share_reads
+from kvikpy._shared_load import Plan, TensorSpan, _Files, exchange
 
-__all__ = ["exchange_status", "load_shared_into", "rounds"]
+__all__ = ["DEPTH", "exchange_status", "load_shared_into"]
+
+#: Rounds in flight at once: the reads of three rounds run while one is exchanged, each
+#: round a quarter of the memory bound.
+DEPTH = 4
 
 
 def _group_info(group: Any) -> tuple[int, int]:
@@ -46,25 +53,6 @@ def exchange_status(group: Any, mine: list[str] | None) -> list[list[str] | None
     return gathered
 
 
-def rounds(sizes: Sequence[int], limit: int) -> list[list[int]]:
-    """Indices of ``sizes`` cut, in order, into runs of at most ``limit`` bytes in all
-    (a single larger one alone); each tensor is padded to 64 bytes in a packed buffer,
-    which the bound counts."""
-    out: list[list[int]] = []
-    current: list[int] = []
-    total = 0
-    for i, size in enumerate(sizes):
-        padded = -(-size // 64) * 64
-        if current and total + padded > limit:
-            out.append(current)
-            current, total = [], 0
-        current.append(i)
-        total += padded
-    if current:
-        out.append(current)
-    return out
-
-
 def load_shared_into(
     every: Sequence[TensorSpan],
     mine: dict[str, Any],
@@ -81,7 +69,7 @@ def load_shared_into(
     import torch  # type: ignore[import-not-found, unused-ignore]
     import torch.distributed as dist
 
-    rank, world_size = _group_info(group)
+    rank, _ = _group_info(group)
     who: dict[str, set[int]] = {}
     for r, names in enumerate(needs):
         for name in names or ():
@@ -96,18 +84,30 @@ def load_shared_into(
         where = torch.device("cuda", torch.cuda.current_device()) if device is None else device
     else:
         where = torch.device("cpu")
-    for indices in rounds([t.size for t in shared], limit):
-        tensors = [shared[i] for i in indices]
-        p = plan(tensors, [who[t.name] for t in tensors], rank, world_size)
-        packed = torch.empty(p.share * world_size, dtype=torch.uint8, device=where)
-        part = packed[rank * p.share : (rank + 1) * p.share]
-        read_into(part, share_reads(p))
-        _all_gather(packed, part, world_size, group)
+
+    def buffer(_: int, nbytes: int) -> Any:
+        return torch.empty(nbytes, dtype=torch.uint8, device=where)
+
+    def landed(p: Plan, packed: Any) -> None:
         with torch.no_grad():
-            for t in tensors:
-                target = mine.get(t.name)
-                if target is not None and t.size:
-                    at = p.packed[t.name]
+            for name, at in p.packed.items():
+                target = mine.get(name)
+                size = sizes[name]
+                if target is not None and size:
                     flat = target.detach().view(-1).view(torch.uint8)
-                    flat.copy_(packed[at : at + t.size])
-        del packed, part
+                    flat.copy_(packed[at : at + size])
+        if where.type == "cuda":  # its memory may be handed to a later round's reads
+            torch.cuda.current_stream(where).synchronize()
+
+    sizes = {t.name: t.size for t in shared}
+    with _Files() as files:
+        exchange(
+            shared,
+            [who[t.name] for t in shared],
+            group,
+            files,
+            buffer,
+            landed,
+            depth=DEPTH,
+            limit=max(limit // DEPTH, 1),
+        )

@@ -19,6 +19,7 @@ torch.distributed is the transport; nothing here moves bytes between processes i
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -122,19 +123,51 @@ def share_reads(p: Plan) -> list[FileRead]:
 
 def read_into(dest: Any, reads: Sequence[FileRead]) -> None:
     """Run ``reads`` into ``dest`` (a flat uint8 buffer: this rank's share, or the
-    buffer of the tensors read alone) at once on kvikpy's pool, each straight into its
+    buffer of the tensors it reads alone) at once on kvikpy's pool, each straight into its
     place (no staging buffer, no device copy); every read is waited for before the first
     error is raised."""
-    files: dict[str, CuFile] = {}
-    try:
-        futures = []
+    with _Files() as files:
+        files.wait(files.start(dest, reads))
+
+
+class _Files:
+    """The files of a load, each opened once, and reads started on them; closed at the
+    end (a ``with`` block), every read started being waited for first."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, CuFile] = {}
+        self._started: list[list[tuple[FileRead, Any]]] = []
+
+    def __enter__(self) -> _Files:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            for started in self._started:  # no read may outlive its file (or buffer)
+                for _, future in started:
+                    try:
+                        future.get()
+                    except Exception:  # the first error is already on its way
+                        continue
+        finally:
+            for f in self._open.values():
+                f.close()
+
+    def start(self, dest: Any, reads: Sequence[FileRead]) -> list[tuple[FileRead, Any]]:
+        """Start ``reads`` into ``dest`` on kvikpy's pool; wait for them with :meth:`wait`."""
+        started: list[tuple[FileRead, Any]] = []
+        self._started.append(started)
         for r in reads:
-            f = files.get(r.path)
+            f = self._open.get(r.path)
             if f is None:
-                f = files[r.path] = CuFile(r.path, "r")
-            futures.append((r, f.pread(dest[r.at : r.at + r.length], r.length, r.file_offset)))
+                f = self._open[r.path] = CuFile(r.path, "r")
+            started.append((r, f.pread(dest[r.at : r.at + r.length], r.length, r.file_offset)))
+        return started
+
+    def wait(self, started: list[tuple[FileRead, Any]]) -> None:
+        """Wait for every read of ``started``, then raise the first error, if any."""
         errors: list[BaseException] = []
-        for r, future in futures:
+        for r, future in started:
             try:
                 got = future.get()
             except BaseException as e:  # wait for every read before raising
@@ -147,11 +180,9 @@ def read_into(dest: Any, reads: Sequence[FileRead]) -> None:
                         f"for and only {got} read; the file is shorter than its header says"
                     )
                 )
+        self._started.remove(started)
         if errors:
             raise errors[0]
-    finally:
-        for f in files.values():
-            f.close()
 
 
 def needers_of(
@@ -246,6 +277,99 @@ def read_spans(
     return [(whole, at) for at in places]
 
 
+#: Bytes of shared tensors in one round of the exchange (or one tensor, if larger): the
+#: all-gather of a round runs while the reads of the next ones do.
+ROUND = 128 << 20
+
+
+def rounds(sizes: Sequence[int], limit: int) -> list[list[int]]:
+    """Indices of ``sizes`` cut, in order, into runs of at most ``limit`` bytes in all
+    (a single larger one alone); each tensor is padded to 64 bytes in a packed buffer,
+    which the bound counts."""
+    out: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for i, size in enumerate(sizes):
+        padded = -(-size // _PACK_ALIGN) * _PACK_ALIGN
+        if current and total + padded > limit:
+            out.append(current)
+            current, total = [], 0
+        current.append(i)
+        total += padded
+    if current:
+        out.append(current)
+    return out
+
+
+def exchange(
+    shared: Sequence[TensorSpan],
+    needers: Sequence[set[int]],
+    group: Any,
+    files: _Files,
+    buffer: Callable[[int, int], Any],
+    landed: Callable[[Plan, Any], None],
+    depth: int | None = None,
+    limit: int | None = None,
+) -> None:
+    """Every rank gets the packed bytes of the ``shared`` tensors (``needers[i]``: the
+    ranks needing ``shared[i]``), each byte read from storage once across the group.
+
+    The tensors are taken in rounds of at most ``limit`` bytes (:data:`ROUND`); in each
+    round every rank reads its share of the round's packed buffer (``buffer(round,
+    nbytes)``, a flat uint8 tensor) and one all-gather fills the rest. A round's
+    all-gather runs while the reads of the next rounds do: at most ``depth`` rounds
+    (``None``: all) have buffers at once.
+    ``landed(plan, packed)`` is called for each round, in order, once its bytes are in
+    ``packed`` (in stream order for NCCL); a round's buffer may be handed out again after
+    it returns.
+    """
+    import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
+
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    plans = [
+        plan([shared[i] for i in idx], [needers[i] for i in idx], rank, world_size)
+        for idx in rounds([t.size for t in shared], ROUND if limit is None else limit)
+    ]
+    reading: deque[tuple[Plan, Any, Any, list[tuple[FileRead, Any]]]] = deque()
+    queued = 0
+
+    def submit() -> None:
+        nonlocal queued
+        p = plans[queued]
+        packed = buffer(queued, p.share * world_size)
+        queued += 1
+        if not p.share:  # tensors of no bytes: nothing to read or exchange
+            landed(p, packed)
+            if queued < len(plans):
+                submit()
+            return
+        mine = packed[rank * p.share : (rank + 1) * p.share]
+        reading.append((p, packed, mine, files.start(mine, share_reads(p))))
+
+    def finish(p: Plan, packed: Any, work: Any) -> None:
+        work.wait()
+        landed(p, packed)
+        if queued < len(plans):
+            submit()
+
+    ahead = len(plans) if depth is None else max(depth, 1)
+    while queued < len(plans) and len(reading) < ahead:
+        submit()
+    gathering: tuple[Plan, Any, Any] | None = None
+    while reading:
+        p, packed, mine, started = reading.popleft()
+        files.wait(started)
+        work = _all_gather(packed, mine, world_size, group, async_op=True)
+        if gathering is not None:
+            finish(*gathering)
+        gathering = (p, packed, work)
+        if not reading and queued < len(plans):
+            finish(*gathering)
+            gathering = None
+    if gathering is not None:
+        finish(*gathering)
+
+
 def load_shared(
     tensors: Sequence[TensorSpan],
     needs: Needs,
@@ -254,6 +378,10 @@ def load_shared(
 ) -> dict[str, Any]:
     """This rank's tensors as flat ``torch.uint8`` tensors, each read from storage once
     across the group.
+
+    The shared tensors are exchanged in rounds (:func:`exchange`), every round's reads
+    started at once, so the all-gather of one round overlaps the reads of the next; the
+    tensors only this rank needs are read meanwhile.
 
     Parameters
     ----------
@@ -279,37 +407,65 @@ def load_shared(
     if rank < 0:
         raise ValueError("this process is not a member of the process_group it passed")
     names = [t.name for t in tensors]
-    p = plan(tensors, needers_of(names, needs, rank, world_size, group), rank, world_size)
+    who = needers_of(names, needs, rank, world_size, group)
+    torch_device = _torch_device(device)
+    shared = [(t, w) for t, w in zip(tensors, who, strict=True) if len(w) >= 2]
+    private = [t for t, w in zip(tensors, who, strict=True) if w == {rank}]
+    sizes = [t.size for t, _ in shared]
+    # One allocation for every round's packed buffer, cut in order (the tensors are views).
+    starts, total = [], 0
+    for idx in rounds(sizes, ROUND):
+        p = plan([shared[i][0] for i in idx], [shared[i][1] for i in idx], rank, world_size)
+        starts.append(total)
+        total += p.share * world_size
+    places, private_reads, private_total = pack([(t, 0, t.size) for t in private])
+    whole = torch.empty(total + private_total, dtype=torch.uint8, device=torch_device)
+    if torch_device != "cpu":  # kvikpy writes from its own streams: the memory must be idle
+        torch.cuda.current_stream(torch_device).synchronize()
     out: dict[str, Any] = {}
-    if p.private:
-        for t, (whole, start) in zip(
-            p.private, read_spans([(t, 0, t.size) for t in p.private], device), strict=True
-        ):
-            out[t.name] = whole[start : start + t.size]
-    if p.share:
-        torch_device = _torch_device(device)
-        packed = torch.empty(p.share * world_size, dtype=torch.uint8, device=torch_device)
-        mine = packed[rank * p.share : (rank + 1) * p.share]
-        read_into(mine, share_reads(p))
-        _all_gather(packed, mine, world_size, group)
-        sizes = {t.name: t.size for t in tensors}
+    by_size = {t.name: t.size for t in tensors}
+
+    def buffer(k: int, nbytes: int) -> Any:
+        return whole[starts[k] : starts[k] + nbytes]
+
+    def landed(p: Plan, packed: Any) -> None:
         for name, at in p.packed.items():
-            out[name] = packed[at : at + sizes[name]]
-    return {name: out[name] for name in p.wanted}
+            out[name] = packed[at : at + by_size[name]]
+
+    alone = whole[total:]
+    with _Files() as files:
+        started = files.start(alone, private_reads)
+        exchange([t for t, _ in shared], [w for _, w in shared], group, files, buffer, landed)
+        files.wait(started)
+    for t, at in zip(private, places, strict=True):
+        out[t.name] = alone[at : at + t.size]
+    return {name: out[name] for name, w in zip(names, who, strict=True) if rank in w}
 
 
-def _all_gather(packed: Any, mine: Any, world_size: int, group: Any) -> None:
+def _all_gather(packed: Any, mine: Any, world_size: int, group: Any, async_op: bool = False) -> Any:
     """Every rank's share into ``packed``: NCCL gathers in place into one tensor; other
-    backends (gloo) take the list form."""
+    backends (gloo) take the list form. With ``async_op``, the collective's handle (its
+    ``wait()`` orders what follows after it)."""
     import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
 
     if dist.get_backend(group) == "nccl":
-        dist.all_gather_into_tensor(packed, mine, group=group)
-        return
+        return dist.all_gather_into_tensor(packed, mine, group=group, async_op=async_op)
     share = mine.numel()
     parts = [packed[r * share : (r + 1) * share] for r in range(world_size)]
     source = mine.clone()  # the list form may not read and write one buffer at once
-    dist.all_gather(parts, source, group=group)
+    work = dist.all_gather(parts, source, group=group, async_op=async_op)
+    return _Holding(work, source) if work is not None else None
+
+
+class _Holding:
+    """A collective's handle keeping the tensor it reads alive until it is waited for."""
+
+    def __init__(self, work: Any, keep: Any) -> None:
+        self._work, self._keep = work, keep
+
+    def wait(self) -> None:
+        self._work.wait()
+        self._keep = None
 
 
 def _torch_device(device: str | int) -> Any:
