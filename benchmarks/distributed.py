@@ -45,6 +45,7 @@ if device == "cuda":
 dist.init_process_group(backend)
 group = dist.group.WORLD
 import kvikpy
+import kvikpy.safetensors
 
 def sync():
     if device != "cpu":
@@ -52,7 +53,6 @@ def sync():
 
 targets = None
 if lib == "kvikpy-into":  # the model's tensors exist before the clock starts
-    import kvikpy.safetensors
     targets = {}
     for s in shards:
         for name, meta in kvikpy.safetensors.read_header(s)[1].items():
@@ -73,7 +73,6 @@ if lib == "kvikpy-reads":  # this rank's 1/world of the bytes, no exchange: the 
 
 def load():
     if lib == "kvikpy-into":
-        import kvikpy.safetensors
         kvikpy.safetensors.load_into(targets, shards, process_group=group)
         return targets
     if lib == "kvikpy-reads":
@@ -87,10 +86,8 @@ def load():
             f.close()
         return {}
     if lib == "kvikpy":
-        import kvikpy.safetensors
         return kvikpy.safetensors.load_files(shards, device, process_group=group)
     if lib == "kvikpy-alone":
-        import kvikpy.safetensors
         return kvikpy.safetensors.load_files(shards, device)
     if lib == "instanttensor":
         from instanttensor import BackendPolicy, safe_open

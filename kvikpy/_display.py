@@ -74,15 +74,19 @@ def backend(f: Any) -> str:
 NO_GPU_IO = "none: CUDA is not available, so reads and writes use host memory only"
 
 
-def io_threads(num_threads: int, per_gpu: int, device_count: int) -> str:
+def io_threads(num_threads: int, per_gpu: int, device_count: int, budget: int = 0) -> str:
     """How many I/O threads kvikpy runs, for ``info``: one pool of ``num_threads`` for
-    host transfers, and one of ``per_gpu`` for each GPU that device transfers use."""
+    host transfers, and one of ``per_gpu`` for each GPU that device transfers use, at
+    most ``budget`` of them copying at once (0: no bound)."""
     rule = f"{num_threads} for host transfers"
     if device_count:
         rule += (
             f", and {per_gpu} per GPU for transfers to and from it (one pool each; up to "
-            f"{num_threads + per_gpu * device_count} with all {device_count} GPU(s) in use)"
+            f"{num_threads + per_gpu * device_count} with all {device_count} GPU(s) in use"
         )
+        if budget and budget < per_gpu * device_count:
+            rule += f", at most {budget} of the GPUs' threads copying at once"
+        rule += ")"
     return rule
 
 

@@ -42,6 +42,7 @@ def collect_info() -> dict[str, Any]:
     gds = _gds.gds_status()
     mode = str(_setting_value("compat_mode"))
     count = device_count() if available else 0
+    per_gpu, budget = _lib.gpu_pool_threads()
     return {
         "kvikpy": _lib.__version__,
         "python": platform.python_version(),
@@ -54,9 +55,7 @@ def collect_info() -> dict[str, Any]:
         "devices": [_devices.label(i) for i in range(count)],
         "compat_mode_preferred": defaults.is_compat_mode_preferred(),
         "gpu_io": _display.gpu_io(gds, mode, available),
-        "io_threads": _display.io_threads(
-            int(defaults.get("num_threads")), _lib.gpu_pool_threads(), count
-        ),
+        "io_threads": _display.io_threads(int(defaults.get("num_threads")), per_gpu, count, budget),
         "cufile": _display.cufile_note(gds, mode),
         "gds": gds,
         "settings": {name: _setting_value(name) for name in _lib.setting_names()},

@@ -211,6 +211,7 @@ impl Pipeline<'_> {
             let at = self.offset + start as u64;
             let staged = ring.stage(slot, at, len);
             let got = profile::time(Phase::HostIo, || {
+                let _turn = crate::pool::copy_turn(self.settings);
                 self.source.read_host(staged, at, self.settings)
             })?;
             if got > 0 {
@@ -261,6 +262,7 @@ impl Pipeline<'_> {
             ring.reclaim(c.slot)?; // its download has landed
             let at = self.offset + c.start as u64;
             let staged = ring.stage(c.slot, at, c.len);
+            let _turn = crate::pool::copy_turn(self.settings);
             done += self.source.write_host(staged, at, self.settings)?;
         }
         Ok(done)

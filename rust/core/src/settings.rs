@@ -124,7 +124,8 @@ pub struct Settings {
     /// most threads of each GPU's pool.
     pub num_threads: usize,
     /// kvikpy's own: threads of each GPU's pool (device transfers), 1 to
-    /// [`MAX_NUM_THREADS`]; 0 (the default) chooses ([`Settings::gpu_pool_threads`]).
+    /// [`MAX_NUM_THREADS`]; 0 (the default) chooses ([`Settings::gpu_pool_threads`]) and
+    /// bounds the threads copying at once ([`Settings::copy_budget`]).
     pub gpu_threads: usize,
     /// The largest piece of a request one pool task handles, in bytes.
     pub task_size: usize,
@@ -335,23 +336,31 @@ impl Settings {
         Self::from_env_with(|name| std::env::var(name).ok())
     }
 
-    /// Threads of each GPU's pool on a host with `gpus` GPUs and `cpus` CPUs:
-    /// `gpu_threads` when set, else a budget of `max(16, cpus / 2)` threads shared by the
-    /// GPUs, at least [`MIN_AUTO_GPU_THREADS`] and at most `num_threads` each.
+    /// The I/O threads one process may keep copying at once, for all its GPUs together,
+    /// when `gpu_threads` is automatic (0): `max(16, cpus / 2)` shared by the `processes`
+    /// processes of one job on this host (`LOCAL_WORLD_SIZE`, as torchrun sets it),
+    /// at least [`MIN_AUTO_GPU_THREADS`]; `None` when `gpu_threads` is set (each GPU's
+    /// pool then runs all its threads).
     ///
-    /// Measured on a host with 4 H100s and 64 cores (warm files, one process): 16
-    /// threads per GPU read 43.7, 84.8 and 77.6 GB/s onto 1, 2 and 4 GPUs, 8 per GPU 43.1,
-    /// 71.5 and 97.8: about 32 threads in all is best, whatever the number of GPUs, and
-    /// one GPU keeps its 16 (the pinned-copy ceiling needs them).
-    pub fn gpu_pool_threads(&self, gpus: usize, cpus: usize) -> usize {
+    /// Measured on a host with 4 GPUs and 64 cores (warm files, 2 GiB per GPU): one
+    /// process with 16 threads per GPU read 44.7, 81.8 and 87.2 GB/s onto 1, 2 and 4
+    /// GPUs, with 8 per GPU 39.7, 69.8 and 93.1 (4x H200); onto 4 GPUs 8 per GPU read
+    /// 97.8 against 77.6 for 16 (4x H100). About 32 copying threads in all is best,
+    /// however many GPUs, and one or two GPUs want 16 each.
+    pub fn copy_budget(&self, cpus: usize, processes: usize) -> Option<usize> {
         if self.gpu_threads > 0 {
-            return self.gpu_threads;
+            return None;
         }
-        let budget = MAX_DEFAULT_THREADS.max(cpus / 2);
-        (budget / gpus.max(1))
-            .max(MIN_AUTO_GPU_THREADS)
-            .min(self.num_threads)
-            .max(1)
+        Some((MAX_DEFAULT_THREADS.max(cpus / 2) / processes.max(1)).max(MIN_AUTO_GPU_THREADS))
+    }
+
+    /// Threads of each GPU's pool: `gpu_threads` when set, else `num_threads`, at most
+    /// the [`Settings::copy_budget`] of the process.
+    pub fn gpu_pool_threads(&self, cpus: usize, processes: usize) -> usize {
+        match self.copy_budget(cpus, processes) {
+            None => self.gpu_threads,
+            Some(budget) => self.num_threads.min(budget).max(1),
+        }
     }
 
     /// The value of the setting `name`.
@@ -692,25 +701,28 @@ mod tests {
             num_threads: 16,
             ..Settings::default()
         };
-        // The measured host (4 GPUs, 64 cores): 16 per GPU for one or two, 8 for four.
-        assert_eq!(s.gpu_pool_threads(1, 64), 16);
-        assert_eq!(s.gpu_pool_threads(2, 64), 16);
-        assert_eq!(s.gpu_pool_threads(4, 64), 8);
-        assert_eq!(s.gpu_pool_threads(8, 128), 8);
-        // One GPU on a 16-core machine keeps its 16; many GPUs on few cores keep 4.
-        assert_eq!(s.gpu_pool_threads(1, 16), 16);
-        assert_eq!(s.gpu_pool_threads(8, 16), MIN_AUTO_GPU_THREADS);
-        // num_threads caps the automatic choice; gpu_threads overrides it.
+        // The measured host (64 cores): 16 threads per GPU, 32 copying at once in all.
+        assert_eq!(s.gpu_pool_threads(64, 1), 16);
+        assert_eq!(s.copy_budget(64, 1), Some(32));
+        // Four processes of one job on it (torchrun): 8 each.
+        assert_eq!(s.gpu_pool_threads(64, 4), 8);
+        assert_eq!(s.copy_budget(64, 4), Some(8));
+        // A 16-core machine: 16, never held back; many processes on few cores keep 4.
+        assert_eq!(s.gpu_pool_threads(16, 1), 16);
+        assert_eq!(s.copy_budget(16, 1), Some(16));
+        assert_eq!(s.gpu_pool_threads(16, 8), MIN_AUTO_GPU_THREADS);
+        // num_threads caps the automatic choice; gpu_threads overrides it, unbudgeted.
         let two = Settings {
             num_threads: 2,
             ..s
         };
-        assert_eq!(two.gpu_pool_threads(8, 16), 2);
+        assert_eq!(two.gpu_pool_threads(16, 8), 2);
         let fixed = Settings {
             gpu_threads: 24,
             ..s
         };
-        assert_eq!(fixed.gpu_pool_threads(4, 64), 24);
+        assert_eq!(fixed.gpu_pool_threads(64, 4), 24);
+        assert_eq!(fixed.copy_budget(64, 4), None);
         assert_eq!(env(&[("KVIKPY_GPU_THREADS", "6")]).unwrap().gpu_threads, 6);
         assert!(env(&[("KVIKPY_GPU_THREADS", "2000")]).is_err());
         let mut t = s;
@@ -724,16 +736,19 @@ mod tests {
         #[test]
         fn gpu_threads_stay_in_bounds(
             num_threads in 1usize..=MAX_NUM_THREADS,
-            gpus in 0usize..64,
+            processes in 0usize..64,
             cpus in 1usize..1024,
         ) {
             let s = Settings { num_threads, ..Settings::default() };
-            let n = s.gpu_pool_threads(gpus, cpus);
+            let n = s.gpu_pool_threads(cpus, processes);
             proptest::prop_assert!(n >= 1 && n <= num_threads);
             proptest::prop_assert!(n >= MIN_AUTO_GPU_THREADS.min(num_threads));
-            // Together the GPUs' pools stay within the budget unless the floor lifts them.
-            let budget = MAX_DEFAULT_THREADS.max(cpus / 2);
-            proptest::prop_assert!(n * gpus.max(1) <= budget || n == MIN_AUTO_GPU_THREADS.min(num_threads));
+            let budget = s.copy_budget(cpus, processes).unwrap();
+            // The processes of a job together stay within the host's budget unless the
+            // floor lifts them; a pool never has more threads than may copy at once.
+            let host = MAX_DEFAULT_THREADS.max(cpus / 2);
+            proptest::prop_assert!(budget * processes.max(1) <= host || budget == MIN_AUTO_GPU_THREADS);
+            proptest::prop_assert!(n <= budget);
         }
     }
 

@@ -262,12 +262,21 @@ pub fn device_pool_sizes() -> Vec<(usize, usize)> {
 }
 
 /// Threads each GPU's pool has under the current settings on this host (see the
-/// `gpu_threads` setting); 0 where CUDA is unavailable.
+/// `gpu_threads` setting), and how many of this process's GPU threads may copy at once
+/// (0: no bound); `(0, 0)` where CUDA is unavailable.
 #[boundary]
 #[pyfunction]
-pub fn gpu_pool_threads() -> BindResult<usize> {
+pub fn gpu_pool_threads() -> BindResult<(usize, usize)> {
     if !kvikpy_core::cuda::available() {
-        return Ok(0);
+        return Ok((0, 0));
     }
-    Ok(kvikpy_core::pool::gpu_threads(&settings::current()?))
+    let current = settings::current()?;
+    let budget = current.copy_budget(
+        kvikpy_core::settings::available_cpus(),
+        kvikpy_core::pool::local_processes(),
+    );
+    Ok((
+        kvikpy_core::pool::gpu_threads(&current),
+        budget.unwrap_or(0),
+    ))
 }

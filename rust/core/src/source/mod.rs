@@ -33,9 +33,4 @@ pub use remote::url::redact;
 pub use remote::URL_SCHEMES;
 pub use residency::probes as residency_probes;
 // The fork hook: a child forgets the parent's TLS connections (see `remote::tls`).
-/// In a forked child: forget what the parent's threads held (TLS sessions, page-cache DMA
-/// lanes). Async-signal-safe.
-pub(crate) fn forget_in_child() {
-    remote::tls::forget_in_child();
-    page_cache_dma::forget_in_child();
-}
+pub(crate) use remote::tls::forget_in_child;

@@ -18,8 +18,7 @@
 //! a warm 4 GiB file, with less CPU time).
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::mapping::{page_size, FileMapping};
 use super::Direct;
@@ -48,55 +47,10 @@ pub fn bytes_moved() -> u64 {
     BYTES_MOVED.load(Ordering::Relaxed)
 }
 
-/// Tasks of this process moving bytes by page-cache DMA right now, when pools have more
-/// than [`MAX_THREADS`] threads (see [`lanes`]).
-static BUSY: AtomicUsize = AtomicUsize::new(0);
-
-/// How many tasks at once may take page-cache DMA in a process whose GPU pools have more
-/// than one thread: `KVIKPY_PAGE_CACHE_DMA_LANES` (read once), default 0.
-fn lanes() -> usize {
-    static LANES: OnceLock<usize> = OnceLock::new();
-    *LANES.get_or_init(|| {
-        std::env::var("KVIKPY_PAGE_CACHE_DMA_LANES")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    })
-}
-
-/// One of the [`lanes`], held while a task moves bytes by page-cache DMA.
-struct LaneHeld;
-
-impl Drop for LaneHeld {
-    fn drop(&mut self) {
-        BUSY.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// A free lane, if any.
-fn take_lane() -> Option<LaneHeld> {
-    let limit = lanes();
-    let mut busy = BUSY.load(Ordering::Acquire);
-    loop {
-        if busy >= limit {
-            return None;
-        }
-        match BUSY.compare_exchange_weak(busy, busy + 1, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Some(LaneHeld),
-            Err(now) => busy = now,
-        }
-    }
-}
-
-/// In a forked child: no task of the parent's runs here, so no lane is held.
-pub(crate) fn forget_in_child() {
-    BUSY.store(0, Ordering::Release);
-}
-
 /// Whether a device read of `span` under `settings` may try page-cache DMA at all.
 pub fn worth_trying(span: &DeviceSpan, settings: &Settings) -> bool {
     settings.page_cache_dma
-        && (crate::pool::gpu_threads(settings) <= MAX_THREADS || lanes() > 0)
+        && crate::pool::gpu_threads(settings) <= MAX_THREADS
         && span.len >= MIN_MAPPED_READ
         && cuda::can_register_read_only(span.ordinal)
 }
@@ -115,14 +69,6 @@ pub fn read_resident(
     if !worth_trying(&span, settings) {
         return Ok(Direct::NotUsed);
     }
-    let _lane = if crate::pool::gpu_threads(settings) > MAX_THREADS {
-        match take_lane() {
-            Some(held) => Some(held),
-            None => return Ok(Direct::NotUsed),
-        }
-    } else {
-        None
-    };
     let size = size()?;
     let len = (span.len as u64).min(size.saturating_sub(offset)) as usize;
     if len < MIN_MAPPED_READ {
