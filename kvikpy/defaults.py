@@ -64,10 +64,13 @@ reach the page-cache and PCIe ceilings on a 16-core machine without oversubscrib
 threads; transfers to and from a GPU run on that GPU's own pool, so that one process
 reading onto several GPUs at once scales as separate processes do (one pool shared by
 every GPU held one process near 45 GB/s on 4 H100s, however many GPUs it read onto).
-``gpu_threads`` sets the threads of each GPU's pool; 0, the default, shares a budget of
-``max(16, CPUs / 2)`` threads among the host's GPUs, at least 4 and at most
-``num_threads`` per GPU: 16 per GPU for one or two GPUs on a 64-core host, 8 for four
-(there, 8 per GPU read 97.8 GB/s onto four GPUs against 77.6 with 16).
+``gpu_threads`` sets the threads of each GPU's pool; 0, the default, gives each GPU's
+pool ``num_threads`` threads and lets at most ``max(16, CPUs / 2)`` of the process's GPU
+threads copy between files and pinned memory at once, a budget the processes of one job
+on the host divide among themselves (``LOCAL_WORLD_SIZE``, as torchrun sets it; at least
+4 each). On a 64-core host one process reads onto one or two GPUs with 16 threads each
+and onto four with 32 copying at once (there, 32 copying threads read 93-98 GB/s onto
+four GPUs against 77-87 with 64), and four torchrun ranks get 8 threads each.
 ``kvikpy.info()`` prints the numbers in use.
 
 ``auto_direct_io_read`` takes ``True``, ``False`` or ``"auto"`` (the default, and what

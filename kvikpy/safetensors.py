@@ -618,8 +618,8 @@ def load_into(
     and in memory merged into one). Nothing the size of the checkpoint is allocated:
     peak memory is the target itself plus, per GPU, at most two 256 MiB staging buffers
     (allocated through torch and freed before returning; and, with ``convert_dtype``, a
-    64 MiB conversion buffer per device; with a ``process_group``, a 256 MiB round of
-    the shared read).
+    64 MiB conversion buffer per device; with a ``process_group``, at most 256 MiB of
+    the shared read's rounds, four of 64 MiB in flight at once).
 
     Parameters
     ----------
@@ -640,8 +640,9 @@ def load_into(
     process_group
         A ``torch.distributed`` process group: every rank calls ``load_into`` with the
         same files and its own target; each byte is read from storage once for the group
-        and every rank gets its own tensors (in bounded rounds of 256 MiB, through the
-        group's all-gather).
+        and every rank gets its own tensors (in rounds of 64 MiB through the group's
+        all-gather, each round's exchange running while the next rounds are read; at
+        most four rounds, 256 MiB, at once).
     convert_dtype
         If true, a tensor whose dtype in the file differs from its target's (a bfloat16
         checkpoint into float32 parameters) is read through a 64 MiB staging buffer on
