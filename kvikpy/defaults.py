@@ -251,23 +251,8 @@ def set(*config: Any, **kwargs: Any) -> _Applied:
     return _Applied(previous)
 
 
-# Environment variables of the settings, in `kvikpy.defaults`' table order.
-_SETTING_VARIABLES = {
-    "compat_mode": "KVIKIO_COMPAT_MODE",
-    "num_threads": "KVIKIO_NTHREADS",
-    "gpu_threads": "KVIKPY_GPU_THREADS",
-    "task_size": "KVIKIO_TASK_SIZE",
-    "gds_threshold": "KVIKIO_GDS_THRESHOLD",
-    "bounce_buffer_size": "KVIKIO_BOUNCE_BUFFER_SIZE",
-    "auto_direct_io_read": "KVIKIO_AUTO_DIRECT_IO_READ",
-    "auto_direct_io_write": "KVIKIO_AUTO_DIRECT_IO_WRITE",
-    "page_cache_dma": "KVIKPY_PAGE_CACHE_DMA",
-    "write_sync": "KVIKPY_WRITE_SYNC",
-    "http_max_attempts": "KVIKIO_HTTP_MAX_ATTEMPTS",
-    "http_status_codes": "KVIKIO_HTTP_STATUS_CODES",
-    "http_timeout": "KVIKIO_HTTP_TIMEOUT",
-    "http_ca_bundle": "KVIKPY_HTTP_CA_BUNDLE",
-}
+# Environment variables of the settings: the engine's one table of both.
+_SETTING_VARIABLES = dict(_lib.setting_variables())
 
 
 def _settings_table() -> str:

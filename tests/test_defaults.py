@@ -53,6 +53,26 @@ def test_setting_names():
     assert sorted(_lib.setting_names()) == sorted(NAMES)
 
 
+def test_every_table_of_variables_is_the_engines():
+    """The engine's table of settings and their environment variables is the one the
+    parser reads (a Rust test checks that); the table in ``kvikpy.defaults``' docstring,
+    the one in docs/settings.md and the notebook table show exactly it, in its order."""
+    import re
+    from pathlib import Path
+
+    engine = [tuple(pair) for pair in _lib.setting_variables()]
+    assert [name for name, _ in engine] == _lib.setting_names()
+    assert defaults.__doc__ is not None
+    docstring = re.findall(r"^``(\w+)``\s+``([A-Z_]+)``", defaults.__doc__, re.MULTILINE)
+    assert docstring == engine
+    page = (Path(__file__).parent.parent / "docs" / "settings.md").read_text()
+    documented = re.findall(r"^\| `(\w+)` \| `([A-Z_]+)` \|", page, re.MULTILINE)
+    assert documented == engine
+    table = defaults._repr_html_()
+    for name, variable in engine:
+        assert f">{name}<" in table and f">{variable}<" in table
+
+
 def test_get_types():
     assert isinstance(defaults.get("compat_mode"), CompatMode)
     for name in ("num_threads", "task_size", "gds_threshold", "bounce_buffer_size"):

@@ -11,7 +11,7 @@ use std::sync::{Mutex, RwLock};
 
 use crate::error::{Error, Result};
 use crate::fork::ForkLocal;
-pub use crate::vocab::SETTING_NAMES;
+pub use crate::vocab::{SETTINGS, SETTING_NAMES};
 
 /// Whether kvikpy may use cuFile (GPUDirect Storage) or must use POSIX I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -966,6 +966,7 @@ mod tests {
         for name in SETTING_NAMES {
             assert!(s.get(name).is_ok());
         }
+        assert_eq!(SETTING_NAMES.len(), SETTINGS.len());
         assert_eq!(s.get("auto_direct_io_read").unwrap(), SettingValue::Auto);
         for (value, mode) in [
             (SettingValue::Bool(true), DirectIoRead::Direct),
@@ -975,6 +976,40 @@ mod tests {
             s.set("auto_direct_io_read", value).unwrap();
             assert_eq!(s.auto_direct_io_read, mode);
             assert_eq!(s.get("auto_direct_io_read").unwrap(), value);
+        }
+    }
+
+    #[test]
+    fn every_setting_is_read_from_its_variable_in_the_table() {
+        // A value no setting accepts, and one each accepts that differs from its default.
+        for (name, var) in SETTINGS {
+            let malformed = env(&[(var, "not-a-value-%%")]);
+            match malformed {
+                // Any text names a path: the bundle is checked when a remote file opens.
+                Ok(read) if name == "http_ca_bundle" => {
+                    assert_ne!(read, Settings::default(), "{var} was not read");
+                }
+                Err(Error::MalformedEnv { var: named, .. }) => assert_eq!(named, var, "{name}"),
+                Err(Error::Config(message)) => assert!(message.contains(var), "{name}: {message}"),
+                other => panic!("{name}: {var}=not-a-value-%% gave {other:?}"),
+            }
+            let good = match name {
+                "compat_mode" => "ON",
+                "num_threads" | "gpu_threads" => "3",
+                "task_size" | "gds_threshold" | "bounce_buffer_size" => "8192",
+                "auto_direct_io_read" | "auto_direct_io_write" | "page_cache_dma" => "false",
+                "write_sync" => "true",
+                "http_max_attempts" | "http_timeout" => "7",
+                "http_status_codes" => "418",
+                "http_ca_bundle" => "/",
+                other => panic!("a setting the test does not know: {other}"),
+            };
+            let read = env(&[(var, good)]).unwrap_or_else(|e| panic!("{var}={good}: {e}"));
+            assert_ne!(
+                read.get(name).unwrap(),
+                Settings::default().get(name).unwrap(),
+                "{var}={good} did not change {name}"
+            );
         }
     }
 }

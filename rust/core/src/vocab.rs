@@ -41,20 +41,33 @@ impl OpenFlags {
     };
 }
 
-/// Every setting name, in documentation order.
-pub const SETTING_NAMES: [&str; 14] = [
-    "compat_mode",
-    "num_threads",
-    "gpu_threads",
-    "task_size",
-    "gds_threshold",
-    "bounce_buffer_size",
-    "auto_direct_io_read",
-    "auto_direct_io_write",
-    "page_cache_dma",
-    "write_sync",
-    "http_max_attempts",
-    "http_status_codes",
-    "http_timeout",
-    "http_ca_bundle",
+/// Every setting and the environment variable it is read from, in documentation order:
+/// the one table of both (the parser in `settings.rs` is checked against it by a test,
+/// and `kvikpy.defaults` takes its variables from here).
+pub const SETTINGS: [(&str, &str); 14] = [
+    ("compat_mode", "KVIKIO_COMPAT_MODE"),
+    ("num_threads", "KVIKIO_NTHREADS"),
+    ("gpu_threads", "KVIKPY_GPU_THREADS"),
+    ("task_size", "KVIKIO_TASK_SIZE"),
+    ("gds_threshold", "KVIKIO_GDS_THRESHOLD"),
+    ("bounce_buffer_size", "KVIKIO_BOUNCE_BUFFER_SIZE"),
+    ("auto_direct_io_read", "KVIKIO_AUTO_DIRECT_IO_READ"),
+    ("auto_direct_io_write", "KVIKIO_AUTO_DIRECT_IO_WRITE"),
+    ("page_cache_dma", "KVIKPY_PAGE_CACHE_DMA"),
+    ("write_sync", "KVIKPY_WRITE_SYNC"),
+    ("http_max_attempts", "KVIKIO_HTTP_MAX_ATTEMPTS"),
+    ("http_status_codes", "KVIKIO_HTTP_STATUS_CODES"),
+    ("http_timeout", "KVIKIO_HTTP_TIMEOUT"),
+    ("http_ca_bundle", "KVIKPY_HTTP_CA_BUNDLE"),
 ];
+
+/// Every setting name, in documentation order (the first column of [`SETTINGS`]).
+pub const SETTING_NAMES: [&str; 14] = {
+    let mut names = [""; 14];
+    let mut i = 0;
+    while i < SETTINGS.len() {
+        names[i] = SETTINGS[i].0;
+        i += 1;
+    }
+    names
+};

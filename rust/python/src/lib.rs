@@ -68,6 +68,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(settings::get_setting, m)?)?;
     m.add_function(wrap_pyfunction!(settings::set_settings, m)?)?;
     m.add_function(wrap_pyfunction!(settings::setting_names, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::setting_variables, m)?)?;
     m.add_function(wrap_pyfunction!(settings::is_compat_mode_preferred, m)?)?;
     m.add_function(wrap_pyfunction!(settings::default_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(settings::bounce_buffer_free, m)?)?;

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use kvikpy_core::settings::{
-    self, intern_path, CompatMode, SettingValue, Settings, StatusCodes, SETTING_NAMES,
+    self, intern_path, CompatMode, SettingValue, Settings, StatusCodes, SETTINGS, SETTING_NAMES,
 };
 use kvikpy_core::Error;
 use kvikpy_macros::boundary;
@@ -213,6 +213,13 @@ pub fn set_settings(pairs: Vec<(String, Bound<'_, PyAny>)>) -> BindResult<()> {
 #[pyfunction]
 pub fn setting_names() -> Vec<&'static str> {
     SETTING_NAMES.to_vec()
+}
+
+/// Every setting and the environment variable it is read from, in documentation order.
+#[boundary]
+#[pyfunction]
+pub fn setting_variables() -> Vec<(&'static str, &'static str)> {
+    SETTINGS.to_vec()
 }
 
 /// Whether `mode` ("ON"/"OFF"/"AUTO") resolves to POSIX I/O on this system.
