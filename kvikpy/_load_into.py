@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kvikpy._shared_load import TensorSpan
+from kvikpy._spans import TensorSpan
 
 __all__ = ["LoadIntoError", "LoadResult", "Source", "load"]
 
@@ -700,7 +700,7 @@ def load(
                 )
     except (LoadIntoError, TypeError, ValueError):
         if process_group is not None:  # the other ranks must not wait for this one
-            from kvikpy._load_shared_into import exchange_status
+            from kvikpy._read_once import exchange_status
 
             exchange_status(process_group, None)
         raise
@@ -723,7 +723,7 @@ def load(
         _run(_merged(reads))
 
     if process_group is not None:
-        from kvikpy._load_shared_into import exchange_status, load_shared_into
+        from kvikpy._read_once import exchange_status, load_shared_into
 
         needs = exchange_status(process_group, [by_name[n].span.name for n in direct])
         if any(n is None for n in needs):

@@ -25,7 +25,8 @@ from kvikpy import _paths
 from kvikpy._api import read
 from kvikpy._load_into import LoadIntoError, LoadResult, Source
 from kvikpy._load_into import load as _load
-from kvikpy._shared_load import Needs, TensorSpan, read_spans
+from kvikpy._read_once import Needs
+from kvikpy._spans import TensorSpan, read_spans
 
 __all__ = [
     "LoadIntoError",
@@ -484,7 +485,7 @@ def load_file(
 
     spans, infos, starts = _spans(paths)
     if process_group is not None:
-        from kvikpy._shared_load import load_shared
+        from kvikpy._read_once import load_shared
 
         flat = load_shared(spans, tensor_filter, device, process_group)
         return {name: _typed(t, infos[name]) for name, t in flat.items()}

@@ -358,7 +358,7 @@ def test_load_pretrained_missing_pieces(tmp_path: Path) -> None:
 
 
 def test_shared_rounds_are_bounded_and_keep_file_order() -> None:
-    from kvikpy._shared_load import rounds
+    from kvikpy._read_once import rounds
 
     sizes = [10, 100, 1000, 64, 64, 0, 3000, 1]
     cut = rounds(sizes, 256)

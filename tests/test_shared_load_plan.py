@@ -1,4 +1,4 @@
-"""The plan of a checkpoint read once for many ranks (kvikpy._shared_load.plan): every
+"""The plan of a checkpoint read once for many ranks (kvikpy._read_once.plan): every
 byte a rank needs reaches it, and every byte leaves storage once across the group; a
 rank's share is filled straight from the files by few merged reads (share_reads,
 read_into), here into host memory with real files."""
@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvikpy._shared_load import TensorSpan, needers_of, pack, plan, read_into, share_reads
+from kvikpy._read_once import needers_of, plan, share_reads
+from kvikpy._spans import TensorSpan, pack, read_into
 
 
 @st.composite

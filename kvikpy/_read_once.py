@@ -1,18 +1,22 @@
-"""A checkpoint read once for many ranks: who reads which bytes, and the exchange.
+"""A checkpoint read once for a ``torch.distributed`` process group: who reads which
+bytes, and the exchange.
 
-One job: given the tensors of one or more safetensors files and, per rank of a
-``torch.distributed`` process group, the tensors that rank needs, plan the reads so that
-every byte leaves storage once, read this rank's part with kvikpy, and let the process
-group's own collective (NCCL over NVLink for GPUs, gloo for host memory) hand every rank
-the bytes it needs from the others.
+One job: given the tensors of one or more safetensors files and, per rank of the group,
+the tensors that rank needs, plan the reads so that every byte leaves storage once, read
+this rank's part with kvikpy (:mod:`kvikpy._spans`), and let the group's own collective
+(NCCL over NVLink for GPUs, gloo for host memory) hand every rank the bytes it needs from
+the others, into new tensors (:func:`load_shared`, for ``load_file``) or into a model's
+own tensors (:func:`load_shared_into`, for ``load_into``).
 
 The plan, the same on every rank (it is computed from the same inputs everywhere):
 
 - a tensor needed by one rank only is *private*: that rank reads it, nobody else sees it;
-- a tensor needed by two ranks or more is *shared*: the shared tensors are laid end to
-  end in one packed buffer (each at a 64-byte boundary, so every dtype views it), the
-  packed buffer is cut into ``world_size`` equal shares, rank ``r`` reads the file ranges
-  behind share ``r``, and one all-gather gives every rank the whole packed buffer.
+- the tensors needed by two ranks or more are *shared*: taken in file order in rounds of
+  about :data:`ROUND` bytes, each round's tensors laid end to end in a packed buffer (each
+  at a 64-byte boundary), the packed buffer cut into ``world_size`` equal shares; rank
+  ``r`` reads the file ranges behind share ``r`` and one all-gather gives every rank the
+  whole round. A round's all-gather runs while the next rounds are read
+  (:func:`exchange`).
 
 torch.distributed is the transport; nothing here moves bytes between processes itself.
 """
@@ -24,37 +28,26 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvikpy.cufile import CuFile
+from kvikpy._spans import PACK_ALIGN, FileRead, Files, TensorSpan, merged, pack, torch_device
 
 __all__ = [
-    "FileRead",
+    "DEPTH",
+    "ROUND",
     "Needs",
-    "TensorSpan",
+    "Plan",
+    "exchange",
+    "exchange_status",
     "load_shared",
-    "merged",
-    "pack",
+    "load_shared_into",
+    "needers_of",
     "plan",
-    "read_spans",
+    "rounds",
     "share_reads",
 ]
-
-# Each shared tensor starts at a multiple of this in the packed buffer: every dtype's item
-# size divides it, so every tensor is a view without a copy.
-_PACK_ALIGN = 64
 
 #: What a caller may pass as ``tensor_filter``: a predicate on tensor names, evaluated on
 #: each rank for itself, or one map from rank to the names that rank needs.
 Needs = Callable[[str], bool] | Mapping[int, Iterable[str]] | None
-
-
-@dataclass(frozen=True)
-class TensorSpan:
-    """One tensor's bytes in a file."""
-
-    name: str
-    path: str
-    offset: int
-    size: int
 
 
 @dataclass(frozen=True)
@@ -79,12 +72,12 @@ def plan(
     end = 0
     for t, who in zip(tensors, needers, strict=True):
         if len(who) >= 2:
-            end = -(-end // _PACK_ALIGN) * _PACK_ALIGN
+            end = -(-end // PACK_ALIGN) * PACK_ALIGN
             packed[t.name] = end
             order.append(t)
             end += t.size
     share = -(-end // world_size) if end else 0
-    share = -(-share // _PACK_ALIGN) * _PACK_ALIGN
+    share = -(-share // PACK_ALIGN) * PACK_ALIGN
     lo, hi = rank * share, (rank + 1) * share
     mine: list[tuple[TensorSpan, int, int]] = []
     for t in order:
@@ -95,17 +88,6 @@ def plan(
     private = [t for t, who in zip(tensors, needers, strict=True) if len(who) == 1 and rank in who]
     wanted = [t.name for t, who in zip(tensors, needers, strict=True) if rank in who]
     return Plan(rank, world_size, share, packed, mine, private, wanted)
-
-
-@dataclass(frozen=True)
-class FileRead:
-    """One read: ``length`` bytes of ``path`` at ``file_offset`` into a flat destination
-    (this rank's share, or the buffer of the tensors it reads alone) at ``at``."""
-
-    path: str
-    file_offset: int
-    at: int
-    length: int
 
 
 def share_reads(p: Plan) -> list[FileRead]:
@@ -119,70 +101,6 @@ def share_reads(p: Plan) -> list[FileRead]:
             for t, within, length in p.my_share
         ]
     )
-
-
-def read_into(dest: Any, reads: Sequence[FileRead]) -> None:
-    """Run ``reads`` into ``dest`` (a flat uint8 buffer: this rank's share, or the
-    buffer of the tensors it reads alone) at once on kvikpy's pool, each straight into its
-    place (no staging buffer, no device copy); every read is waited for before the first
-    error is raised."""
-    with _Files() as files:
-        files.wait(files.start(dest, reads))
-
-
-class _Files:
-    """The files of a load, each opened once, and reads started on them; closed at the
-    end (a ``with`` block), every read started being waited for first."""
-
-    def __init__(self) -> None:
-        self._open: dict[str, CuFile] = {}
-        self._started: list[list[tuple[FileRead, Any]]] = []
-
-    def __enter__(self) -> _Files:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            for started in self._started:  # no read may outlive its file (or buffer)
-                for _, future in started:
-                    try:
-                        future.get()
-                    except Exception:  # the first error is already on its way
-                        continue
-        finally:
-            for f in self._open.values():
-                f.close()
-
-    def start(self, dest: Any, reads: Sequence[FileRead]) -> list[tuple[FileRead, Any]]:
-        """Start ``reads`` into ``dest`` on kvikpy's pool; wait for them with :meth:`wait`."""
-        started: list[tuple[FileRead, Any]] = []
-        self._started.append(started)
-        for r in reads:
-            f = self._open.get(r.path)
-            if f is None:
-                f = self._open[r.path] = CuFile(r.path, "r")
-            started.append((r, f.pread(dest[r.at : r.at + r.length], r.length, r.file_offset)))
-        return started
-
-    def wait(self, started: list[tuple[FileRead, Any]]) -> None:
-        """Wait for every read of ``started``, then raise the first error, if any."""
-        errors: list[BaseException] = []
-        for r, future in started:
-            try:
-                got = future.get()
-            except BaseException as e:  # wait for every read before raising
-                errors.append(e)
-                continue
-            if got != r.length:
-                errors.append(
-                    EOFError(
-                        f"{r.path}: {r.length} bytes at offset {r.file_offset} were asked "
-                        f"for and only {got} read; the file is shorter than its header says"
-                    )
-                )
-        self._started.remove(started)
-        if errors:
-            raise errors[0]
 
 
 def needers_of(
@@ -227,56 +145,6 @@ def needers_of(
     return who
 
 
-def pack(pieces: Sequence[tuple[TensorSpan, int, int]]) -> tuple[list[int], list[FileRead], int]:
-    """Lay ``(tensor, offset in it, length)`` pieces end to end, each at a 64-byte
-    boundary: each piece's place, the merged reads that fill them, and the bytes in all."""
-    places: list[int] = []
-    reads: list[FileRead] = []
-    end = 0
-    for t, within, length in pieces:
-        end = -(-end // _PACK_ALIGN) * _PACK_ALIGN
-        places.append(end)
-        if length:
-            reads.append(FileRead(t.path, t.offset + within, end, length))
-        end += length
-    return places, merged(reads), end
-
-
-def merged(reads: Sequence[FileRead]) -> list[FileRead]:
-    """``reads`` with each run of reads that follow each other both in one file and in
-    the destination made one read."""
-    out: list[FileRead] = []
-    for r in reads:
-        last = out[-1] if out else None
-        if (
-            last is not None
-            and last.path == r.path
-            and last.file_offset + last.length == r.file_offset
-            and last.at + last.length == r.at
-        ):
-            out[-1] = FileRead(r.path, last.file_offset, last.at, last.length + r.length)
-        else:
-            out.append(r)
-    return out
-
-
-def read_spans(
-    spans: Sequence[tuple[TensorSpan, int, int]], device: str | int
-) -> list[tuple[Any, int]]:
-    """Read ``(tensor, offset in it, length)`` pieces into one new buffer on ``device``,
-    with the merged reads of :func:`pack` all at once on the pool (a checkpoint's
-    adjacent tensors cost one read per file, as a whole-file read would).
-
-    Returns, per piece in order, ``(torch uint8 tensor of all pieces, start in it)``.
-    """
-    import torch  # type: ignore[import-not-found, unused-ignore]
-
-    places, reads, total = pack(spans)
-    whole = torch.empty(total, dtype=torch.uint8, device=_torch_device(device))
-    read_into(whole, reads)
-    return [(whole, at) for at in places]
-
-
 #: Bytes of shared tensors in one round of the exchange (or one tensor, if larger): the
 #: all-gather of a round runs while the reads of the next ones do.
 ROUND = 128 << 20
@@ -290,7 +158,7 @@ def rounds(sizes: Sequence[int], limit: int) -> list[list[int]]:
     current: list[int] = []
     total = 0
     for i, size in enumerate(sizes):
-        padded = -(-size // _PACK_ALIGN) * _PACK_ALIGN
+        padded = -(-size // PACK_ALIGN) * PACK_ALIGN
         if current and total + padded > limit:
             out.append(current)
             current, total = [], 0
@@ -305,7 +173,7 @@ def exchange(
     shared: Sequence[TensorSpan],
     needers: Sequence[set[int]],
     group: Any,
-    files: _Files,
+    files: Files,
     buffer: Callable[[int, int], Any],
     landed: Callable[[Plan, Any], None],
     depth: int | None = None,
@@ -370,6 +238,11 @@ def exchange(
         finish(*gathering)
 
 
+#: Rounds in flight at once: the reads of three rounds run while one is exchanged, each
+#: round a quarter of the memory bound.
+DEPTH = 4
+
+
 def load_shared(
     tensors: Sequence[TensorSpan],
     needs: Needs,
@@ -408,7 +281,7 @@ def load_shared(
         raise ValueError("this process is not a member of the process_group it passed")
     names = [t.name for t in tensors]
     who = needers_of(names, needs, rank, world_size, group)
-    torch_device = _torch_device(device)
+    where = torch_device(device)
     shared = [(t, w) for t, w in zip(tensors, who, strict=True) if len(w) >= 2]
     private = [t for t, w in zip(tensors, who, strict=True) if w == {rank}]
     sizes = [t.size for t, _ in shared]
@@ -419,9 +292,9 @@ def load_shared(
         starts.append(total)
         total += p.share * world_size
     places, private_reads, private_total = pack([(t, 0, t.size) for t in private])
-    whole = torch.empty(total + private_total, dtype=torch.uint8, device=torch_device)
-    if torch_device != "cpu":  # kvikpy writes from its own streams: the memory must be idle
-        torch.cuda.current_stream(torch_device).synchronize()
+    whole = torch.empty(total + private_total, dtype=torch.uint8, device=where)
+    if where != "cpu":  # kvikpy writes from its own streams: the memory must be idle
+        torch.cuda.current_stream(where).synchronize()
     out: dict[str, Any] = {}
     by_size = {t.name: t.size for t in tensors}
 
@@ -433,13 +306,99 @@ def load_shared(
             out[name] = packed[at : at + by_size[name]]
 
     alone = whole[total:]
-    with _Files() as files:
+    with Files() as files:
         started = files.start(alone, private_reads)
         exchange([t for t, _ in shared], [w for _, w in shared], group, files, buffer, landed)
         files.wait(started)
     for t, at in zip(private, places, strict=True):
         out[t.name] = alone[at : at + t.size]
     return {name: out[name] for name, w in zip(names, who, strict=True) if rank in w}
+
+
+def _group_info(group: Any) -> tuple[int, int]:
+    import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise ValueError(
+            "process_group needs an initialised torch.distributed (call "
+            "torch.distributed.init_process_group first, e.g. under torchrun)"
+        )
+    rank = dist.get_rank(group)
+    if rank < 0:
+        raise ValueError("this process is not a member of the process_group it passed")
+    return rank, dist.get_world_size(group)
+
+
+def exchange_status(group: Any, mine: list[str] | None) -> list[list[str] | None]:
+    """Every rank's names to load (``None`` for a rank whose checks failed), so that a
+    rank that refuses its checkpoint makes every rank raise instead of leaving the others
+    waiting in a collective."""
+    import torch.distributed as dist
+
+    _, world_size = _group_info(group)
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, mine, group=group)
+    return gathered
+
+
+def load_shared_into(
+    every: Sequence[TensorSpan],
+    mine: dict[str, Any],
+    needs: list[list[str] | None],
+    group: Any,
+    device: Any,
+    private: Any,
+    limit: int,
+) -> None:
+    """Fill this rank's targets ``mine`` (name -> contiguous torch tensor) from the
+    checkpoint tensors ``every`` (the same list on every rank); ``needs[r]`` is what rank
+    ``r`` loads; ``private(spans)`` reads tensors only this rank needs straight into
+    their targets."""
+    import torch  # type: ignore[import-not-found, unused-ignore]
+    import torch.distributed as dist
+
+    rank, _ = _group_info(group)
+    who: dict[str, set[int]] = {}
+    for r, names in enumerate(needs):
+        for name in names or ():
+            who.setdefault(name, set()).add(r)
+    alone = [t for t in every if who.get(t.name) == {rank}]
+    if alone:
+        private(alone)
+    shared = [t for t in every if len(who.get(t.name, ())) >= 2]
+    if not shared:
+        return
+    if dist.get_backend(group) == "nccl":
+        where = torch.device("cuda", torch.cuda.current_device()) if device is None else device
+    else:
+        where = torch.device("cpu")
+
+    def buffer(_: int, nbytes: int) -> Any:
+        return torch.empty(nbytes, dtype=torch.uint8, device=where)
+
+    def landed(p: Plan, packed: Any) -> None:
+        with torch.no_grad():
+            for name, at in p.packed.items():
+                target = mine.get(name)
+                size = sizes[name]
+                if target is not None and size:
+                    flat = target.detach().view(-1).view(torch.uint8)
+                    flat.copy_(packed[at : at + size])
+        if where.type == "cuda":  # its memory may be handed to a later round's reads
+            torch.cuda.current_stream(where).synchronize()
+
+    sizes = {t.name: t.size for t in shared}
+    with Files() as files:
+        exchange(
+            shared,
+            [who[t.name] for t in shared],
+            group,
+            files,
+            buffer,
+            landed,
+            depth=DEPTH,
+            limit=max(limit // DEPTH, 1),
+        )
 
 
 def _all_gather(packed: Any, mine: Any, world_size: int, group: Any, async_op: bool = False) -> Any:
@@ -466,10 +425,3 @@ class _Holding:
     def wait(self) -> None:
         self._work.wait()
         self._keep = None
-
-
-def _torch_device(device: str | int) -> Any:
-    from kvikpy import _devices
-
-    ordinal = _devices.resolve(device)
-    return "cpu" if ordinal is None else f"cuda:{ordinal}"
