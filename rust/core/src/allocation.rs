@@ -35,18 +35,18 @@ impl Placement {
 }
 
 /// The alignment of every host allocation: a page, so O_DIRECT reads land in it directly.
-pub const HOST_ALIGNMENT: usize = 4096;
+pub(crate) const HOST_ALIGNMENT: usize = 4096;
 
 /// From twice this size on, host allocations are aligned to and advised for 2 MiB
 /// transparent huge pages: a fresh buffer is first touched by the read filling it, and
 /// 4 KiB pages would cost a page fault each (32,768 for 128 MiB). numpy does the same for
 /// its arrays.
-pub const HUGE_PAGE: usize = 2 << 20;
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
 
 /// The layout of a host allocation of `size` bytes (at least 1): page-aligned, or
 /// huge-page-aligned from `2 * HUGE_PAGE` bytes on. `InvalidArgument` for a size no
 /// layout can have (over `isize::MAX` once rounded up to the alignment).
-pub fn host_layout(size: usize) -> Result<Layout> {
+pub(crate) fn host_layout(size: usize) -> Result<Layout> {
     let align = if size >= 2 * HUGE_PAGE {
         HUGE_PAGE
     } else {
@@ -57,10 +57,12 @@ pub fn host_layout(size: usize) -> Result<Layout> {
 
 /// Page-aligned ordinary host memory (when no CUDA driver can pin it), freed on drop.
 #[derive(Debug)]
-pub struct AlignedHost {
+pub(crate) struct AlignedHost {
     ptr: NonNull<u8>,
     /// The layout it was allocated with, which freeing must repeat.
     layout: Layout,
+    /// The size asked for (tests check it).
+    #[cfg(test)]
     size: usize,
 }
 
@@ -82,7 +84,12 @@ impl AlignedHost {
             // SAFETY: advice on memory we own; failure (THP off) changes nothing.
             unsafe { libc::madvise(ptr.as_ptr().cast(), size, libc::MADV_HUGEPAGE) };
         }
-        Ok(Self { ptr, layout, size })
+        Ok(Self {
+            ptr,
+            layout,
+            #[cfg(test)]
+            size,
+        })
     }
 
     /// Address of the first byte.
@@ -91,11 +98,13 @@ impl AlignedHost {
     }
 
     /// Size in bytes, as asked for (the layout may be one byte larger for 0).
+    #[cfg(test)]
     pub fn size(&self) -> usize {
         self.size
     }
 
     /// The alignment the memory has.
+    #[cfg(test)]
     pub fn align(&self) -> usize {
         self.layout.align()
     }
@@ -194,7 +203,7 @@ impl Allocation {
 
     /// The bytes of host memory (pinned or not) to write, `None` for GPU memory. Spans
     /// taken with [`span`](Self::span) must not be in use meanwhile.
-    pub fn host_bytes_mut(&mut self) -> Option<&mut [u8]> {
+    pub(crate) fn host_bytes_mut(&mut self) -> Option<&mut [u8]> {
         let ptr = match &self.memory {
             Memory::Device(_) => return None,
             Memory::Pinned(p) => p.as_ptr(),
@@ -222,7 +231,7 @@ pub struct Readiness {
 
 impl Readiness {
     /// Record that the bytes land when `stream` (a raw `CUstream`) reaches `event`.
-    pub fn set(&self, event: StreamEvent, stream: usize) {
+    pub(crate) fn set(&self, event: StreamEvent, stream: usize) {
         *self.ready.lock().unwrap_or_else(|e| e.into_inner()) = Some((event, stream));
     }
 

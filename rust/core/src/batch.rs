@@ -22,7 +22,7 @@ use crate::source::{self, unsized_file};
 
 /// Where one element of a batch comes from.
 #[derive(Debug, Clone)]
-pub enum Origin {
+pub(crate) enum Origin {
     /// A file from this byte offset (0 for a whole file): opened, read and closed by the
     /// task that reads it.
     File(PathBuf, u64),
@@ -32,7 +32,7 @@ pub enum Origin {
 
 /// One element: its origin, its length, and where it lands in the destination.
 #[derive(Debug, Clone)]
-pub struct Element {
+pub(crate) struct Element {
     /// The file, or the offset in the batch's shared file, the bytes come from.
     pub origin: Origin,
     /// How many bytes the element reads.
@@ -361,13 +361,14 @@ impl Plan {
 }
 
 /// Lay `sizes` end to end: each element's start, and the total.
-pub fn layout(sizes: &[usize]) -> Result<(Vec<usize>, usize)> {
+#[cfg(test)]
+pub(crate) fn layout(sizes: &[usize]) -> Result<(Vec<usize>, usize)> {
     layout_aligned(sizes, 1)
 }
 
 /// Lay `sizes` one after another, each starting at a multiple of `align` (a power of
 /// two): each element's start, and the total (the end of the last element).
-pub fn layout_aligned(sizes: &[usize], align: usize) -> Result<(Vec<usize>, usize)> {
+pub(crate) fn layout_aligned(sizes: &[usize], align: usize) -> Result<(Vec<usize>, usize)> {
     let overflow =
         || Error::InvalidArgument("the batch's total size overflows the address space".into());
     let mut starts = Vec::with_capacity(sizes.len());

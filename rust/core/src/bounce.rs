@@ -31,7 +31,7 @@ pub trait BounceAllocator: Send + Sync + 'static {
 
 /// Ordinary page-aligned host memory.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct PageAlignedAllocator;
+pub(crate) struct PageAlignedAllocator;
 
 impl BounceAllocator for PageAlignedAllocator {
     fn allocate(&self, size: usize) -> Result<NonNull<u8>> {
@@ -92,7 +92,7 @@ impl BouncePool {
     /// A buffer of exactly `size` bytes serving a `bounce_buffer_size` of `serves` bytes:
     /// an idle one if there is one, else a new one ([`BouncePool::acquire_at_least`] with
     /// `size` as both bounds).
-    pub fn acquire(self: &Arc<Self>, size: usize, serves: usize) -> Result<BounceBuffer> {
+    pub(crate) fn acquire(self: &Arc<Self>, size: usize, serves: usize) -> Result<BounceBuffer> {
         self.acquire_at_least(size, size, serves)
     }
 
@@ -105,7 +105,7 @@ impl BouncePool {
     /// Idle buffers larger than `limit` (left from a larger `bounce_buffer_size`) are
     /// freed; when a new buffer is made, one idle buffer too small to serve is freed in
     /// its place, so the pool still holds at most as many buffers as tasks ran at once.
-    pub fn acquire_at_least(
+    pub(crate) fn acquire_at_least(
         self: &Arc<Self>,
         need: usize,
         limit: usize,
@@ -165,7 +165,7 @@ impl BouncePool {
     }
 
     /// Number of idle buffers (for tests and diagnostics).
-    pub fn idle_count(&self) -> usize {
+    pub(crate) fn idle_count(&self) -> usize {
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }
@@ -177,7 +177,7 @@ impl Drop for BouncePool {
 }
 
 /// A buffer borrowed from a [`BouncePool`]; goes back to the pool when dropped.
-pub struct BounceBuffer {
+pub(crate) struct BounceBuffer {
     pool: Arc<BouncePool>,
     ptr: NonNull<u8>,
     size: usize,
@@ -189,19 +189,15 @@ unsafe impl Send for BounceBuffer {}
 
 impl BounceBuffer {
     /// The buffer as a mutable byte slice.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: ptr..ptr+size is an allocation owned exclusively by this BounceBuffer.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.size) }
     }
 
     /// The buffer's size in bytes.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.size
-    }
-
-    /// Whether the buffer has no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.size == 0
     }
 }
 

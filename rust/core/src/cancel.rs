@@ -16,7 +16,7 @@ use crate::error::{Error, RemoteFailure};
 
 /// How often blocked remote work looks at its token: a socket waiting for data, a backoff
 /// sleep. Cancelled work stops within about this long.
-pub const POLL: Duration = Duration::from_millis(20);
+pub(crate) const POLL: Duration = Duration::from_millis(20);
 
 /// Bumped by [`cancel_all`]: work begun under an older generation is cancelled.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -37,7 +37,7 @@ impl CancelToken {
     }
 
     /// Whether [`CancelToken::cancel`] was called.
-    pub fn is_cancelled(&self) -> bool {
+    pub(crate) fn is_cancelled(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
 }
@@ -95,7 +95,7 @@ pub fn scope<R>(token: &CancelToken, work: impl FnOnce() -> R) -> R {
 
 /// Run `work` under the thread's current watch, or, outside any [`scope`], under a watch
 /// of no token begun now (so that [`cancel_all`] reaches it too).
-pub fn watched<R>(work: impl FnOnce() -> R) -> R {
+pub(crate) fn watched<R>(work: impl FnOnce() -> R) -> R {
     if CURRENT.with(|c| c.borrow().is_some()) {
         return work();
     }
@@ -113,10 +113,10 @@ pub fn cancelled() -> bool {
 /// The current thread's watch, carried into work it hands to other threads (a batch's
 /// parallel pieces), so that they see the same cancellation.
 #[derive(Clone, Default)]
-pub struct Carried(Option<Watch>);
+pub(crate) struct Carried(Option<Watch>);
 
 /// The current thread's watch (none outside any [`scope`] or [`watched`]).
-pub fn carry() -> Carried {
+pub(crate) fn carry() -> Carried {
     Carried(CURRENT.with(|c| c.borrow().clone()))
 }
 
@@ -144,7 +144,7 @@ impl Carried {
 }
 
 /// Whether `error` is that of cancelled work (see [`error`]).
-pub fn is_cancellation(error: &Error) -> bool {
+pub(crate) fn is_cancellation(error: &Error) -> bool {
     matches!(
         error,
         Error::Remote {
@@ -174,7 +174,7 @@ pub fn cancel_all() {
 
 /// Sleep `duration`, waking every [`POLL`] to see whether the work was cancelled; false
 /// if it was (the sleep then ends early).
-pub fn sleep(duration: Duration) -> bool {
+pub(crate) fn sleep(duration: Duration) -> bool {
     let end = Instant::now() + duration;
     loop {
         if cancelled() {

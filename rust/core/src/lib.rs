@@ -3,8 +3,36 @@
 //!
 //! The Python binding (`rust/python`) only converts types and maps [`Error`] to Python
 //! exceptions; everything that decides *how* bytes move lives here.
+//!
+//! # Public surface
+//!
+//! What the binding (and the engine's own benches and integration tests) use, and nothing
+//! more, is `pub`; every other module and item is `pub(crate)`, the engine's internals
+//! (as kvikio keeps `include/kvikio` apart from its `detail/`). The crate root re-exports
+//! the core types: [`FileHandle`], [`Request`] and [`submit`], the spans, [`IoFuture`]
+//! ([`run_caught`], [`wait_idle`]), [`Settings`], [`Error`] and [`Source`]. The public
+//! modules, by what the binding uses them for:
+//!
+//! - I/O: [`request`] (batch requests), [`batch`] (batch plans), [`mmap_handle`]
+//!   (`kvikpy.Mmap`), [`replace`] (write-then-rename), [`arrow_ipc`] (Arrow IPC reading
+//!   and writing), [`source`] (remote files, residency probes, path kinds, counters).
+//! - Memory and devices: [`allocation`] (`kvikpy.Buffer` memory), [`cuda`] (streams and
+//!   events handed in by callers, copies, device queries), [`cufile`]
+//!   (`kvikpy.cufile_driver` and buffer registration).
+//! - Process-wide state: [`settings`], [`cancel`] (Ctrl-C and cancellation), [`pool`]
+//!   (thread pool sizes), [`bounce`] (freeing idle bounce buffers), [`atfork`] (fork
+//!   handlers), [`page_cache`] (residency and eviction), [`profile`] and [`ceiling`]
+//!   (measurement), [`tasks`] (task splitting, for the benches).
+//!
+//! Crate-private: the device transfer path (`device_io`), the bounce ring (`ring`),
+//! fork generations (`fork`), credential redaction (`redact`), the settings vocabulary
+//! (`vocab`), and the modules behind the root re-exports (`error`, `file`, `future`,
+//! `memory`).
 
 #![deny(missing_docs)]
+// The docs are written for the engine's maintainers and link crate-private items;
+// `cargo doc --document-private-items` renders them all.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod allocation;
 pub mod arrow_ipc;
@@ -15,30 +43,30 @@ pub mod cancel;
 pub mod ceiling;
 pub mod cuda;
 pub mod cufile;
-pub mod device_io;
-pub mod error;
-pub mod file;
-pub mod fork;
-pub mod future;
-pub mod memory;
+pub(crate) mod device_io;
+pub(crate) mod error;
+pub(crate) mod file;
+pub(crate) mod fork;
+pub(crate) mod future;
+pub(crate) mod memory;
 pub mod mmap_handle;
 pub mod page_cache;
 pub mod pool;
 pub mod profile;
-pub mod redact;
+pub(crate) mod redact;
 #[cfg(test)]
 mod remote_cancel_tests;
 pub mod replace;
 pub mod request;
-pub mod ring;
+pub(crate) mod ring;
 pub mod settings;
 pub mod source;
 pub mod tasks;
-pub mod vocab;
+pub(crate) mod vocab;
 
-pub use error::{Error, Result};
+pub use error::{panic_message, Error, RemoteFailure, Result};
 pub use file::{FileHandle, OpenFlags};
-pub use future::IoFuture;
+pub use future::{run_caught, wait_idle, IoFuture};
 pub use memory::{DeviceSpan, HostSpan, Span};
 pub use request::{submit, Completion, Direction, Request};
 pub use settings::{CompatMode, SettingValue, Settings};

@@ -68,7 +68,10 @@ pub fn pool(num_threads: usize) -> Result<Arc<rayon::ThreadPool>> {
 
 /// The pool for work on GPU `device` (its own, of [`gpu_threads`] threads), or the shared
 /// pool of `num_threads` threads for host work (`None`).
-pub fn pool_for(settings: &Settings, device: Option<usize>) -> Result<Arc<rayon::ThreadPool>> {
+pub(crate) fn pool_for(
+    settings: &Settings,
+    device: Option<usize>,
+) -> Result<Arc<rayon::ThreadPool>> {
     let threads = threads_for(settings, device);
     match device {
         None => pool(threads),
@@ -77,7 +80,7 @@ pub fn pool_for(settings: &Settings, device: Option<usize>) -> Result<Arc<rayon:
 }
 
 /// Threads of the pool that runs work on `device` (`None`: host work) under `settings`.
-pub fn threads_for(settings: &Settings, device: Option<usize>) -> usize {
+pub(crate) fn threads_for(settings: &Settings, device: Option<usize>) -> usize {
     match device {
         None => settings.num_threads,
         Some(_) => gpu_threads(settings),
@@ -128,7 +131,7 @@ static TURNS: ForkLocal<Turns> = ForkLocal::new(|| Turns {
 /// over the host's memory: four GPUs read 87 GB/s with 64 threads copying and 93-98 with
 /// 32. The turns let one or two GPUs use all their threads and hold four GPUs to the
 /// budget in all. A free turn costs two atomic operations (no lock, no system call).
-pub fn copy_turn(settings: &Settings) -> Option<CopyTurn> {
+pub(crate) fn copy_turn(settings: &Settings) -> Option<CopyTurn> {
     let budget = settings.copy_budget(available_cpus(), local_processes())?;
     if gpu_threads(settings) >= budget {
         return None; // one GPU's pool alone fills the budget: nothing to share
@@ -167,7 +170,7 @@ impl Turns {
 }
 
 /// A turn from [`copy_turn`]; dropping it lets the next thread copy.
-pub struct CopyTurn(&'static Turns);
+pub(crate) struct CopyTurn(&'static Turns);
 
 impl Drop for CopyTurn {
     fn drop(&mut self) {

@@ -55,13 +55,13 @@ pub fn enable(on: bool) {
 }
 
 /// Whether the totals are being kept.
-pub fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
 /// Run `f`, adding its wall-clock time to `phase` when the totals are on.
 #[inline]
-pub fn time<T>(phase: Phase, f: impl FnOnce() -> T) -> T {
+pub(crate) fn time<T>(phase: Phase, f: impl FnOnce() -> T) -> T {
     if !enabled() {
         return f();
     }
@@ -75,7 +75,7 @@ pub fn time<T>(phase: Phase, f: impl FnOnce() -> T) -> T {
 
 /// Count `n` bytes moved to or from a device, when the totals are on.
 #[inline]
-pub fn moved(n: usize) {
+pub(crate) fn moved(n: usize) {
     if enabled() {
         BYTES.fetch_add(n as u64, Ordering::Relaxed);
     }

@@ -89,7 +89,7 @@ pub enum Completion {
 /// pool threads is slow on the virtual machines measured: a lone 1 MiB read cut into four
 /// 256 KiB tasks took 4x longer than one inline task when the pool was asleep (though
 /// 1.4x less in a tight loop), so requests under 2 MiB stay whole.
-pub const MIN_SPREAD_TASK: usize = 1 << 20;
+pub(crate) const MIN_SPREAD_TASK: usize = 1 << 20;
 /// Spread tasks are whole multiples of this (keeps their file offsets O_DIRECT-aligned).
 const SPREAD_GRAIN: usize = 64 << 10;
 
@@ -99,7 +99,7 @@ const SPREAD_GRAIN: usize = 64 << 10;
 /// into 1 MiB tasks it is read by four. Never below [`MIN_SPREAD_TASK`], never above
 /// `task_size`, and unchanged when `task_size` is not a multiple of 4 KiB (its split
 /// is then the caller's exact choice).
-pub fn spread_task_size(size: usize, task_size: usize, threads: usize) -> usize {
+pub(crate) fn spread_task_size(size: usize, task_size: usize, threads: usize) -> usize {
     if threads <= 1 || task_size % DIRECT_IO_ALIGNMENT != 0 || size < 2 * MIN_SPREAD_TASK {
         return task_size;
     }
@@ -110,11 +110,11 @@ pub fn spread_task_size(size: usize, task_size: usize, threads: usize) -> usize 
 /// The most tasks one request is split into. Beyond it (256 GiB at 4 MiB tasks) tasks
 /// grow instead, so that a request's bookkeeping (tasks, reporters, pool jobs) stays a
 /// few megabytes whatever size a buffer claims.
-pub const MAX_TASKS: usize = 1 << 16;
+pub(crate) const MAX_TASKS: usize = 1 << 16;
 
 /// `task_size`, raised (to a multiple of 4 KiB) where `size` would need more than
 /// [`MAX_TASKS`] tasks of it.
-pub fn bounded_task_size(size: usize, task_size: usize) -> usize {
+pub(crate) fn bounded_task_size(size: usize, task_size: usize) -> usize {
     if size.div_ceil(task_size) < MAX_TASKS {
         return task_size;
     }

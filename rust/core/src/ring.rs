@@ -191,11 +191,6 @@ impl<'l, P> Ring<'l, P> {
         self.slots.len()
     }
 
-    /// Whether the ring has no slot.
-    pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
-    }
-
     /// Slot `slot`'s payload, once the DMA last queued on it (if any) has completed.
     pub fn reclaim(&mut self, slot: usize) -> Result<&mut P> {
         if self.slots[slot].busy {

@@ -90,21 +90,21 @@ pub enum SettingValue {
 
 /// The most threads the default thread count picks; more do not add PCIe or page-cache
 /// bandwidth on the machines measured (16 threads already reach the pinned H2D ceiling).
-pub const MAX_DEFAULT_THREADS: usize = 16;
+pub(crate) const MAX_DEFAULT_THREADS: usize = 16;
 
 /// The fewest threads the automatic `gpu_threads` gives a GPU's pool.
-pub const MIN_AUTO_GPU_THREADS: usize = 4;
+pub(crate) const MIN_AUTO_GPU_THREADS: usize = 4;
 
 /// The most I/O threads `num_threads` (and `KVIKIO_NTHREADS`) accept. Each thread can
 /// hold two pinned bounce buffers (32 MiB at the default `bounce_buffer_size`), so this
 /// many already pin up to 32 GiB; reads saturate PCIe and NVMe queues with far fewer (16
 /// threads reach the pinned host-to-device ceiling on an H100), and a value beyond it is
 /// almost surely a typo that would start a million threads and hang.
-pub const MAX_NUM_THREADS: usize = 1024;
+pub(crate) const MAX_NUM_THREADS: usize = 1024;
 
 /// The longest `http_timeout`, in seconds (136 years): a deadline this far off is no
 /// limit, and one further would overflow the clock arithmetic of the HTTP client.
-pub const MAX_HTTP_TIMEOUT: u64 = u32::MAX as u64;
+pub(crate) const MAX_HTTP_TIMEOUT: u64 = u32::MAX as u64;
 
 fn too_many_threads(n: u64) -> String {
     format!(
@@ -238,7 +238,7 @@ fn env_threads(var: &'static str, v: &str, min: u64, expected: &'static str) -> 
 
 impl Settings {
     /// The defaults, overridden by any `KVIKIO_*` variable found through `getenv`.
-    pub fn from_env_with(getenv: impl Fn(&str) -> Option<String>) -> Result<Self> {
+    pub(crate) fn from_env_with(getenv: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let mut s = Self::default();
         if let Some(v) = getenv("KVIKIO_COMPAT_MODE") {
             s.compat_mode = CompatMode::parse(&v).ok_or(Error::MalformedEnv {
@@ -332,7 +332,7 @@ impl Settings {
     }
 
     /// The defaults overridden by the process environment.
-    pub fn from_env() -> Result<Self> {
+    pub(crate) fn from_env() -> Result<Self> {
         Self::from_env_with(|name| std::env::var(name).ok())
     }
 
@@ -389,7 +389,7 @@ impl Settings {
     }
 
     /// Set `name` to `value`, validating both; on error `self` is unchanged.
-    pub fn set(&mut self, name: &str, value: SettingValue) -> Result<()> {
+    pub(crate) fn set(&mut self, name: &str, value: SettingValue) -> Result<()> {
         let invalid = |expected| Error::InvalidSetting {
             name: name.to_string(),
             value: describe(value),
@@ -511,10 +511,10 @@ pub struct StatusCodes {
 
 impl StatusCodes {
     /// The most codes a list holds (HTTP defines about 60; a retry list names a few).
-    pub const CAPACITY: usize = 32;
+    pub(crate) const CAPACITY: usize = 32;
 
     /// kvikio's default: 429, 500, 502, 503, 504.
-    pub const KVIKIO_DEFAULT: Self = {
+    pub(crate) const KVIKIO_DEFAULT: Self = {
         let mut codes = [0u16; Self::CAPACITY];
         codes[0] = 429;
         codes[1] = 500;

@@ -2,16 +2,16 @@
 
 /// The alignment O_DIRECT requires of file offsets, lengths and memory addresses.
 /// 4096 covers every logical block size in common use (512 and 4096 bytes).
-pub const DIRECT_IO_ALIGNMENT: usize = 4096;
+pub(crate) const DIRECT_IO_ALIGNMENT: usize = 4096;
 
 /// `n` rounded down to a multiple of `align` (a power of two).
-pub fn align_down(n: u64, align: usize) -> u64 {
+pub(crate) fn align_down(n: u64, align: usize) -> u64 {
     debug_assert!(align.is_power_of_two());
     n & !(align as u64 - 1)
 }
 
 /// `n` rounded up to a multiple of `align` (a power of two); saturates near `u64::MAX`.
-pub fn align_up(n: u64, align: usize) -> u64 {
+pub(crate) fn align_up(n: u64, align: usize) -> u64 {
     debug_assert!(align.is_power_of_two());
     align_down(n.saturating_add(align as u64 - 1), align)
 }
@@ -83,7 +83,7 @@ impl Iterator for TaskIter {
 /// A span `[offset, offset + len)` cut into an unaligned head, an aligned middle and an
 /// unaligned tail (each possibly empty), as lengths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AlignedSplit {
+pub(crate) struct AlignedSplit {
     /// Bytes before the first multiple of the alignment.
     pub head: usize,
     /// Bytes from the first to the last multiple of the alignment.
@@ -93,7 +93,7 @@ pub struct AlignedSplit {
 }
 
 /// Cut `[offset, offset + len)` at the first and last multiple of `align` inside it.
-pub fn aligned_split(offset: u64, len: usize, align: usize) -> AlignedSplit {
+pub(crate) fn aligned_split(offset: u64, len: usize, align: usize) -> AlignedSplit {
     let end = offset + len as u64;
     let first = align_up(offset, align).min(end);
     let last = align_down(end, align).max(first);

@@ -9,10 +9,8 @@ use std::sync::Arc;
 
 use kvikpy_core::allocation::Placement;
 use kvikpy_core::batch::{plan_file_ranges, plan_files, plan_ranges, Plan, Start};
-use kvikpy_core::file::FileHandle;
-use kvikpy_core::memory::{DeviceSpan, HostSpan, Span};
 use kvikpy_core::request::{submit_batch, BatchRequest, Item, ItemSource};
-use kvikpy_core::{Error, Settings};
+use kvikpy_core::{DeviceSpan, Error, FileHandle, HostSpan, Settings, Span};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyTuple};

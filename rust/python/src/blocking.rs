@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kvikpy_core::cancel::{self, CancelToken};
-use kvikpy_core::future::run_caught;
+use kvikpy_core::run_caught;
 use kvikpy_core::IoFuture;
 use kvikpy_macros::boundary;
 use pyo3::prelude::*;

@@ -6,7 +6,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use kvikpy_core::error::panic_message;
+use kvikpy_core::panic_message;
 use kvikpy_core::Error;
 use pyo3::PyErr;
 

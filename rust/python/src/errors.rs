@@ -6,8 +6,8 @@
 //! `io.UnsupportedOperation`. kvikpy's own failures use the `kvikpy.errors` hierarchy
 //! rooted at `KvikpyError`.
 
-use kvikpy_core::error::RemoteFailure;
 use kvikpy_core::Error;
+use kvikpy_core::RemoteFailure;
 use pyo3::exceptions::{PyIndexError, PyKeyError, PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::PyErr;
 

@@ -158,7 +158,7 @@ pub fn cancel_remote_io() {
 #[pyfunction]
 pub fn wait_for_io(py: Python<'_>, timeout: f64) -> BindResult<bool> {
     let timeout = seconds(timeout);
-    without_gil_value(py, move || kvikpy_core::future::wait_idle(timeout))
+    without_gil_value(py, move || kvikpy_core::wait_idle(timeout))
 }
 
 /// A timeout in seconds from Python as a `Duration`: negative and NaN are 0, and anything

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use kvikpy_core::source::remote::s3::S3Options;
+use kvikpy_core::source::remote::S3Options;
 use kvikpy_core::source::remote::{self, Endpoint, EndpointType, RemoteSource};
 use kvikpy_core::Error;
 use kvikpy_macros::boundary;

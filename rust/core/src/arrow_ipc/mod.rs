@@ -19,17 +19,24 @@ mod write;
 use std::collections::HashMap;
 use std::path::Path;
 
-pub use compression::{
-    check_declared, decode, decode_to_host, zstd_content_size, Codec, DecodeBudget, Decoded,
-};
-pub use concat::{concat, concatenable, Part};
-pub use framing::{scan, Format, Kind, MessageRef, Messages, ReadAt, SchemaBytes, MAGIC};
-pub use gpu_decode::{plan_gpu_decode, GpuDecodePlan, Piece, Step};
-pub use lz4::{lz4_frame, Lz4Frame};
-pub use plan::{plan, BatchLayout, Built, Column, ReadPlan};
+// The surface the binding uses (reading: a file's plan, its runs, host or GPU decoding;
+// writing: the encoder); the rest is the reader's and writer's own.
+pub use compression::{decode_to_host, Decoded};
+pub use concat::{concat, Part};
+pub use gpu_decode::{plan_gpu_decode, GpuDecodePlan, Step};
+pub use plan::{Column, ReadPlan};
 pub use runs::{coalesce, Runs};
-pub use schema::{convert, IpcSchema, SchemaNode};
-pub use write::{check_schema, write_file, ArrayIn, Encoded, FileEncoder, Memory};
+pub use write::{check_schema, write_file, ArrayIn, FileEncoder, Memory};
+
+pub(crate) use framing::{scan, Messages, ReadAt};
+pub(crate) use plan::plan;
+pub(crate) use schema::{convert, IpcSchema};
+
+// Names `tests.rs` takes from here (it uses `super::*`).
+#[cfg(test)]
+use compression::{decode, Codec};
+#[cfg(test)]
+use framing::{Format, Kind, SchemaBytes};
 
 use crate::error::{Error, Result};
 use crate::file::FileHandle;

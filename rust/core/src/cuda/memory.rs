@@ -157,7 +157,6 @@ fn host_free(ordinal: usize, ptr: NonNull<u8>) {
 #[derive(Debug)]
 pub struct PinnedHostAllocation {
     ptr: NonNull<u8>,
-    size: usize,
     ordinal: usize,
 }
 
@@ -173,7 +172,6 @@ impl PinnedHostAllocation {
     pub fn new(ordinal: usize, size: usize) -> Result<Self> {
         Ok(Self {
             ptr: host_alloc(ordinal, size, 0)?,
-            size,
             ordinal,
         })
     }
@@ -181,11 +179,6 @@ impl PinnedHostAllocation {
     /// Address of the first byte.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
-    }
-
-    /// Size in bytes.
-    pub fn size(&self) -> usize {
-        self.size
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! All raw driver calls of the engine live in this module's files; each binds the right
 //! device's primary context first (the one CuPy, PyTorch and JAX use), on whatever thread
-//! it runs, destructors included, through a [`ContextGuard`] that makes the caller's
+//! it runs, destructors included, through a [`ContextGuard`](device::ContextGuard) that makes the caller's
 //! previous context current again when dropped.
 
 // Layered bottom up: driver (loading, result codes), device (contexts and binding),
@@ -15,18 +15,17 @@ mod memory;
 mod register;
 mod stream;
 
-pub use device::{bind, device, free_under, ContextGuard, Device};
-pub use driver::{
-    available, check, current_device, device_count, ensure_driver, note_initialised,
-    refuse_after_fork, unavailable_reason,
-};
-pub use memory::{
-    free_idle_pinned, memory_kind, pinned_pool, DeviceAllocation, MemoryKind, PinnedAllocator,
-    PinnedHostAllocation,
-};
-pub use register::{can_register_read_only, HostRegistration};
+// The surface the binding uses (streams and events it is handed, copies, device queries,
+// pinned memory for the pread ceiling); the rest is the engine's own.
+pub use device::bind;
+pub use driver::{available, current_device, device_count, ensure_driver, unavailable_reason};
+pub use memory::{free_idle_pinned, memory_kind, DeviceAllocation, MemoryKind, PinnedAllocator};
 pub use stream::{
-    copy_device_to_host, copy_dtoh, copy_host_to_device, copy_htod, record, record_and_order,
-    record_and_wait, synchronize, thread_stream, wait_event, zero_device, Counter, Event, Lane,
-    Stream, StreamEvent,
+    copy_device_to_host, copy_host_to_device, record_and_order, record_and_wait, synchronize,
+    wait_event, zero_device, Event, Stream, StreamEvent,
 };
+
+pub(crate) use driver::{note_initialised, refuse_after_fork};
+pub(crate) use memory::{pinned_pool, PinnedHostAllocation};
+pub(crate) use register::{can_register_read_only, HostRegistration};
+pub(crate) use stream::{copy_dtoh, copy_htod, thread_stream, Counter, Lane};

@@ -248,7 +248,7 @@ impl StreamEvent {
     }
 
     /// Make `stream` wait (on the GPU, without blocking the host) for the recorded point.
-    pub fn make_wait(&self, stream: Stream) -> Result<()> {
+    pub(crate) fn make_wait(&self, stream: Stream) -> Result<()> {
         let _context = bind(self.ordinal)?;
         let flags = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
         // SAFETY: both handles are live and belong to this device's context.

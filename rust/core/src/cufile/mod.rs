@@ -24,18 +24,18 @@ mod register;
 mod status;
 mod system;
 
-pub use driver::{
-    contained, deregister_handle, driver_close, driver_open, library, ready, register_handle,
-    shutdown, version, InFlight,
-};
-pub use library::{api, Api, RawEvent, RwAsync, Status, LIBRARY_VAR};
-pub use properties::{properties, set_property, Properties, Setting};
-pub use register::{
-    memory_deregister, memory_register, register_stream_raw, stream_deregister, stream_known,
-    stream_register,
-};
-pub use status::{check, describe, message};
-pub use system::{is_compat_mode_preferred, nvidia_fs_loaded, system_refusal, usable};
+// The surface the binding uses (`kvikpy.cufile_driver` and the register functions);
+// the rest is the cuFile source's.
+pub use driver::{contained, driver_close, driver_open, shutdown, version};
+pub use library::api;
+pub use properties::{properties, set_property, Setting};
+pub use register::{memory_deregister, memory_register, stream_deregister, stream_register};
+pub use system::{is_compat_mode_preferred, nvidia_fs_loaded, system_refusal};
+
+pub(crate) use driver::{deregister_handle, ready, register_handle, InFlight};
+pub(crate) use library::{Api, RawEvent, RwAsync};
+pub(crate) use register::{register_stream_raw, stream_known};
+pub(crate) use status::{check, message};
 
 /// In a forked child: forget the parent's driver state and cached properties (its calls in
 /// flight, handles and locks are the parent's), so that the child's exit does not wait for

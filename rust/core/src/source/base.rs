@@ -184,7 +184,7 @@ pub type Keepalive = Option<Box<dyn Any + Send>>;
 
 impl dyn Source {
     /// [`Source::read_host`] or [`Source::write_host`], by `direction`.
-    pub fn transfer_host(
+    pub(crate) fn transfer_host(
         &self,
         direction: Direction,
         span: HostSpan,
@@ -212,7 +212,7 @@ impl dyn Source {
     }
 
     /// Fail with `UnsupportedOperation` unless the source was opened for `direction`.
-    pub fn check_access(&self, direction: Direction) -> Result<()> {
+    pub(crate) fn check_access(&self, direction: Direction) -> Result<()> {
         let flags = self.flags();
         let (allowed, verb, modes) = match direction {
             Direction::Read => (flags.readable, "write-only", "'r', 'r+' or 'w+' to read"),

@@ -48,7 +48,12 @@ impl FileMapping {
     /// [`FileMapping::map`] with the caller's `mmap(2)` flags (`MAP_PRIVATE`,
     /// `MAP_POPULATE`...), always `PROT_READ`; the kernel's error when it refuses (`EINVAL`
     /// for an empty range or an offset past what `off_t` holds).
-    pub fn map_with(fd: RawFd, offset: u64, len: usize, flags: libc::c_int) -> io::Result<Self> {
+    pub(crate) fn map_with(
+        fd: RawFd,
+        offset: u64,
+        len: usize,
+        flags: libc::c_int,
+    ) -> io::Result<Self> {
         let invalid = || io::Error::from_raw_os_error(libc::EINVAL);
         let start = align_down(offset, page_size());
         let head = (offset - start) as usize;
@@ -106,7 +111,7 @@ impl FileMapping {
 
     /// Whether every page of `from..from+len` (bytes from [`Self::base`], `from`
     /// page-aligned) is in the page cache right now; false for a range outside the mapping.
-    pub fn resident_range(&self, from: usize, len: usize) -> bool {
+    pub(crate) fn resident_range(&self, from: usize, len: usize) -> bool {
         if from % page_size() != 0 || from.checked_add(len).is_none_or(|end| end > self.len) {
             return false;
         }

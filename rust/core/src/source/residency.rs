@@ -33,21 +33,21 @@ use super::mapping::FileMapping;
 /// on a cold read, that is 35-70 us on a 1 MiB read from a 1.4 GB/s disk, against a
 /// probe of about 1 us; smaller reads are the ones whose latency matters, and they go
 /// through the page cache as they always did, with no extra system call.
-pub const MIN_PROBED: usize = 1 << 20;
+pub(crate) const MIN_PROBED: usize = 1 << 20;
 
 /// The granule: no run read by one path is shorter (except a whole middle shorter than
 /// it), so a 4 MiB task is at most 4 pieces, never hundreds.
-pub const GRANULE: usize = 1 << 20;
+pub(crate) const GRANULE: usize = 1 << 20;
 
 /// The bytes of a granule asked about (16 pages of 4 KiB).
-pub const SAMPLE: usize = 64 << 10;
+pub(crate) const SAMPLE: usize = 64 << 10;
 
 /// A granule goes by O_DIRECT when at most `1/COLD_DIVISOR` of its sample's pages are
 /// resident. O_DIRECT saves at most ~10% of a cold read, while a resident page read by
 /// O_DIRECT costs a disk read instead of a memory copy (~30x slower): with 1.4 GB/s
 /// buffered, 1.5 GB/s direct and 45 GB/s from the cache, the page cache wins from ~7%
 /// resident on.
-pub const COLD_DIVISOR: u64 = 16;
+pub(crate) const COLD_DIVISOR: u64 = 16;
 
 /// One piece of a planned read: `len` bytes at file offset `offset`, by O_DIRECT or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,12 +62,12 @@ pub struct Run {
 
 /// Whether a range of `pages` pages of which `resident` are cached reads faster by
 /// O_DIRECT (see [`COLD_DIVISOR`]).
-pub fn is_cold(resident: u64, pages: u64) -> bool {
+pub(crate) fn is_cold(resident: u64, pages: u64) -> bool {
     resident.saturating_mul(COLD_DIVISOR) <= pages
 }
 
 /// The pages of `page` bytes that `len` bytes at `offset` touch.
-pub fn pages_touched(offset: u64, len: usize, page: usize) -> u64 {
+pub(crate) fn pages_touched(offset: u64, len: usize, page: usize) -> u64 {
     if len == 0 {
         return 0;
     }
@@ -79,7 +79,7 @@ pub fn pages_touched(offset: u64, len: usize, page: usize) -> u64 {
 
 /// The bytes of the granule `at..at+len` asked about: [`SAMPLE`] bytes (4 KiB-aligned)
 /// around its centre, or the whole of a shorter granule.
-pub fn sample_of(at: u64, len: usize) -> (u64, usize) {
+pub(crate) fn sample_of(at: u64, len: usize) -> (u64, usize) {
     if len <= SAMPLE {
         return (at, len);
     }

@@ -4,7 +4,7 @@
 
 use kvikpy_core::arrow_ipc::{concat, Part, ReadPlan};
 use kvikpy_core::cuda::{copy_device_to_host, copy_host_to_device, DeviceAllocation};
-use kvikpy_core::error::Result;
+use kvikpy_core::Result;
 
 /// Arrow's buffer alignment.
 const ALIGN: usize = 64;

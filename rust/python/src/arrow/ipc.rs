@@ -237,7 +237,7 @@ pub fn read_ipc_table_gpu(
             // `at` inside the new buffer of `gpu.total` bytes on GPU `ordinal`.
             unsafe { copy_host_to_device(ordinal, at, bytes.as_ptr(), bytes.len())? };
         }
-        Ok::<(), kvikpy_core::error::Error>(())
+        Ok::<(), kvikpy_core::Error>(())
     })?;
     let work = pieces
         .iter()

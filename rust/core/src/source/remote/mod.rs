@@ -11,10 +11,10 @@
 
 mod http;
 mod interrupt;
-pub mod s3;
+mod s3;
 mod s3_sigv4;
-pub mod tls;
-pub mod url;
+pub(crate) mod tls;
+pub(crate) mod url;
 mod webhdfs;
 
 /// For tests: a variable lookup (`getenv`) answering from `pairs` instead of the process's
@@ -32,7 +32,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use self::http::{with_retries, Auth, Prepared};
-use self::s3::{S3Object, S3Options};
+use self::s3::S3Object;
+pub use self::s3::S3Options;
 use self::webhdfs::{length_from_status, WebHdfsFile};
 use super::{Source, Target};
 use crate::error::{Error, RemoteFailure, Result};
@@ -60,7 +61,7 @@ pub enum EndpointType {
 
 impl EndpointType {
     /// kvikio's default allow list, in the order `Auto` tries the types.
-    pub const DEFAULT_ALLOW_LIST: [EndpointType; 5] = [
+    pub(crate) const DEFAULT_ALLOW_LIST: [EndpointType; 5] = [
         Self::S3,
         Self::S3Public,
         Self::S3PresignedUrl,
@@ -205,7 +206,7 @@ impl Endpoint {
     }
 
     /// The endpoint's type.
-    pub fn kind(&self) -> EndpointType {
+    pub(crate) fn kind(&self) -> EndpointType {
         match self {
             Self::Http(_) => EndpointType::Http,
             Self::S3Public(_) => EndpointType::S3Public,
@@ -226,7 +227,7 @@ impl Endpoint {
 
     /// The agent (connections, trusted CAs) of this endpoint's requests under
     /// `settings` (see [`tls`]).
-    pub fn agent(&self, settings: &Settings) -> Result<ureq::Agent> {
+    pub(crate) fn agent(&self, settings: &Settings) -> Result<ureq::Agent> {
         let s3 = matches!(self, Self::S3(_) | Self::S3Public(_) | Self::S3Presigned(_));
         tls::agent_for(self.url(), s3, settings.http_ca_bundle)
     }
@@ -642,7 +643,7 @@ pub const URL_SCHEMES: [&str; 4] = ["http", "https", "s3", "webhdfs"];
 
 /// Whether `path` is a URL of a scheme remote files have (`http`, `https`, `s3`,
 /// `webhdfs`), which the opener below takes instead of a local path.
-pub fn as_url(path: &Path) -> Option<&str> {
+pub(crate) fn as_url(path: &Path) -> Option<&str> {
     let text = path.to_str()?;
     let (scheme, _) = text.split_once("://")?;
     URL_SCHEMES
@@ -653,7 +654,7 @@ pub fn as_url(path: &Path) -> Option<&str> {
 
 /// The opener of [`super::OPENERS`]: takes URLs (see [`as_url`]), read-only, with the
 /// endpoint type inferred.
-pub fn open(target: &Target<'_>) -> Option<Result<Arc<dyn Source>>> {
+pub(crate) fn open(target: &Target<'_>) -> Option<Result<Arc<dyn Source>>> {
     let url = as_url(target.path)?;
     if target.flags.writable {
         return Some(Err(read_only(url)));
@@ -672,7 +673,11 @@ pub fn open(target: &Target<'_>) -> Option<Result<Arc<dyn Source>>> {
 
 /// Open `url` with the endpoint type inferred, under `settings`; with its size where it is
 /// known already (a batch element), without asking the server.
-pub fn open_sized(url: &str, nbytes: Option<u64>, settings: &Settings) -> Result<Arc<dyn Source>> {
+pub(crate) fn open_sized(
+    url: &str,
+    nbytes: Option<u64>,
+    settings: &Settings,
+) -> Result<Arc<dyn Source>> {
     let source = open_url(url, EndpointType::Auto, None, nbytes, settings)?;
     Ok(Arc::new(source))
 }

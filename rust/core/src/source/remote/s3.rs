@@ -44,7 +44,7 @@ impl S3Options {
     /// The HTTP URL of `key` in `bucket`: `<endpoint_url>/<bucket>/<key>` where an endpoint
     /// is given (or `AWS_ENDPOINT_URL` set), else AWS's virtual-hosted
     /// `https://<bucket>.s3.<region>.amazonaws.com/<key>`.
-    pub fn object_url(
+    pub(crate) fn object_url(
         &self,
         bucket: &str,
         key: &str,
