@@ -52,19 +52,7 @@ class ColumnChunk:
         return self._table.column_capsules(self._batch, self._column, True)
 
     def _values(self) -> _lib.Buffer:
-        found = self._table.column_values(self._batch, self._column)
-        if found is None:
-            name = self._table.column_names[self._column]
-            kind = self._table.column_types[self._column]
-            raise TypeError(
-                f"column {name!r} ({kind}) has nulls or is not fixed-width, so it has no "
-                "DLPack form; use its Arrow export (__arrow_c_device_array__)"
-            )
-        offset, shape, typestr, code, bits = found
-        count = 1
-        for d in shape:
-            count *= d
-        return self._table.buffer.view(typestr, code, bits, shape, offset, count * (bits // 8))
+        return _values_view(self._table, self._batch, self._column)
 
     def __dlpack__(self, **kwargs: Any) -> Any:
         return self._values().__dlpack__(**kwargs)
@@ -81,6 +69,31 @@ class ColumnChunk:
         )
 
 
+def _values_view(table: _lib.IpcTable, batch: int | None, column: int) -> _lib.Buffer:
+    """The values of ``column`` of record batch ``batch`` (``None``: of every record
+    batch, laid end to end by the reader) as one buffer DLPack exports."""
+    found = table.column_values(batch, column)
+    if found is None:
+        name = table.column_names[column]
+        kind = table.column_types[column]
+        if batch is None and table.column_values(0, column) is not None:
+            raise ValueError(
+                f"column {name!r} ({kind}): the values of its {len(table.batch_rows)} record "
+                "batches do not lie end to end (a compressed buffer decoded with padding), "
+                "so they make no one tensor; export each chunk (column[i]) or join them "
+                "(torch.cat)"
+            )
+        raise TypeError(
+            f"column {name!r} ({kind}) has nulls or is not fixed-width, so it has no "
+            "DLPack form; use its Arrow export (__arrow_c_device_array__)"
+        )
+    offset, shape, typestr, code, bits = found
+    count = 1
+    for d in shape:
+        count *= d
+    return table.buffer.view(typestr, code, bits, shape, offset, count * (bits // 8))
+
+
 def _device_label(table: _lib.IpcTable) -> str:
     """Where a table's memory is: ``"cuda:N"`` or ``"cpu"``."""
     ordinal = table.ordinal
@@ -90,8 +103,12 @@ def _device_label(table: _lib.IpcTable) -> str:
 class Column(Sequence[ColumnChunk]):
     """A column of a :class:`Table`: one :class:`ColumnChunk` per record batch.
 
-    With one record batch, the column itself exports what its chunk does (Arrow device
-    array, DLPack for fixed-width columns without nulls).
+    A fixed-width column without nulls (or a fixed-size list of such values) exports
+    DLPack over all its record batches at once: the reader lays each such column's
+    values end to end in the table's memory, so ``torch.from_dlpack(table.column(name))``
+    is one tensor of every row, without a copy. With one record batch, the column also
+    exports its chunk's Arrow device array; with several, export each chunk
+    (``column[i]``).
 
     Made by :meth:`Table.column`, not directly.
 
@@ -133,11 +150,16 @@ class Column(Sequence[ColumnChunk]):
     ) -> tuple[Any, Any]:
         return self._only().__arrow_c_device_array__(requested_schema, **kwargs)
 
+    def _values(self) -> _lib.Buffer:
+        if len(self._chunks) == 1:
+            return self._chunks[0]._values()
+        return _values_view(self._table, None, self._column)
+
     def __dlpack__(self, **kwargs: Any) -> Any:
-        return self._only().__dlpack__(**kwargs)
+        return self._values().__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return self._only().__dlpack_device__()
+        return self._values().__dlpack_device__()
 
     def __repr__(self) -> str:
         t = self._table

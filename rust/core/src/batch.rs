@@ -243,6 +243,62 @@ pub fn plan_ranges_aligned(
     Plan::new(inputs, Some(handle), Vec::new(), false, align)
 }
 
+/// Byte ranges of the file at `path` into one destination of `total` bytes, range `i`
+/// (`(file offset, length)`) at `starts[i]`, as the caller laid them out (an Arrow IPC
+/// table's [`crate::arrow_ipc::Layout`]); every range must lie inside the file and
+/// inside the destination, and no two may overlap there.
+pub fn plan_ranges_placed(
+    settings: &Settings,
+    path: &Path,
+    ranges: &[(u64, u64)],
+    starts: &[usize],
+    total: usize,
+) -> Result<Plan> {
+    let handle = FileHandle::open_with(path, "r", settings)?;
+    let file_size = handle.get()?.size_for("read_ranges", settings)?;
+    if starts.len() != ranges.len() {
+        return Err(Error::InvalidArgument(format!(
+            "{} places for {} ranges",
+            starts.len(),
+            ranges.len()
+        )));
+    }
+    let mut lens = vec![0usize; ranges.len()];
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_unstable_by_key(|&i| starts[i]);
+    let mut end = 0usize;
+    for &i in &order {
+        let (offset, size) = ranges[i];
+        let len = usize::try_from(size)
+            .map_err(|_| Error::InvalidArgument(format!("range {i} is too large")))?;
+        let inside_file = offset.checked_add(size).is_some_and(|e| e <= file_size);
+        let inside_destination =
+            starts[i] >= end && starts[i].checked_add(len).is_some_and(|e| e <= total);
+        if !inside_file || !inside_destination {
+            return Err(Error::InvalidArgument(format!(
+                "range {i} (offset {offset}, size {size}, placed at {}) lies outside '{}'                  ({file_size} bytes) or outside its destination of {total} bytes, or                  overlaps another",
+                starts[i],
+                source::redact(&path.display().to_string())
+            )));
+        }
+        end = starts[i] + len;
+        lens[i] = len;
+    }
+    let inputs = ranges
+        .iter()
+        .zip(lens)
+        .map(|(&(offset, _), len)| Some((Origin::Range(offset), len)))
+        .collect();
+    Plan::with_offsets(
+        inputs,
+        Some(handle),
+        Vec::new(),
+        false,
+        starts.to_vec(),
+        total,
+    )
+}
+
 impl Plan {
     fn new(
         inputs: Vec<Option<(Origin, usize)>>,
@@ -255,7 +311,23 @@ impl Plan {
             .iter()
             .map(|input| input.as_ref().map_or(0, |(_, len)| *len))
             .collect();
-        let (mut offsets, total) = layout_aligned(&lengths, align)?;
+        let (offsets, total) = layout_aligned(&lengths, align)?;
+        Self::with_offsets(inputs, shared, failures, skip, offsets, total)
+    }
+
+    /// A plan whose input `i` lands at `offsets[i]` of a destination of `total` bytes.
+    fn with_offsets(
+        inputs: Vec<Option<(Origin, usize)>>,
+        shared: Option<FileHandle>,
+        failures: Vec<(usize, Error)>,
+        skip: bool,
+        mut offsets: Vec<usize>,
+        total: usize,
+    ) -> Result<Self> {
+        let lengths: Vec<usize> = inputs
+            .iter()
+            .map(|input| input.as_ref().map_or(0, |(_, len)| *len))
+            .collect();
         let (indices, elements) = inputs
             .into_iter()
             .zip(&offsets)

@@ -16,10 +16,10 @@ use rayon::prelude::*;
 pub use super::framing::Codec;
 use super::framing::{malformed, ReadAt};
 use super::lz4::{lz4_frame, Lz4Frame};
+use super::plan::Layout;
 use super::plan::{Column, ReadPlan};
 use super::runs::{coalesce, Runs};
 use crate::allocation::{Allocation, Placement};
-use crate::batch::layout_aligned;
 use crate::error::{Error, Result};
 
 /// The most bytes one byte of a ZSTD frame can decode to: a block of at most 128 KiB
@@ -399,7 +399,8 @@ fn prepare<'a>(read: &'a RangesRead, plan: &'a ReadPlan, align: usize) -> Result
         pieces.push(piece);
     }
     let sizes: Vec<usize> = pieces.iter().map(Piece::size).collect();
-    let (offsets, total) = layout_aligned(&sizes, align)?;
+    let Layout { offsets, total } =
+        plan.layout(&sizes.iter().map(|&s| s as u64).collect::<Vec<_>>(), align)?;
     Ok(Assembly {
         pieces,
         labels,
@@ -436,18 +437,27 @@ impl Assembly<'_> {
                 out.len()
             )));
         }
-        let mut slots = Vec::with_capacity(self.pieces.len());
+        // The layout places ranges column by column, not in range order: cut `out` in
+        // the order of the places, then hand each range its slot.
+        let mut order: Vec<usize> = (0..self.offsets.len()).collect();
+        order.sort_unstable_by_key(|&r| self.offsets[r]);
+        let mut placed: Vec<Option<&mut [u8]>> = (0..self.offsets.len()).map(|_| None).collect();
         let mut rest = out;
         let mut at = 0;
-        for (&offset, &size) in self.offsets.iter().zip(&self.sizes) {
-            let (gap, tail) = rest.split_at_mut(offset - at);
+        for r in order {
+            let (offset, size) = (self.offsets[r], self.sizes[r]);
+            let gap_len = offset.checked_sub(at).ok_or_else(|| {
+                Error::InvalidArgument("two decoded buffers overlap in the table".into())
+            })?;
+            let (gap, tail) = rest.split_at_mut(gap_len);
             gap.fill(0);
             let (slot, tail) = tail.split_at_mut(size);
-            slots.push(slot);
+            placed[r] = Some(slot);
             rest = tail;
             at = offset + size;
         }
         rest.fill(0);
+        let slots: Vec<&mut [u8]> = placed.into_iter().flatten().collect();
         let labels = &self.labels;
         let compressed = self
             .pieces

@@ -15,8 +15,8 @@
 use super::compression::{check_declared, decode, labels, zstd_content_size, DecodeBudget};
 use super::framing::{malformed, Codec, ReadAt};
 use super::lz4::lz4_frame;
+use super::plan::Layout;
 use super::plan::ReadPlan;
-use crate::batch::layout_aligned;
 use crate::error::Result;
 
 /// The longest ZSTD frame header: magic, descriptor, window, 4-byte dictionary id, 8-byte
@@ -115,11 +115,7 @@ pub fn plan_gpu_decode(
             Work::Host(bytes) => host.push((i, bytes)),
         }
     }
-    let usizes = sizes
-        .iter()
-        .map(|&s| usize::try_from(s).map_err(|_| malformed("a buffer is too large")))
-        .collect::<Result<Vec<usize>>>()?;
-    let (offsets, total) = layout_aligned(&usizes, align)?;
+    let Layout { offsets, total } = plan.layout(&sizes, align)?;
     Ok(GpuDecodePlan {
         sizes,
         offsets,

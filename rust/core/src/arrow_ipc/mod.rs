@@ -24,8 +24,7 @@ use std::path::Path;
 pub use compression::{decode_to_host, Decoded};
 pub use concat::{concat, Part};
 pub use gpu_decode::{plan_gpu_decode, GpuDecodePlan, Step};
-pub use plan::{Column, ReadPlan};
-pub use runs::{coalesce, Runs};
+pub use plan::{tensor_values, Column, Layout, ReadPlan};
 pub use write::{check_schema, write_file, ArrayIn, FileEncoder, Memory};
 
 pub(crate) use framing::{scan, Messages, ReadAt};

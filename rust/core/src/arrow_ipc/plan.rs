@@ -70,7 +70,166 @@ pub struct ReadPlan {
     pub built: Vec<Built>,
 }
 
+/// Where every range of a [`ReadPlan`] goes in the table's one allocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// Each range's offset in the allocation.
+    pub offsets: Vec<usize>,
+    /// The allocation's size.
+    pub total: usize,
+}
+
+impl Layout {
+    /// The reads that fill this layout from the file: `(file offset, bytes)` with each
+    /// one's place, in destination order, ranges that follow each other both in the file
+    /// and in the allocation joined into one read. `ranges` and `sizes` are the plan's
+    /// ranges and each one's bytes as read ([`ReadPlan::read_sizes`]).
+    pub fn reads(&self, ranges: &[(u64, u64)], sizes: &[u64]) -> (Vec<(u64, u64)>, Vec<usize>) {
+        let mut order: Vec<usize> = (0..ranges.len()).filter(|&r| sizes[r] > 0).collect();
+        order.sort_unstable_by_key(|&r| self.offsets[r]);
+        let mut reads: Vec<(u64, u64)> = Vec::with_capacity(order.len());
+        let mut starts: Vec<usize> = Vec::with_capacity(order.len());
+        for r in order {
+            let (offset, size, start) = (ranges[r].0, sizes[r], self.offsets[r]);
+            if let (Some(last), Some(&at)) = (reads.last_mut(), starts.last()) {
+                let follows_in_file = last.0 + last.1 == offset;
+                let follows_here = at as u64 + last.1 == start as u64;
+                if follows_in_file && follows_here {
+                    last.1 += size;
+                    continue;
+                }
+            }
+            reads.push((offset, size));
+            starts.push(start);
+        }
+        (reads, starts)
+    }
+}
+
+/// The range holding the values of `column` when a tensor can view them: a fixed-width
+/// column (not a dictionary, not bits), or a fixed-size list of such values, without
+/// nulls at either level; `None` otherwise (or when the values buffer was not read).
+pub fn tensor_values(column: &Column) -> Option<usize> {
+    let values = match &column.data_type {
+        DataType::FixedSizeList(..) => column.children.first()?,
+        _ => column,
+    };
+    let fixed = !matches!(values.data_type, DataType::Dictionary(..))
+        && fixed_width(&values.data_type).is_some_and(|w| w > 0);
+    (fixed && column.null_count == 0 && values.null_count == 0)
+        .then(|| values.buffers.get(1).copied().flatten())
+        .flatten()
+}
+
 impl ReadPlan {
+    /// Where each range goes in one allocation, given each range's size there (its
+    /// bytes once read or decoded).
+    ///
+    /// The ranges are laid out column by column, and within a column record batch by
+    /// record batch, each at a multiple of `align`, except that the values of a column a
+    /// tensor can view ([`tensor_values`]) follow the same column's values of the
+    /// previous record batch directly when those hold exactly the bytes their rows need:
+    /// such a column's values over all its record batches are then one contiguous run,
+    /// one tensor. Dictionaries and arrays joined after the read (shared by several
+    /// batches) are placed once, where first met.
+    pub fn layout(&self, sizes: &[u64], align: usize) -> Result<Layout> {
+        let overflow =
+            || Error::InvalidArgument("the table's size overflows the address space".into());
+        if sizes.len() != self.ranges.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} sizes for {} ranges",
+                sizes.len(),
+                self.ranges.len()
+            )));
+        }
+        let sizes = sizes
+            .iter()
+            .map(|&s| usize::try_from(s).map_err(|_| overflow()))
+            .collect::<Result<Vec<usize>>>()?;
+        let mut offsets: Vec<Option<usize>> = vec![None; sizes.len()];
+        let mut end = 0usize;
+        let mut last: Option<usize> = None; // the range placed last
+        let mut place =
+            |r: usize, tight: bool, end: &mut usize, last: &mut Option<usize>| -> Result<()> {
+                if offsets[r].is_some() {
+                    return Ok(());
+                }
+                let start = if tight {
+                    *end
+                } else {
+                    end.checked_next_multiple_of(align.max(1))
+                        .ok_or_else(overflow)?
+                };
+                offsets[r] = Some(start);
+                *end = start.checked_add(sizes[r]).ok_or_else(overflow)?;
+                *last = Some(r);
+                Ok(())
+            };
+        let columns = self.batches.first().map_or(0, |b| b.columns.len());
+        for c in 0..columns {
+            let mut previous: Option<usize> = None; // this column's values, last batch
+            for batch in &self.batches {
+                let Some(column) = batch.columns.get(c) else {
+                    continue;
+                };
+                if column.length == 0 {
+                    continue; // no bytes: the next batch's values may still follow on
+                }
+                let values = tensor_values(column);
+                let mut order = Vec::new();
+                self.ranges_of(column, &mut order);
+                for r in order {
+                    let tight = Some(r) == values
+                        && previous
+                            .is_some_and(|p| last == Some(p) && sizes[p] as u64 == self.needs[p]);
+                    place(r, tight, &mut end, &mut last)?;
+                }
+                previous = values;
+            }
+        }
+        for r in 0..sizes.len() {
+            place(r, false, &mut end, &mut last)?; // anything no column reached
+        }
+        Ok(Layout {
+            offsets: offsets.into_iter().map(Option::unwrap_or_default).collect(),
+            total: end,
+        })
+    }
+
+    /// The ranges `column` refers to, depth first: its buffers, its children, its
+    /// dictionary, the parts of an array joined after the read.
+    fn ranges_of(&self, column: &Column, out: &mut Vec<usize>) {
+        out.extend(column.buffers.iter().flatten().copied());
+        for child in &column.children {
+            self.ranges_of(child, out);
+        }
+        if let Some(dictionary) = &column.dictionary {
+            self.ranges_of(dictionary, out);
+        }
+        if let Some(built) = column.built.and_then(|i| self.built.get(i)) {
+            for part in &built.parts {
+                self.ranges_of(part, out);
+            }
+        }
+    }
+
+    /// The bytes each range is read as when it is not compressed: the range, trimmed to
+    /// the bytes its rows need for the values of a column a tensor can view (so that
+    /// the next record batch's values can follow them directly; see [`Self::layout`]).
+    pub fn read_sizes(&self) -> Vec<u64> {
+        let mut sizes: Vec<u64> = self.ranges.iter().map(|r| r.1).collect();
+        for batch in &self.batches {
+            for column in &batch.columns {
+                if let Some(r) = tensor_values(column) {
+                    if self.codecs[r].is_none() && self.needs[r] <= sizes[r] {
+                        sizes[r] = self.needs[r];
+                    }
+                }
+            }
+        }
+        sizes
+    }
+
     /// The bytes the plan reads.
     pub fn bytes(&self) -> u64 {
         self.ranges.iter().map(|r| r.1).sum()

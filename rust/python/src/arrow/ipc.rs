@@ -8,10 +8,10 @@ use std::sync::Arc;
 use arrow_schema::{DataType, Fields};
 use kvikpy_core::allocation::Placement;
 use kvikpy_core::arrow_ipc::{
-    coalesce, decode_to_host, plan_gpu_decode, Column, Decoded, GpuDecodePlan, IpcFile, ReadPlan,
-    Runs, SourceReader, Step,
+    decode_to_host, plan_gpu_decode, Column, Decoded, GpuDecodePlan, IpcFile, ReadPlan,
+    SourceReader, Step,
 };
-use kvikpy_core::batch::plan_ranges_aligned;
+use kvikpy_core::batch::{plan_ranges_aligned, plan_ranges_placed};
 use kvikpy_core::cancel::CancelToken;
 use kvikpy_core::cuda::{copy_host_to_device, zero_device};
 use kvikpy_core::settings::Settings;
@@ -136,8 +136,9 @@ fn from_host_decoded(
     table(py, plan, buffer, offsets, sizes, ordinal)
 }
 
-/// The table of an uncompressed `plan`: its buffers read straight into one allocation,
-/// neighbouring buffers of a body as one run where their alignment allows.
+/// The table of an uncompressed `plan`: its buffers read straight into their places in
+/// one allocation ([`ReadPlan::layout`]), neighbouring buffers as one read where they
+/// follow each other both in the file and in the table.
 fn read_uncompressed(
     py: Python<'_>,
     settings: &Settings,
@@ -145,18 +146,15 @@ fn read_uncompressed(
     plan: ReadPlan,
     ordinal: Option<usize>,
 ) -> BindResult<IpcTable> {
-    let Runs { runs, place } = coalesce(&plan.ranges, ALIGN as u64);
-    let plan_settings = *settings;
+    let sizes = plan.read_sizes();
+    let layout = plan.layout(&sizes, ALIGN)?;
+    let (reads, starts) = layout.reads(&plan.ranges, &sizes);
+    let (plan_settings, total) = (*settings, layout.total);
     let batch = interruptible_alone(py, &CancelToken::new(), move || {
-        plan_ranges_aligned(&plan_settings, &path, &runs, ALIGN)
+        plan_ranges_placed(&plan_settings, &path, &reads, &starts, total)
     })?;
-    let (buffer, starts, _, _) = read_plan(py, settings, batch, ordinal, None)?;
-    let offsets = place
-        .iter()
-        .map(|&(run, within)| starts[run] as usize + within as usize)
-        .collect();
-    let sizes = plan.ranges.iter().map(|r| r.1).collect();
-    table(py, plan, buffer, offsets, sizes, ordinal)
+    let (buffer, _, _, _) = read_plan(py, settings, batch, ordinal, None)?;
+    table(py, plan, buffer, layout.offsets, sizes, ordinal)
 }
 
 /// One piece of GPU work for Python's nvCOMP call: `(step, source address, source
@@ -401,6 +399,82 @@ impl IpcTable {
             (None, false) => array_capsules(py, export),
         }
     }
+    /// [`IpcTable::column_values`] of one record batch.
+    fn batch_values(&self, batch: usize, column: usize) -> PyResult<Option<ValuesView>> {
+        let c = self.column(batch, column)?;
+        let (values, shape) = match &c.data_type {
+            DataType::FixedSizeList(_, n) => match c.children.first() {
+                Some(child) if c.null_count == 0 => (child, vec![c.length, i64::from(*n)]),
+                _ => return Ok(None),
+            },
+            _ => (c, vec![c.length]),
+        };
+        let (code, bits, kind) = match values.data_type {
+            DataType::Int8 => (0, 8, "i"),
+            DataType::Int16 => (0, 16, "i"),
+            DataType::Int32 | DataType::Date32 => (0, 32, "i"),
+            DataType::Int64
+            | DataType::Date64
+            | DataType::Timestamp(..)
+            | DataType::Duration(_) => (0, 64, "i"),
+            DataType::UInt8 => (1, 8, "u"),
+            DataType::UInt16 => (1, 16, "u"),
+            DataType::UInt32 => (1, 32, "u"),
+            DataType::UInt64 => (1, 64, "u"),
+            DataType::Float16 => (2, 16, "f"),
+            DataType::Float32 => (2, 32, "f"),
+            DataType::Float64 => (2, 64, "f"),
+            _ => return Ok(None),
+        };
+        if values.null_count > 0 {
+            return Ok(None);
+        }
+        let offset = values
+            .buffers
+            .get(1)
+            .copied()
+            .flatten()
+            .map_or(0, |i| self.offsets[i]);
+        Ok(Some((
+            offset,
+            shape,
+            format!("<{kind}{}", bits / 8),
+            code,
+            bits,
+        )))
+    }
+
+    /// [`IpcTable::column_values`] over every record batch: each batch's values (zero-row
+    /// batches aside) must follow the previous one's directly in the allocation.
+    fn joined_values(&self, column: usize) -> PyResult<Option<ValuesView>> {
+        let mut joined: Option<ValuesView> = None;
+        let mut end = 0usize;
+        for batch in 0..self.plan.batches.len() {
+            let Some((offset, shape, typestr, code, bits)) = self.batch_values(batch, column)?
+            else {
+                return Ok(None);
+            };
+            let items: i64 = shape.iter().product();
+            if items == 0 {
+                continue;
+            }
+            let bytes = usize::try_from(items).unwrap_or(usize::MAX) * usize::from(bits / 8);
+            match joined.as_mut() {
+                None => joined = Some((offset, shape, typestr, code, bits)),
+                Some(j) if offset == end => j.1[0] += shape[0],
+                Some(_) => return Ok(None),
+            }
+            end = offset.saturating_add(bytes);
+        }
+        if joined.is_none() {
+            // Every batch empty: the first one's (empty) view.
+            return match self.plan.batches.len() {
+                0 => Ok(None),
+                _ => self.batch_values(0, column),
+            };
+        }
+        Ok(joined)
+    }
 }
 
 #[boundary]
@@ -462,48 +536,15 @@ impl IpcTable {
     /// For a fixed-width column of record batch `batch` without nulls (or a
     /// fixed-size list of such values, without nulls at either level): its values'
     /// `(offset in the allocation, shape, typestr, DLPack code, bits)`; None otherwise.
-    fn column_values(&self, batch: usize, column: usize) -> PyResult<Option<ValuesView>> {
-        let c = self.column(batch, column)?;
-        let (values, shape) = match &c.data_type {
-            DataType::FixedSizeList(_, n) => match c.children.first() {
-                Some(child) if c.null_count == 0 => (child, vec![c.length, i64::from(*n)]),
-                _ => return Ok(None),
-            },
-            _ => (c, vec![c.length]),
+    /// With `batch` None, the column over every record batch, whose values the layout
+    /// laid end to end ([`ReadPlan::layout`]); None also where they do not follow each
+    /// other (a compressed buffer decoded with padding).
+    #[pyo3(signature = (batch, column))]
+    fn column_values(&self, batch: Option<usize>, column: usize) -> PyResult<Option<ValuesView>> {
+        let Some(batch) = batch else {
+            return self.joined_values(column);
         };
-        let (code, bits, kind) = match values.data_type {
-            DataType::Int8 => (0, 8, "i"),
-            DataType::Int16 => (0, 16, "i"),
-            DataType::Int32 | DataType::Date32 => (0, 32, "i"),
-            DataType::Int64
-            | DataType::Date64
-            | DataType::Timestamp(..)
-            | DataType::Duration(_) => (0, 64, "i"),
-            DataType::UInt8 => (1, 8, "u"),
-            DataType::UInt16 => (1, 16, "u"),
-            DataType::UInt32 => (1, 32, "u"),
-            DataType::UInt64 => (1, 64, "u"),
-            DataType::Float16 => (2, 16, "f"),
-            DataType::Float32 => (2, 32, "f"),
-            DataType::Float64 => (2, 64, "f"),
-            _ => return Ok(None),
-        };
-        if values.null_count > 0 {
-            return Ok(None);
-        }
-        let offset = values
-            .buffers
-            .get(1)
-            .copied()
-            .flatten()
-            .map_or(0, |i| self.offsets[i]);
-        Ok(Some((
-            offset,
-            shape,
-            format!("<{kind}{}", bits / 8),
-            code,
-            bits,
-        )))
+        self.batch_values(batch, column)
     }
 
     /// An Arrow C device stream (with `device`) or C stream capsule of the table over
