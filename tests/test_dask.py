@@ -498,10 +498,13 @@ def _slowly(block: np.ndarray) -> np.ndarray:
     return block
 
 
+@pytest.mark.timeout(300)
 def test_a_worker_killed_mid_computation(client: Any, big: tuple[Path, np.ndarray]) -> None:
     """SIGKILL one worker process while a computation runs: the scheduler recomputes what
     it held (reads included) on the survivor and the nanny's replacement, and the result is
-    right."""
+    right. The wait for the victim to hold data has no deadline of its own: it ends when
+    the victim holds some, fails if the computation finishes first, and a cluster that
+    never gets there fails through pytest-timeout."""
     path, a = big
     x = kvikpy.dask.from_raw(path, "float64", a.shape, (20, 300), chunks_per_read=4)
     y = x.map_blocks(_slowly, dtype=x.dtype)  # 100 blocks, 50 ms each: ~2.5 s per worker
@@ -512,9 +515,7 @@ def test_a_worker_killed_mid_computation(client: Any, big: tuple[Path, np.ndarra
     def victim_holds_data() -> bool:
         return len(client.has_what().get(victim, ())) > 0
 
-    deadline = time.monotonic() + 30
     while not victim_holds_data():
-        assert time.monotonic() < deadline, "the victim never held any data"
         assert not future.done(), "finished before a worker could be killed"
         time.sleep(0.02)
     os.kill(before[victim], signal.SIGKILL)

@@ -195,19 +195,18 @@ def test_settings_and_a_fresh_pool_carry_over_to_the_child(tmp_path: Path) -> No
     )
 
 
+@pytest.mark.timeout(180)
 def test_waiting_on_a_read_started_before_fork_fails_in_the_child(tmp_path: Path) -> None:
     out = run_scenario(
         tmp_path,
         """
         assert pending.done(), "it can never finish here, so it reports done"
-        t0 = time.monotonic()
-        try:
+        try:  # a get() that waited for the parent's tasks would hang: CHILD HUNG
             pending.get()
         except RuntimeError as e:
             message = str(e)
         else:
             raise AssertionError("get() of a read started before fork returned")
-        assert time.monotonic() - t0 < 5
         assert "before os.fork()" in message and "start new reads" in message, message
         calls = []
         pending.add_done_callback(calls.append)
@@ -221,11 +220,17 @@ def test_waiting_on_a_read_started_before_fork_fails_in_the_child(tmp_path: Path
     assert "MESSAGE: this read or write was started before os.fork()" in out
 
 
-def test_a_child_forked_during_reads_exits_promptly(tmp_path: Path) -> None:
-    # atexit waits up to 30 s for reads in flight; the parent's are not in flight here.
-    out = run_scenario(tmp_path, "pass")
-    took = float(out.split("child took ")[1].split(" s")[0])
-    assert took < 10, out
+@pytest.mark.timeout(180)
+def test_a_child_forked_during_reads_has_no_io_to_wait_for_at_exit(tmp_path: Path) -> None:
+    # At exit, kvikpy waits up to 30 s for reads in flight (atexit: _lib.wait_for_io(30)).
+    # The parent's reads in flight at the fork never finish in the child, so the child
+    # must not count them: the same wait with no time at all finds nothing in flight.
+    run_scenario(
+        tmp_path,
+        """
+        assert kvikpy._lib.wait_for_io(0.0), "the parent's reads are in flight in the child"
+        """,
+    )
 
 
 def test_multiprocessing_fork_pool_reads_while_the_parent_reads(tmp_path: Path) -> None:

@@ -1,10 +1,13 @@
-"""Calls that wait answer Ctrl-C at once, and stalled servers cost bounded time: remote
+"""Calls that wait answer Ctrl-C at once, and stalled servers cost bounded work: remote
 reads of a server that stalls after its headers or part-way through a body, batch reads
 of large local calls, a stalled file read by many tasks, and interpreter exit with a read
 of a stalled server still pending. The servers are real ones on loopback
 (tests/stalling_servers.py); SIGINT comes from a timer thread, as a terminal's Ctrl-C
-would. Each test prints the latency it measured (``pytest -s`` shows it); the bound
-asserted (1 s) leaves room for slow CI machines, the design target being 100 ms.
+would. The Ctrl-C tests print the latency they measured (``pytest -s`` shows it); the
+bound asserted (1 s) leaves room for slow CI machines, the design target being 100 ms.
+The stalled-file and exit tests assert no time: they count the requests the server saw,
+or check in the exiting interpreter that the read was cancelled, and a hang fails them
+through pytest-timeout.
 """
 
 from __future__ import annotations
@@ -117,64 +120,78 @@ def test_an_interrupted_future_is_cancelled_and_get_says_so() -> None:
             future.get()
 
 
+@pytest.mark.timeout(120)
 def test_a_stalled_file_fails_in_one_requests_time_whatever_its_tasks() -> None:
-    # 16 tasks on 2 threads, each request allowed 1 s and 2 attempts (0.5 s apart): one
-    # request's budget is 2.5 s. Tasks that each waited out their own budget took 8 times
-    # that (20 s); the first to fail now stops the others.
+    # 16 tasks on 2 threads, each request allowed 1 s and 2 attempts: the first task to
+    # fail stops the others, so the server sees the 2 attempts of the first request on
+    # each thread (4 stalled requests), never one request per attempt of every task (32,
+    # and 8 times one request's time, when each task waited out its own budget).
     size = 1 << 20
     with (
         defaults.set({"http_timeout": 1, "http_max_attempts": 2, "num_threads": 2}),
         stalling_server(size) as server,
         RemoteFile.open_http(server.url) as f,
     ):
-        start = time.monotonic()
         with pytest.raises(TimeoutError, match="http_timeout"):
             f.read(bytearray(size), task_size=64 << 10)
-        elapsed = time.monotonic() - start
-        print(f"\nstalled 16-task read failed after {elapsed:.2f} s")
-        assert 2.0 < elapsed < 6.0
+        print(f"\nstalled 16-task read failed after {server.stalled} stalled requests")
         assert_abandoned_work_stops(server)
-        assert server.stalled <= 6, f"{server.stalled} requests for one failed read"
+        assert 2 <= server.stalled <= 6, f"{server.stalled} requests for one failed read"
 
 
+@pytest.mark.timeout(120)
 def test_a_stalled_file_fails_a_batch_in_one_requests_time() -> None:
-    # A batch cuts the file into 2 pieces per thread: each waiting out its own budget
-    # (2.5 s, as above) took two rounds, 5 s; the first to fail now stops the others.
+    # A batch cuts the file into 2 pieces per thread (4 pieces on 2 threads), each request
+    # allowed 1 s and 2 attempts: the first piece to fail stops the others, so the server
+    # sees the 2 attempts of the first piece on each thread (4 stalled requests); pieces
+    # that each waited out their own budget took two rounds, 8 requests.
     size = 2 << 20
     with (
         defaults.set({"http_timeout": 1, "http_max_attempts": 2, "num_threads": 2}),
         stalling_server(size) as server,
     ):
-        start = time.monotonic()
         with pytest.raises(TimeoutError, match="http_timeout"):
             kvikpy.read_many([server.url], device="cpu")
-        elapsed = time.monotonic() - start
-        print(f"\nstalled batch read failed after {elapsed:.2f} s")
-        assert 2.0 < elapsed < 4.0
+        print(f"\nstalled batch read failed after {server.stalled} stalled requests")
         assert_abandoned_work_stops(server)
+        assert 2 <= server.stalled <= 6, f"{server.stalled} requests for one failed batch"
 
 
+@pytest.mark.timeout(180)
 def test_exit_with_a_read_of_a_stalled_server_pending_is_prompt() -> None:
+    # Exit cancels remote reads in flight before it waits for I/O (kvikpy's atexit hooks),
+    # so the wait ends with the read instead of running out (30 s) with the read still
+    # stalled: a hook registered before kvikpy's runs after them and reports whether the
+    # read was over by then, and how it ended. The read's own timeout (an hour) is
+    # never what ends it.
     code = """
-import sys, time
+import atexit, sys, time
+
+def report():
+    print("done after kvikpy's exit hooks:", future.done(), flush=True)
+    if future.done():
+        try:
+            future.get()
+        except ConnectionError as e:
+            print("the read failed:", e, flush=True)
+
+atexit.register(report)  # before kvikpy's: atexit runs the last registered first
 import kvikpy
-kvikpy.defaults.set("http_timeout", 60)
+kvikpy.defaults.set("http_timeout", 3600)
 f = kvikpy.RemoteFile.open_http(sys.argv[1])
 future = f.pread(bytearray(f.nbytes()))
 time.sleep(0.5)
 print("exiting", flush=True)
 """
     with stalling_server(SIZE) as server:
-        start = time.monotonic()
         done = run_python(code, server.url, timeout=120)
-        elapsed = time.monotonic() - start
-        print(f"\ninterpreter with a stalled read pending exited in {elapsed:.2f} s")
+        print(f"\n{done.stdout}")
         assert done.returncode == 0, done.stderr
         assert "exiting" in done.stdout
         assert server.stalled == 1
-        # Before: the atexit hook waited 30 s for the read (or its 60 s timeout).
-        assert elapsed < 10.0
-        assert server.wait_abandoned(1, 5.0)
+        assert "done after kvikpy's exit hooks: True" in done.stdout, done.stdout
+        assert "was cancelled" in done.stdout, done.stdout
+        assert server.wait_abandoned(1, 60.0)
 
 
 def _sized_to_last(make: Callable[[int], Any], run: Callable[[Any], object], seconds: float) -> Any:

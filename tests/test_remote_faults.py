@@ -40,17 +40,23 @@ def root(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.timeout(60)
 def test_503_twice_then_200_is_retried(root):
     counter = Counter()
-    with serve(FlakyHandler, directory=str(root), counter=counter, failures=2) as url:
-        start = time.monotonic()
-        with RemoteFile.open_http(f"{url}/a.bin") as f:  # HEAD: 503, 503, then 200
-            elapsed = time.monotonic() - start
-            buf = bytearray(f.nbytes())
-            assert f.read(buf) == len(DATA)
+    with (
+        serve(FlakyHandler, directory=str(root), counter=counter, failures=2) as url,
+        RemoteFile.open_http(f"{url}/a.bin") as f,  # HEAD: 503, 503, then 200
+    ):
+        buf = bytearray(f.nbytes())
+        assert f.read(buf) == len(DATA)
     assert bytes(buf) == DATA
     assert counter.count == 4  # three HEADs and one GET
-    assert elapsed >= 1.4  # kvikio's backoff: 0.5 s, then 1 s
+    # kvikio's backoff, 0.5 s then 1 s, seen by the server: it stamps a request before
+    # answering it, and the client sleeps after that answer before sending the next, so
+    # each gap is at least the sleep whatever the machine's load (a lower bound only).
+    first, second, third = counter.arrivals[:3]
+    assert second - first >= 0.5, counter.arrivals
+    assert third - second >= 1.0, counter.arrivals
 
 
 def test_503_with_one_attempt_fails(root):
@@ -105,6 +111,7 @@ def test_timeout_is_retried(root):
     assert counter.count == 2
 
 
+@pytest.mark.timeout(60)
 def test_timeout_every_attempt_raises_timeout_error(root):
     counter = Counter()
     with (
@@ -118,8 +125,11 @@ def test_timeout_every_attempt_raises_timeout_error(root):
         elapsed = time.monotonic() - start
     assert isinstance(info.value, RemoteTimeoutError) and isinstance(info.value, RuntimeError)
     assert info.value.errno == errno.ETIMEDOUT
-    assert 2.0 <= elapsed < 6  # two 1 s attempts and a 0.5 s wait
-    assert counter.count == 2
+    assert counter.count == 2  # both attempts made, no third
+    # Each attempt waited out its 1 s (a timeout that fired early would pass the checks
+    # above): a lower bound only, which a busy machine can only exceed. That the read
+    # does not hang is pytest-timeout's to bound.
+    assert elapsed >= 2.0, elapsed
 
 
 @pytest.mark.parametrize(

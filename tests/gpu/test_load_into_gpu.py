@@ -308,6 +308,7 @@ def wide_shards(tmp_path: Path) -> tuple[list[Path], Any]:
     return files, ref
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("side_stream", [False, True])
 def test_windows_under_a_small_staging_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, side_stream: bool
@@ -339,10 +340,10 @@ def test_windows_under_a_small_staging_bound(
         assert kst.load_into(model, files) == ([], [])
     peak = torch.cuda.max_memory_allocated() - before
     assert peak <= 2 * li.STAGING  # the two staging buffers, nothing else
-    deadline = time.monotonic() + 5  # freed at the end (the engine lets go at once)
-    while torch.cuda.memory_allocated() != before and time.monotonic() < deadline:
+    # Freed at the end (the engine lets go at once): polled until it is, memory that
+    # stays held failing the test through pytest-timeout.
+    while torch.cuda.memory_allocated() != before:
         time.sleep(0.01)
-    assert torch.cuda.memory_allocated() == before
     assert model_bytes > 2 * li.STAGING  # the bound is below the model's size
     staged = [w for w in seen if not w.alone]
     assert len(staged) >= 4  # many windows: the two buffers were refilled

@@ -252,15 +252,24 @@ mod tests {
         let _serial = generation_lock();
         let token = CancelToken::new();
         let t = token.clone();
-        let waker = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            t.cancel();
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let (slept_tx, slept) = std::sync::mpsc::channel();
+        // An hour's sleep, cancelled once under way: it must end and say it was cut
+        // short. The channels' timeouts only guard against a sleep that does not end
+        // (that thread is then left to sleep on).
+        std::thread::spawn(move || {
+            let _ = started_tx.send(());
+            let _ = slept_tx.send(scope(&t, || sleep(Duration::from_secs(3600))));
         });
-        let start = Instant::now();
-        let slept = scope(&token, || sleep(Duration::from_secs(30)));
-        assert!(!slept);
-        assert!(start.elapsed() < Duration::from_secs(5));
-        waker.join().unwrap();
+        started
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the sleeping thread did not start");
+        std::thread::sleep(Duration::from_millis(50)); // most likely asleep by now
+        token.cancel();
+        let slept = slept
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a cancelled sleep did not end");
+        assert!(!slept, "a cancelled sleep reports that it was cut short");
         assert!(
             sleep(Duration::from_millis(1)),
             "outside a scope a sleep runs out"

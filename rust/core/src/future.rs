@@ -486,11 +486,32 @@ mod tests {
                 );
             }
         }
-        let (f, _reporters) = IoFuture::new(1, None);
-        let started = Instant::now();
+    }
+
+    #[test]
+    fn wait_timeout_gives_up_without_a_report_and_answers_once_there_is_one() {
+        let (f, mut reporters) = IoFuture::new(1, None);
+        let reporter = reporters.pop().unwrap();
         assert!(f.wait_timeout(Duration::ZERO).is_none());
+        // Without a report it gives up, and only once its time has passed: a lower bound
+        // (the wait runs to a deadline on the monotonic clock), which a busy machine can
+        // only exceed.
+        let started = Instant::now();
         assert!(f.wait_timeout(Duration::from_millis(30)).is_none());
         assert!(started.elapsed() >= Duration::from_millis(30));
+        // A waiter with time left (an hour) gets the report's result. The channel's
+        // timeout only guards against a waiter that is never answered.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = f.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(waiter.wait_timeout(Duration::from_secs(3600)));
+        });
+        reporter.report(Ok(7));
+        let got = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a waiter with time left was not answered by the report");
+        assert!(matches!(got, Some(Ok(7))), "{got:?}");
+        assert!(matches!(f.wait_timeout(Duration::ZERO), Some(Ok(7))));
     }
 
     #[test]
