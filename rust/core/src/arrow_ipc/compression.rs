@@ -398,7 +398,21 @@ fn prepare<'a>(read: &'a RangesRead, plan: &'a ReadPlan, align: usize) -> Result
         };
         pieces.push(piece);
     }
-    let sizes: Vec<usize> = pieces.iter().map(Piece::size).collect();
+    // The values of a column a tensor can view keep only the bytes their rows need (a
+    // writer may declare a padded buffer), so that the next batch's can follow them.
+    let values = plan.is_tensor_values();
+    let sizes: Vec<usize> = pieces
+        .iter()
+        .enumerate()
+        .map(|(r, p)| {
+            let need = usize::try_from(plan.needs[r]).unwrap_or(usize::MAX);
+            if values[r] {
+                p.size().min(need)
+            } else {
+                p.size()
+            }
+        })
+        .collect();
     let Layout { offsets, total } =
         plan.layout(&sizes.iter().map(|&s| s as u64).collect::<Vec<_>>(), align)?;
     Ok(Assembly {
@@ -475,14 +489,28 @@ impl Assembly<'_> {
 }
 
 /// Put `piece` into `slot` (its size), decoding it there if it is compressed.
+/// The slot may be shorter than the piece (a padded buffer of tensor values keeps the
+/// bytes its rows need): then only its first bytes land there.
 fn fill(piece: Piece<'_>, slot: &mut [u8], what: &str) -> Result<()> {
+    let take = slot.len();
     match piece {
-        Piece::Plain(bytes) => slot.copy_from_slice(bytes),
-        Piece::Stored(raw) => slot.copy_from_slice(&raw[8..]),
-        Piece::InPlace { codec, raw, .. } => {
+        Piece::Plain(bytes) => slot.copy_from_slice(&bytes[..take]),
+        Piece::Stored(raw) => slot.copy_from_slice(&raw[8..8 + take]),
+        Piece::InPlace {
+            codec,
+            raw,
+            declared,
+        } => {
             let body = &raw[8..];
-            if !decode_exact(codec, body, slot) {
-                return Err(mismatch(codec, body, slot.len() as u64, what));
+            if declared > take {
+                // Decoded whole (the size it declares, checked), then cut to the slot.
+                let mut whole = vec![0u8; declared];
+                if !decode_exact(codec, body, &mut whole) {
+                    return Err(mismatch(codec, body, declared as u64, what));
+                }
+                slot.copy_from_slice(&whole[..take]);
+            } else if !decode_exact(codec, body, slot) {
+                return Err(mismatch(codec, body, take as u64, what));
             }
         }
     }

@@ -89,6 +89,7 @@ pub fn plan_gpu_decode(
     align: usize,
 ) -> Result<GpuDecodePlan> {
     let labels = labels(plan);
+    let values = plan.is_tensor_values();
     let mut sizes = Vec::with_capacity(plan.ranges.len());
     let mut pieces = Vec::new();
     let mut host = Vec::new();
@@ -109,6 +110,22 @@ pub fn plan_gpu_decode(
             continue;
         };
         let (size, work) = plan_buffer(reader, codec, (offset, len), need, i, what, &mut budget)?;
+        let (size, work) = if values[i] && size > need {
+            // Tensor values declared with padding keep only the bytes their rows need,
+            // so that the next batch's can follow them: decoded on the host and cut.
+            let whole = match work {
+                Work::Host(bytes) => bytes,
+                Work::Gpu(_) => {
+                    let whole =
+                        usize::try_from(len).map_err(|_| malformed("a buffer is too large"))?;
+                    decode(codec, &reader.read_at(offset, whole)?, need, what)?
+                }
+            };
+            let cut = usize::try_from(need).map_err(|_| malformed("a buffer is too large"))?;
+            (need, Work::Host(whole[..cut.min(whole.len())].to_vec()))
+        } else {
+            (size, work)
+        };
         sizes.push(size);
         match work {
             Work::Gpu(p) => pieces.extend(p),

@@ -79,6 +79,9 @@ pub struct Layout {
     pub total: usize,
 }
 
+/// The largest gap (padding between buffers) a read of two neighbouring ranges spans.
+const JOIN_GAP: u64 = 4096;
+
 impl Layout {
     /// The reads that fill this layout from the file: `(file offset, bytes)` with each
     /// one's place, in destination order, ranges that follow each other both in the file
@@ -92,11 +95,16 @@ impl Layout {
         for r in order {
             let (offset, size, start) = (ranges[r].0, sizes[r], self.offsets[r]);
             if let (Some(last), Some(&at)) = (reads.last_mut(), starts.last()) {
-                let follows_in_file = last.0 + last.1 == offset;
-                let follows_here = at as u64 + last.1 == start as u64;
-                if follows_in_file && follows_here {
-                    last.1 += size;
-                    continue;
+                // The next range lies as far past this one in the file as in the table,
+                // across a gap of at most `JOIN_GAP` (padding): one read covers both,
+                // the gap's bytes landing in the table's gap, which nothing else uses.
+                let file_gap = offset.checked_sub(last.0 + last.1);
+                let here_gap = (start as u64).checked_sub(at as u64 + last.1);
+                if let (Some(g), Some(h)) = (file_gap, here_gap) {
+                    if g == h && g <= JOIN_GAP {
+                        last.1 += g + size;
+                        continue;
+                    }
                 }
             }
             reads.push((offset, size));
@@ -166,7 +174,24 @@ impl ReadPlan {
                 Ok(())
             };
         let columns = self.batches.first().map_or(0, |b| b.columns.len());
-        for c in 0..columns {
+        // Columns in the order they lie in the file (not the order asked for), so that
+        // the allocation follows the file where it can and reads of neighbours join.
+        let mut by_file: Vec<(u64, usize)> = (0..columns)
+            .map(|c| {
+                let mut first = Vec::new();
+                if let Some(column) = self.batches.iter().find_map(|b| b.columns.get(c)) {
+                    self.ranges_of(column, &mut first);
+                }
+                let at = first
+                    .iter()
+                    .map(|&r| self.ranges[r].0)
+                    .min()
+                    .unwrap_or(u64::MAX);
+                (at, c)
+            })
+            .collect();
+        by_file.sort_unstable();
+        for (_, c) in by_file {
             let mut previous: Option<usize> = None; // this column's values, last batch
             for batch in &self.batches {
                 let Some(column) = batch.columns.get(c) else {
@@ -217,17 +242,33 @@ impl ReadPlan {
     /// the bytes its rows need for the values of a column a tensor can view (so that
     /// the next record batch's values can follow them directly; see [`Self::layout`]).
     pub fn read_sizes(&self) -> Vec<u64> {
-        let mut sizes: Vec<u64> = self.ranges.iter().map(|r| r.1).collect();
+        let values = self.is_tensor_values();
+        self.ranges
+            .iter()
+            .enumerate()
+            .map(|(r, &(_, len))| {
+                if values[r] && self.codecs[r].is_none() {
+                    len.min(self.needs[r])
+                } else {
+                    len
+                }
+            })
+            .collect()
+    }
+
+    /// Whether range `r` holds the values of a column a tensor can view in some record
+    /// batch ([`tensor_values`]): such a range is placed with exactly the bytes its rows
+    /// need, so that the next batch's values can follow it.
+    pub fn is_tensor_values(&self) -> Vec<bool> {
+        let mut out = vec![false; self.ranges.len()];
         for batch in &self.batches {
             for column in &batch.columns {
                 if let Some(r) = tensor_values(column) {
-                    if self.codecs[r].is_none() && self.needs[r] <= sizes[r] {
-                        sizes[r] = self.needs[r];
-                    }
+                    out[r] = true;
                 }
             }
         }
-        sizes
+        out
     }
 
     /// The bytes the plan reads.

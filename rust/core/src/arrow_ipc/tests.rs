@@ -830,3 +830,63 @@ proptest! {
         check_damaged(bytes, &edits, lie, cut);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// The reads that fill a layout put every byte of every range at its place, each
+    /// place once, whatever the order of the places and the gaps in the file and in the
+    /// table; neighbours join only where their spacing is the same in both.
+    #[test]
+    fn layout_reads_put_every_range_at_its_place(
+        pieces in proptest::collection::vec((1u64..200, 0u64..100, 0usize..100), 0..40),
+        seed in any::<u64>(),
+    ) {
+        // Ranges in file order, with gaps; places in a shuffled order, with gaps.
+        let mut ranges = Vec::new();
+        let mut at = 0u64;
+        for &(len, gap, _) in &pieces {
+            at += gap;
+            ranges.push((at, len));
+            at += len;
+        }
+        let mut order: Vec<usize> = (0..ranges.len()).collect();
+        let mut state = seed | 1;
+        for i in (1..order.len()).rev() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            order.swap(i, (state % (i as u64 + 1)) as usize);
+        }
+        let mut offsets = vec![0usize; ranges.len()];
+        let mut end = 0usize;
+        for &r in &order {
+            end += pieces[r].2;
+            offsets[r] = end;
+            end += ranges[r].1 as usize;
+        }
+        let sizes: Vec<u64> = ranges.iter().map(|r| r.1).collect();
+        let layout = Layout { offsets: offsets.clone(), total: end };
+        let (reads, starts) = layout.reads(&ranges, &sizes);
+        prop_assert_eq!(reads.len(), starts.len());
+        // Each read's bytes land in the table without overlapping another's.
+        let mut covered = vec![false; end];
+        for (&(offset, len), &start) in reads.iter().zip(&starts) {
+            prop_assert!(start + len as usize <= end);
+            for b in start..start + len as usize {
+                prop_assert!(!covered[b], "byte {} written twice", b);
+                covered[b] = true;
+            }
+            // Every range inside this read's file span lands at its own place.
+            for (r, &(ro, rl)) in ranges.iter().enumerate() {
+                if ro >= offset && ro + rl <= offset + len {
+                    prop_assert_eq!(start + (ro - offset) as usize, offsets[r]);
+                }
+            }
+        }
+        // Every range is inside some read.
+        for &(ro, rl) in &ranges {
+            prop_assert!(reads.iter().any(|&(o, l)| ro >= o && ro + rl <= o + l));
+        }
+    }
+}
