@@ -873,9 +873,9 @@ proptest! {
         let mut covered = vec![false; end];
         for (&(offset, len), &start) in reads.iter().zip(&starts) {
             prop_assert!(start + len as usize <= end);
-            for b in start..start + len as usize {
-                prop_assert!(!covered[b], "byte {} written twice", b);
-                covered[b] = true;
+            for slot in &mut covered[start..start + len as usize] {
+                prop_assert!(!*slot, "a byte written twice");
+                *slot = true;
             }
             // Every range inside this read's file span lands at its own place.
             for (r, &(ro, rl)) in ranges.iter().enumerate() {
