@@ -449,11 +449,6 @@ def read_ipc(
             'decode="gpu" needs nvCOMP and CuPy: pip install "<kvikpy wheel>[nvcomp]" cupy-cuda13x'
         )
     name = _paths.fspath(source)
-    if picked is not None and any(b < 0 for b in picked):
-        total = _lib.read_ipc_table(name, [], [], None).total_batches
-        picked = [b + total if b < 0 else b for b in picked]
-        if any(b < 0 for b in picked):
-            raise IndexError(f"a record batch index is out of range: the file has {total}")
     # Found, not loaded: nvCOMP and CuPy load only for a read with compressed buffers.
     if ordinal is not None and decode != "host" and _nvcomp.installed():
         return _read_decoding_on_gpu(name, names, picked, ordinal, decode == "gpu")

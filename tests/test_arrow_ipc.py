@@ -226,6 +226,10 @@ def test_bad_arguments(tmp_path: Path) -> None:
         kvikpy.arrow.read_ipc(path, batches=[1.0], device="cpu")  # type: ignore[list-item]
     with pytest.raises(IndexError):
         kvikpy.arrow.read_ipc(path, batches=[5], device="cpu")
+    with pytest.raises(IndexError, match="record batch -2 is out of range: the file has 1"):
+        kvikpy.arrow.read_ipc(path, batches=[-2], device="cpu")
+    with pytest.raises(OverflowError):
+        kvikpy.arrow.read_ipc(path, batches=[-(2**70)], device="cpu")
     with pytest.raises(FileNotFoundError):
         kvikpy.arrow.read_ipc(tmp_path / "missing.arrow", device="cpu")
 

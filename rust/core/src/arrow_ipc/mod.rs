@@ -143,8 +143,9 @@ impl IpcFile {
             .collect()
     }
 
-    /// Plan reading `columns` of `batches` (all when `None`).
-    pub fn plan(&self, columns: Option<&[usize]>, batches: Option<&[usize]>) -> Result<ReadPlan> {
+    /// Plan reading `columns` of `batches` (all when `None`; negative indices count from
+    /// the end).
+    pub fn plan(&self, columns: Option<&[usize]>, batches: Option<&[i64]>) -> Result<ReadPlan> {
         plan(&self.messages, &self.schema, columns, batches, self.size)
     }
 }

@@ -774,13 +774,13 @@ fn collect_dictionaries(nodes: &[SchemaNode], out: &mut HashMap<i64, DictionaryS
 }
 
 /// Plan reading the columns at `columns` (indices into the schema's fields; all when
-/// `None`) of the record batches at `batches` (all when `None`) of a file of `file_size`
-/// bytes.
+/// `None`) of the record batches at `batches` (all when `None`; a negative index counts
+/// from the end, as in Python) of a file of `file_size` bytes.
 pub fn plan(
     messages: &Messages,
     schema: &IpcSchema,
     columns: Option<&[usize]>,
-    batches: Option<&[usize]>,
+    batches: Option<&[i64]>,
     file_size: u64,
 ) -> Result<ReadPlan> {
     let all: Vec<usize> = (0..schema.fields.len()).collect();
@@ -807,15 +807,22 @@ pub fn plan(
     let total_batches = batch_messages.len();
     let chosen: Vec<usize> = match batches {
         None => (0..total_batches).collect(),
-        Some(b) => b.to_vec(),
+        Some(asked) => asked
+            .iter()
+            .map(|&b| {
+                let total = i64::try_from(total_batches).unwrap_or(i64::MAX);
+                let index = if b < 0 { b.checked_add(total) } else { Some(b) };
+                index
+                    .filter(|&i| (0..total).contains(&i))
+                    .map(|i| i as usize)
+                    .ok_or_else(|| {
+                        Error::OutOfRange(format!(
+                            "record batch {b} is out of range: the file has {total_batches}"
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<usize>>>()?,
     };
-    for &b in &chosen {
-        if b >= total_batches {
-            return Err(Error::OutOfRange(format!(
-                "record batch {b} is out of range: the file has {total_batches}"
-            )));
-        }
-    }
     let mut dictionaries = HashMap::new();
     collect_dictionaries(&schema.fields, &mut dictionaries);
     let mut planner = Planner {

@@ -112,7 +112,14 @@ fn check_roundtrip(bytes: &[u8], batches: &[RecordBatch]) {
         assert_eq!(layout.columns[4].children.len(), 1);
     }
     // A subset reads only its own bytes.
-    let sub = file.plan(Some(&[1]), Some(&[batches.len() - 1])).unwrap();
+    let sub = file
+        .plan(Some(&[1]), Some(&[batches.len() as i64 - 1]))
+        .unwrap();
+    let from_end = file.plan(Some(&[1]), Some(&[-1])).unwrap();
+    assert_eq!(from_end.ranges, sub.ranges, "-1 is the last record batch");
+    assert!(file
+        .plan(None, Some(&[-(batches.len() as i64) - 1]))
+        .is_err());
     assert_eq!(sub.batches.len(), 1);
     assert_eq!(sub.batches[0].columns.len(), 1);
     assert!(sub.bytes() < plan.bytes());

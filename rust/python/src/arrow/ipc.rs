@@ -60,7 +60,7 @@ fn open_plan(
     path: &std::path::Path,
     settings: &Settings,
     columns: Option<Vec<String>>,
-    batches: Option<Vec<usize>>,
+    batches: Option<Vec<i64>>,
 ) -> kvikpy_core::Result<(SourceReader, ReadPlan)> {
     let reader = SourceReader::open(path, settings)?;
     let file = IpcFile::read(&reader)?;
@@ -79,7 +79,7 @@ pub fn read_ipc_table(
     py: Python<'_>,
     path: PathBuf,
     columns: Option<Vec<String>>,
-    batches: Option<Vec<usize>>,
+    batches: Option<Vec<i64>>,
     ordinal: Option<usize>,
 ) -> BindResult<IpcTable> {
     let settings = kvikpy_core::settings::current()?;
@@ -178,7 +178,7 @@ pub fn read_ipc_table_gpu(
     py: Python<'_>,
     path: PathBuf,
     columns: Option<Vec<String>>,
-    batches: Option<Vec<usize>>,
+    batches: Option<Vec<i64>>,
     ordinal: usize,
 ) -> BindResult<(IpcTable, Option<GpuWork>)> {
     let settings = kvikpy_core::settings::current()?;
@@ -262,7 +262,7 @@ pub fn ipc_decode_plan(
     py: Python<'_>,
     path: PathBuf,
     columns: Option<Vec<String>>,
-    batches: Option<Vec<usize>>,
+    batches: Option<Vec<i64>>,
 ) -> BindResult<(Vec<GpuPiece>, Vec<(usize, Py<PyBytes>)>, usize, Vec<String>)> {
     let settings = kvikpy_core::settings::current()?;
     let (plan, gpu) = interruptible_alone(py, &CancelToken::new(), move || {
