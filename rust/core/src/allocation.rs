@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use crate::cuda::{self, DeviceAllocation, PinnedHostAllocation, Stream, StreamEvent};
 use crate::error::{Error, Result};
-use crate::memory::{DeviceSpan, HostSpan, Span};
+use crate::span::{DeviceSpan, HostSpan, Span};
 
 /// Where an allocation's bytes live: host memory or the memory of one GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

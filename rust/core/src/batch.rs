@@ -15,10 +15,10 @@ use rayon::prelude::*;
 use crate::cancel;
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
-use crate::memory::Span;
 use crate::request::{submit_batch, BatchRequest, Item, ItemSource};
 use crate::settings::Settings;
 use crate::source::{self, unsized_file};
+use crate::span::Span;
 
 /// Where one element of a batch comes from.
 #[derive(Debug, Clone)]

@@ -5,9 +5,9 @@ use std::time::Instant;
 
 use crate::bounce::{BounceAllocator, PageAlignedAllocator};
 use crate::error::{Error, Result};
-use crate::memory::HostSpan;
 use crate::source::posix::{pread_direct, pread_full, PosixFile};
 use crate::source::Source;
+use crate::span::HostSpan;
 use crate::tasks::{split_tasks, DIRECT_IO_ALIGNMENT};
 use crate::vocab::OpenFlags;
 

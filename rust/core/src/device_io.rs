@@ -5,11 +5,11 @@
 use crate::cuda::{self, Lane};
 use crate::error::Result;
 use crate::future::{run_caught, IoFuture};
-use crate::memory::{DeviceSpan, Span};
 use crate::profile::{self, Phase};
 use crate::ring::{pinned_buffers, stage, staging_capacity, Chunk, Chunks, Ring, MAX_SLOTS};
 use crate::settings::Settings;
 use crate::source::{Direct, Keepalive, Ordered, Source};
+use crate::span::{DeviceSpan, Span};
 use crate::tasks::{align_up, DIRECT_IO_ALIGNMENT};
 use crate::vocab::Direction;
 

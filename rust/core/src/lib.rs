@@ -27,7 +27,7 @@
 //! Crate-private: the device transfer path (`device_io`), the bounce ring (`ring`),
 //! fork generations (`fork`), credential redaction (`redact`), the settings vocabulary
 //! (`vocab`), and the modules behind the root re-exports (`error`, `file`, `future`,
-//! `memory`).
+//! `span`).
 
 #![deny(missing_docs)]
 // The docs are written for the engine's maintainers and link crate-private items;
@@ -48,7 +48,6 @@ pub(crate) mod error;
 pub(crate) mod file;
 pub(crate) mod fork;
 pub(crate) mod future;
-pub(crate) mod memory;
 pub mod mmap_handle;
 pub mod page_cache;
 pub mod pool;
@@ -61,13 +60,14 @@ pub mod request;
 pub(crate) mod ring;
 pub mod settings;
 pub mod source;
+pub(crate) mod span;
 pub mod tasks;
 pub(crate) mod vocab;
 
 pub use error::{panic_message, Error, RemoteFailure, Result};
 pub use file::{FileHandle, OpenFlags};
 pub use future::{run_caught, wait_idle, IoFuture};
-pub use memory::{DeviceSpan, HostSpan, Span};
 pub use request::{submit, Completion, Direction, Request};
 pub use settings::{CompatMode, SettingValue, Settings};
 pub use source::Source;
+pub use span::{DeviceSpan, HostSpan, Span};

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use crate::future::IoFuture;
-use crate::memory::Span;
 use crate::request::{submit, Completion, Request};
 use crate::settings::Settings;
 use crate::source::mmap::{MappedFile, Region};
 use crate::source::Keepalive;
+use crate::span::Span;
 use crate::vocab::Direction;
 
 pub use crate::source::mmap::MmapOptions;
@@ -149,7 +149,7 @@ impl MmapHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::HostSpan;
+    use crate::span::HostSpan;
     use proptest::prelude::*;
     use std::io;
 

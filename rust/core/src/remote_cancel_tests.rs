@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, RemoteFailure};
-use crate::memory::{HostSpan, Span};
 use crate::request::{submit, Completion, Request};
 use crate::settings::Settings;
 use crate::source::remote::{open_url, EndpointType};
+use crate::span::{HostSpan, Span};
 use crate::FileHandle;
 
 /// A server that answers each request's headers (a 206 of `len` bytes) and then

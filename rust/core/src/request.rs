@@ -11,9 +11,9 @@ use crate::device_io::submit_stream_ordered;
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use crate::future::{run_caught, IoFuture};
-use crate::memory::Span;
 use crate::settings::Settings;
 use crate::source::{truncated, Keepalive, Ordered, Source};
+use crate::span::Span;
 use crate::tasks::{align_up, split_tasks, Task, DIRECT_IO_ALIGNMENT};
 pub use crate::vocab::Direction;
 

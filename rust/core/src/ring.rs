@@ -15,8 +15,8 @@
 use crate::bounce::BounceBuffer;
 use crate::cuda::{self, Lane};
 use crate::error::Result;
-use crate::memory::HostSpan;
 use crate::settings::Settings;
+use crate::span::HostSpan;
 use crate::tasks::{align_up, DIRECT_IO_ALIGNMENT};
 
 /// The most slots a ring has: one filling while the other's DMA runs.

@@ -39,8 +39,8 @@ use framing::{Format, Kind, SchemaBytes};
 
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
-use crate::memory::HostSpan;
 use crate::settings::Settings;
+use crate::span::HostSpan;
 
 /// A file read through kvikpy's sources (local or remote).
 pub struct SourceReader {

@@ -21,10 +21,10 @@ use flatbuffers::FlatBufferBuilder;
 use super::framing::MAGIC;
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
-use crate::memory::{DeviceSpan, HostSpan, Span};
 use crate::replace::{Replacement, Start};
 use crate::request::{submit, Completion, Request};
 use crate::settings::Settings;
+use crate::span::{DeviceSpan, HostSpan, Span};
 
 /// Where every buffer of the file's arrays starts, in the file and in the body.
 const ALIGN: u64 = 64;

@@ -23,10 +23,10 @@ use crate::device_io::transfer_span;
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use crate::future::run_caught;
-use crate::memory::{HostSpan, Span};
 use crate::ring::Ring;
 use crate::settings::Settings;
 use crate::source::{self, truncated, Source};
+use crate::span::{HostSpan, Span};
 use crate::vocab::Direction;
 
 /// Smallest segment: below it, the per-segment DMA and its wait cost more than they save.
@@ -507,7 +507,7 @@ impl Batch<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::DeviceSpan;
+    use crate::span::DeviceSpan;
     use proptest::prelude::*;
 
     /// Device items laid end to end (with `gap` bytes between them) from address 4096.

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use crate::cuda::{Lane, Stream};
 use crate::error::{Error, Result};
 use crate::future::IoFuture;
-use crate::memory::{DeviceSpan, HostSpan};
 use crate::settings::{CompatMode, Settings};
+use crate::span::{DeviceSpan, HostSpan};
 use crate::vocab::{Direction, OpenFlags};
 
 /// A transfer ordered on a CUDA stream; see [`crate::device_io::submit_stream_ordered`].

@@ -22,8 +22,8 @@ use super::mapping::FileMapping;
 use super::posix::{pread_full, PosixFile};
 use super::Source;
 use crate::error::{Error, Result};
-use crate::memory::HostSpan;
 use crate::settings::Settings;
+use crate::span::HostSpan;
 use crate::vocab::OpenFlags;
 
 /// The `mmap(2)` flags a caller may pass: one sharing type (`MAP_SHARED`, `MAP_PRIVATE` or

@@ -24,9 +24,9 @@ use super::mapping::{page_size, FileMapping};
 use super::Direct;
 use crate::cuda::{self, HostRegistration, Lane};
 use crate::error::Result;
-use crate::memory::DeviceSpan;
 use crate::ring::{Chunk, Chunks, Ring, MAX_SLOTS};
 use crate::settings::Settings;
+use crate::span::DeviceSpan;
 use crate::tasks::align_down;
 
 /// Smallest read worth mapping: below it the fixed cost of mapping and pinning (tens of

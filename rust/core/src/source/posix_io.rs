@@ -4,7 +4,7 @@
 use std::io;
 use std::os::fd::RawFd;
 
-use crate::memory::HostSpan;
+use crate::span::HostSpan;
 use crate::vocab::Direction;
 
 /// Move all of `span` between it and `fd` at `offset`. Reads stop early only at end of

@@ -37,8 +37,8 @@ pub use self::s3::S3Options;
 use self::webhdfs::{length_from_status, WebHdfsFile};
 use super::{Source, Target};
 use crate::error::{Error, RemoteFailure, Result};
-use crate::memory::HostSpan;
 use crate::settings::Settings;
+use crate::span::HostSpan;
 use crate::vocab::OpenFlags;
 
 /// kvikio's `RemoteEndpointType`, with its values.
