@@ -584,6 +584,8 @@ def test_hostile_integers_raise_argument_errors_only(
     tmp_path: Path, data_file: Path, entry: str, value: Any
 ) -> None:
     assume(not (value is None and entry in OPTIONAL))
+    # numpy's count=-1 means every item, as in numpy.fromfile: not a hostile value.
+    assume(not (entry == "fromfile count" and type(value) is int and value == -1))
     target = tmp_path / "target.bin"
     before = data_file.read_bytes()
     call = _calls(data_file, target)[entry]
