@@ -134,7 +134,8 @@ def read(
             # end, and device reads of pseudo-files (which cannot be sized) are refused.
             if ordinal is not None and _paths.special_kind(f.fileno()) is None:
                 engine_handle(f).size_for("a device read")
-            content = _paths.read_to_end(f.fileno(), name)
+            _paths.refuse_endless(f.fileno(), name)
+            content = _paths.bounded(engine_handle(f).read_to_end(_paths.UNSIZED_LIMIT), name)
             file_size = len(content)
         elif unsized:
             # Read exactly the bytes asked for, however long the file goes on.
@@ -179,14 +180,11 @@ def _read_unsized(
     of its end (a device, a pipe, a pseudo-file): from ``content`` where the file was read
     to its end, else read there and then, never more than ``size`` bytes; ``ValueError``
     where the file ends first."""
-    if buf.device == "cpu":
-        if content is None:
-            piece = _paths.read_range(f.fileno(), offset, size)
-        else:
-            piece = content[offset : offset + size]
+    if content is not None:  # host memory: the file was read to its end already
+        piece = content[offset : offset + size]
         got = len(piece)
         if got == size:
-            host: Any = buf  # host memory, writable through the buffer protocol
+            host: Any = buf  # writable through the buffer protocol
             memoryview(host)[:] = piece
     else:
         got = engine_handle(f).read(buf, size, offset)

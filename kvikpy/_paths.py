@@ -6,10 +6,11 @@
 * Pseudo-files (``/proc/self/maps``, most of ``/sys``) report a size of 0 but have
   content; a read sized by ``fstat`` would silently return nothing. ``is_unsized`` spots
   them (one 1-byte ``pread``, asked only of files that report 0 bytes), and devices and
-  pipes, whose size says nothing of their end (``/dev/zero`` never ends). Reads that
-  name a size read that many bytes of them (``read_range``); reads to the end read a
-  pseudo-file to its end, up to ``UNSIZED_LIMIT`` bytes, and refuse devices and pipes
-  (``read_to_end``); sized reads get the engine's error (``FileHandle.size_for``).
+  pipes, whose size says nothing of their end (``/dev/zero`` never ends). The engine
+  reads them: reads that name a size read that many bytes; reads to the end read a
+  pseudo-file to its end (``FileHandle.read_to_end``, kept to ``UNSIZED_LIMIT`` bytes by
+  ``bounded``) and refuse devices and pipes (``refuse_endless``); sized reads get the
+  engine's error (``FileHandle.size_for``).
 """
 
 from __future__ import annotations
@@ -42,8 +43,6 @@ def has_fileno(obj: object) -> TypeGuard[HasFileno]:
     ``tempfile.NamedTemporaryFile``) would not count as files."""
     return callable(getattr(obj, "fileno", None))
 
-
-_PIECE = 1 << 20
 
 # URL schemes read as remote files: the engine's list (`source::URL_SCHEMES`), asked once.
 _URL_SCHEMES = tuple(f"{scheme}://" for scheme in _lib.url_schemes())
@@ -120,31 +119,21 @@ def is_unsized(fd: int) -> bool:
     return special_kind(fd) is not None or has_content(fd)
 
 
-def read_range(fd: int, offset: int, size: int) -> bytes:
-    """``size`` bytes of an open file from ``offset``, fewer only where it ends first:
-    never more, however long the file goes on (``/dev/zero``)."""
-    pieces = []
-    done = 0
-    while done < size:
-        piece = os.pread(fd, min(_PIECE, size - done), offset + done)
-        if not piece:
-            break
-        pieces.append(piece)
-        done += len(piece)
-    return b"".join(pieces)
-
-
-def read_to_end(fd: int, name: str) -> bytes:
-    """Every byte of an open file that reports a size of 0 (a pseudo-file), read to its
-    end; ``ValueError`` for a device, pipe or socket, which may never end, and for a file
-    that goes on past :data:`UNSIZED_LIMIT` bytes. Both say to pass ``size=``."""
+def refuse_endless(fd: int, name: str) -> None:
+    """``ValueError`` for a device, pipe or socket, which may never end and so cannot be
+    read to its end; it says to pass ``size=`` (``count=`` for numpy.fromfile)."""
     kind = special_kind(fd)
     if kind is not None:
         raise ValueError(
             f"{name!r} is {kind}: it has no size and may never end, so it cannot be read "
             "to its end; pass size= (count= for numpy.fromfile) to read that many bytes"
         )
-    content = read_range(fd, 0, UNSIZED_LIMIT + 1)
+
+
+def bounded(content: bytes, name: str) -> bytes:
+    """``content``, a file that reports a size of 0 read to its end (the engine reads at
+    most :data:`UNSIZED_LIMIT` + 1 bytes of it); ``ValueError`` where it went on past
+    :data:`UNSIZED_LIMIT` bytes, saying to pass ``size=``."""
     if len(content) > UNSIZED_LIMIT:
         raise ValueError(
             f"{name!r} reports a size of 0 bytes and did not end within {UNSIZED_LIMIT} "

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvikpy import _args, _lib, _paths
-from kvikpy.cufile import CuFile, OpenMode
+from kvikpy.cufile import CuFile, OpenMode, engine_handle
 from kvikpy.errors import FileTypeError, UnsupportedOperationError
 
 __all__ = ["FileLike", "LikeWrapper", "fromfile", "tofile"]
@@ -177,9 +177,13 @@ def fromfile(
             # items asked for, never more (/dev/zero never ends), or a pseudo-file to its
             # end (up to a bound); a device or pipe without count is refused.
             if count == -1:
-                content = _paths.read_to_end(f.fileno(), _paths.fspath(f.path))[start:]
+                name = _paths.fspath(f.path)
+                _paths.refuse_endless(f.fileno(), name)
+                whole = engine_handle(f).read_to_end(_paths.UNSIZED_LIMIT)
+                content = _paths.bounded(whole, name)[start:]
             else:
-                content = _paths.read_range(f.fileno(), start, count * dt.itemsize)
+                part = bytearray(count * dt.itemsize)  # never more than asked for
+                content = bytes(part[: f.read(part, file_offset=start)])
             file_size = start + len(content)
         available = max(file_size - start, 0) // dt.itemsize
         n = available if count == -1 else min(count, available)

@@ -8,6 +8,7 @@ use kvikpy_core::{Completion, Direction, IoFuture, Request, Span};
 use kvikpy_macros::boundary;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 use crate::blocking::{interruptible_alone, without_gil};
 use crate::buffer::{mark_ready, Buffer};
@@ -236,6 +237,15 @@ impl FileHandle {
     fn size_for(&self, what: &str) -> BindResult<u64> {
         let settings = kvikpy_core::settings::current()?;
         Ok(self.inner.get()?.size_for(what, &settings)?)
+    }
+
+    /// Every byte of a file whose size says nothing of its end (a pseudo-file), read to
+    /// its end, at most `limit + 1` bytes (the caller refuses more).
+    fn read_to_end(&self, py: Python<'_>, limit: usize) -> BindResult<Py<PyBytes>> {
+        let settings = kvikpy_core::settings::current()?;
+        let source = self.inner.get()?;
+        let bytes = without_gil(py, move || source.read_to_end(limit, &settings))?;
+        Ok(PyBytes::new(py, &bytes).unbind())
     }
 
     fn is_direct_io_supported(&self) -> BindResult<bool> {

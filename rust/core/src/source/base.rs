@@ -211,6 +211,25 @@ impl dyn Source {
         Ok(size)
     }
 
+    /// Every byte from the start of a source whose size says nothing of its end (a
+    /// `/proc` or `/sys` pseudo-file), read until it ends, but no more than `limit + 1`
+    /// bytes: a caller that gets more than `limit` refuses the file.
+    pub fn read_to_end(&self, limit: usize, settings: &Settings) -> Result<Vec<u8>> {
+        const PIECE: usize = 1 << 20;
+        let cap = limit.saturating_add(1);
+        let mut out = Vec::new();
+        while out.len() < cap {
+            let at = out.len();
+            out.resize(at + PIECE.min(cap - at), 0);
+            let got = self.read_host(HostSpan::from_slice(&mut out[at..]), at as u64, settings)?;
+            out.truncate(at + got);
+            if got == 0 {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     /// Fail with `UnsupportedOperation` unless the source was opened for `direction`.
     pub(crate) fn check_access(&self, direction: Direction) -> Result<()> {
         let flags = self.flags();
