@@ -299,6 +299,14 @@ pub fn plan_ranges_placed(
     )
 }
 
+/// Each input's length (0 for one that failed before any read).
+fn lengths_of(inputs: &[Option<(Origin, usize)>]) -> Vec<usize> {
+    inputs
+        .iter()
+        .map(|input| input.as_ref().map_or(0, |(_, len)| *len))
+        .collect()
+}
+
 impl Plan {
     fn new(
         inputs: Vec<Option<(Origin, usize)>>,
@@ -307,11 +315,7 @@ impl Plan {
         skip: bool,
         align: usize,
     ) -> Result<Self> {
-        let lengths: Vec<usize> = inputs
-            .iter()
-            .map(|input| input.as_ref().map_or(0, |(_, len)| *len))
-            .collect();
-        let (offsets, total) = layout_aligned(&lengths, align)?;
+        let (offsets, total) = layout_aligned(&lengths_of(&inputs), align)?;
         Self::with_offsets(inputs, shared, failures, skip, offsets, total)
     }
 
@@ -324,10 +328,7 @@ impl Plan {
         mut offsets: Vec<usize>,
         total: usize,
     ) -> Result<Self> {
-        let lengths: Vec<usize> = inputs
-            .iter()
-            .map(|input| input.as_ref().map_or(0, |(_, len)| *len))
-            .collect();
+        let lengths = lengths_of(&inputs);
         let (indices, elements) = inputs
             .into_iter()
             .zip(&offsets)
