@@ -7,7 +7,7 @@ from typing import Any
 
 from kvikpy import _args, _devices, _lib, _paths
 from kvikpy._dtypes import DTypeLike, ShapeLike, fit_shape, parse_shape, resolve_dtype
-from kvikpy._streams import stream_handle
+from kvikpy._cuda_streams import stream_handle
 from kvikpy.cufile import BufferLike, CuFile, engine_future, engine_handle
 
 __all__ = ["cuda_available", "device_count", "read", "write"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvikpy import _lib
-from kvikpy._streams import stream_handle
+from kvikpy._cuda_streams import stream_handle
 
 __all__ = [
     "gds_status",

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from kvikpy import _args, _devices, _lib, _paths
-from kvikpy._streams import stream_handle
+from kvikpy._cuda_streams import stream_handle
 from kvikpy.spread import Spread, assign, element_index, file_sizes, is_spread
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from kvikpy._page_cache import (
     drop_system_page_cache,
     get_page_cache_info,
 )
-from kvikpy._streams import stream_handle
+from kvikpy._cuda_streams import stream_handle
 
 if TYPE_CHECKING:
     import asyncio

@@ -9,7 +9,7 @@ import pytest
 from conftest import random_bytes
 
 import kvikpy
-from kvikpy._streams import stream_handle
+from kvikpy._cuda_streams import stream_handle
 
 
 def test_read_cpu_round_trip(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@
 //! ([`run_caught`], [`wait_idle`]), [`Settings`], [`Error`] and [`Source`]. The public
 //! modules, by what the binding uses them for:
 //!
-//! - I/O: [`request`] (batch requests), [`batch`] (batch plans), [`mmap_handle`]
+//! - I/O: [`request`] (batch requests), [`batch_plan`] (batch plans), [`mmap_handle`]
 //!   (`kvikpy.Mmap`), [`replace`] (write-then-rename), [`arrow_ipc`] (Arrow IPC reading
 //!   and writing), [`source`] (remote files, residency probes, path kinds, counters).
 //! - Memory and devices: [`allocation`] (`kvikpy.Buffer` memory), [`cuda`] (streams and
@@ -37,7 +37,7 @@
 pub mod allocation;
 pub mod arrow_ipc;
 pub mod atfork;
-pub mod batch;
+pub mod batch_plan;
 pub mod bounce;
 pub mod cancel;
 pub mod ceiling;

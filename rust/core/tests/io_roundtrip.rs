@@ -381,7 +381,7 @@ fn an_exact_read_that_reaches_the_end_of_the_file_is_truncated_not_short() {
 
 #[test]
 fn batches_plan_skip_and_check_ranges_in_the_engine() {
-    use kvikpy_core::batch::{plan_files, plan_ranges};
+    use kvikpy_core::batch_plan::{plan_files, plan_ranges};
     let dir = tempfile::tempdir().unwrap();
     let a = dir.path().join("a");
     let b = dir.path().join("b");

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use kvikpy_core::allocation::Placement;
-use kvikpy_core::batch::{plan_file_ranges, plan_files, plan_ranges, Plan, Start};
+use kvikpy_core::batch_plan::{plan_file_ranges, plan_files, plan_ranges, Plan, Start};
 use kvikpy_core::request::{submit_batch, BatchRequest, Item, ItemSource};
 use kvikpy_core::{DeviceSpan, Error, FileHandle, HostSpan, Settings, Span};
 use pyo3::exceptions::{PyTypeError, PyValueError};

@@ -11,7 +11,7 @@ use kvikpy_core::arrow_ipc::{
     decode_to_host, plan_gpu_decode, Column, Decoded, GpuDecodePlan, IpcFile, ReadPlan,
     SourceReader, Step,
 };
-use kvikpy_core::batch::{plan_ranges_aligned, plan_ranges_placed};
+use kvikpy_core::batch_plan::{plan_ranges_aligned, plan_ranges_placed};
 use kvikpy_core::cancel::CancelToken;
 use kvikpy_core::cuda::{copy_host_to_device, zero_device};
 use kvikpy_core::settings::Settings;

@@ -9,7 +9,7 @@
 //! Release callbacks may run on any thread, without the GIL, in any order relative to the
 //! capsules: each owns only Rust values (the storage `Arc`, an event).
 
-mod batch;
+mod batch_array;
 mod built;
 mod capsule;
 mod export;
@@ -19,7 +19,7 @@ mod stream;
 mod types;
 mod write;
 
-pub use batch::{batch_arrow, batch_device_meta, batch_schema, BatchDeviceMeta};
+pub use batch_array::{batch_arrow, batch_device_meta, batch_schema, BatchDeviceMeta};
 pub use capsule::{array_capsules, check_device_kwargs, device_array_capsules, schema_capsule};
 pub use export::{buffer_export, ArrayExport};
 pub use ffi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA};
