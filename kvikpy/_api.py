@@ -6,8 +6,8 @@ import os
 from typing import Any
 
 from kvikpy import _args, _devices, _lib, _paths
-from kvikpy._dtypes import DTypeLike, ShapeLike, fit_shape, parse_shape, resolve_dtype
 from kvikpy._cuda_streams import stream_handle
+from kvikpy._dtypes import DTypeLike, ShapeLike, fit_shape, parse_shape, resolve_dtype
 from kvikpy.cufile import BufferLike, CuFile, engine_future, engine_handle
 
 __all__ = ["cuda_available", "device_count", "read", "write"]

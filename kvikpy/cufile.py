@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from kvikpy import _lib, _paths
 from kvikpy._closing import ClosedOnExit
+from kvikpy._cuda_streams import stream_handle
 from kvikpy._page_cache import (
     clear_page_cache,
     drop_file_page_cache,
     drop_system_page_cache,
     get_page_cache_info,
 )
-from kvikpy._cuda_streams import stream_handle
 
 if TYPE_CHECKING:
     import asyncio
