@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import statistics
 import sys
 import threading
 import types
@@ -256,47 +255,33 @@ def test_the_bar_always_shows_a_total_and_the_average_rate(data, capsys):
 
 
 FIRST_CALL = r"""
-import json, statistics, sys, threading, time
+import json, sys, threading
 import kvikpy
 path = sys.argv[1]
-def timed(**kw):
-    t0 = time.perf_counter()
-    kvikpy.read(path, device="cpu", **kw)
-    return time.perf_counter() - t0
-for _ in range(3):
-    timed()
-warm = statistics.median(timed() for _ in range(7))
-first = timed(progress=True)
-second = timed(progress=True)
-print(json.dumps({"warm": warm, "first": first, "second": second,
-                  "multiprocessing": "multiprocessing" in sys.modules,
+kvikpy.read(path, device="cpu")
+kvikpy.read(path, device="cpu", progress=True)
+kvikpy.read(path, device="cpu", progress=True)
+print(json.dumps({"multiprocessing": "multiprocessing" in sys.modules,
                   "tqdm": "tqdm" in sys.modules,
                   "threads": sorted(t.name for t in threading.enumerate())}))
 """
 
 
-def test_the_first_bar_of_a_process_costs_under_20_ms(tmp_path):
-    """The first progress=True call in a fresh process against a warm call without a bar:
-    under 20 ms more (it was ~320 ms with tqdm.auto and tqdm's multiprocessing lock and
-    monitor thread, and 25-30 ms with tqdm's import alone on the GPU machine; numbers in
-    docs/benchmarks.md). Five fresh processes: the least overhead of them is the cost
-    itself (a busy machine only ever adds time) and must be under 20 ms; the median must
-    be under 60 ms, so no process pays the old price."""
+def test_the_first_bar_of_a_process_makes_none_of_what_made_it_slow(tmp_path):
+    """The first progress=True call in a fresh process draws its bar without what once made
+    it cost ~320 ms (tqdm.auto's multiprocessing lock and monitor thread) or 25-30 ms
+    (tqdm's import): no multiprocessing module, no tqdm, no thread left behind. What the
+    first bar costs is measured by ``python -m benchmarks progress`` (docs/benchmarks.md),
+    not here."""
     p = tmp_path / "first.bin"
     p.write_bytes(np.random.default_rng(5).bytes(1 << 20))
-    runs = []
-    for _ in range(5):
-        r = run_python(FIRST_CALL, str(p))
-        assert r.returncode == 0, r.stderr
-        assert "100%" in r.stderr  # the bar was drawn
-        runs.append(json.loads(r.stdout))
-    overheads = sorted(run["first"] - run["warm"] for run in runs)
-    assert overheads[0] < 0.020, runs
-    assert statistics.median(overheads) < 0.060, runs
-    for run in runs:
-        assert not run["multiprocessing"], "tqdm's multiprocessing lock was made"
-        assert not run["tqdm"], "the text bar imported tqdm"
-        assert run["threads"] == ["MainThread"], run["threads"]  # no monitor thread left
+    r = run_python(FIRST_CALL, str(p))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("100%") >= 2  # both bars were drawn, to the end
+    run = json.loads(r.stdout)
+    assert not run["multiprocessing"], "tqdm's multiprocessing lock was made"
+    assert not run["tqdm"], "the text bar imported tqdm"
+    assert run["threads"] == ["MainThread"], run["threads"]  # no monitor thread left
 
 
 def test_bench_progress_covers_every_timed_read(data, bars, capsys):
