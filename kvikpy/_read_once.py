@@ -41,6 +41,7 @@ __all__ = [
     "load_shared_into",
     "needers_of",
     "plan",
+    "round_plans",
     "rounds",
     "share_reads",
 ]
@@ -169,35 +170,43 @@ def rounds(sizes: Sequence[int], limit: int) -> list[list[int]]:
     return out
 
 
-def exchange(
+def round_plans(
     shared: Sequence[TensorSpan],
     needers: Sequence[set[int]],
+    rank: int,
+    world_size: int,
+    limit: int,
+) -> list[Plan]:
+    """The plans of the rounds the ``shared`` tensors (``needers[i]``: the ranks needing
+    ``shared[i]``) are exchanged in: :func:`rounds` of at most ``limit`` bytes, each
+    planned for ``rank`` of ``world_size``."""
+    return [
+        plan([shared[i] for i in idx], [needers[i] for i in idx], rank, world_size)
+        for idx in rounds([t.size for t in shared], limit)
+    ]
+
+
+def exchange(
+    plans: Sequence[Plan],
     group: Any,
     files: Files,
     buffer: Callable[[int, int], Any],
     landed: Callable[[Plan, Any], None],
     depth: int | None = None,
-    limit: int | None = None,
 ) -> None:
-    """Every rank gets the packed bytes of the ``shared`` tensors (``needers[i]``: the
-    ranks needing ``shared[i]``), each byte read from storage once across the group.
+    """Every rank gets the packed bytes of each round of ``plans`` (:func:`round_plans`),
+    each byte read from storage once across the group.
 
-    The tensors are taken in rounds of at most ``limit`` bytes (:data:`ROUND`); in each
-    round every rank reads its share of the round's packed buffer (``buffer(round,
-    nbytes)``, a flat uint8 tensor) and one all-gather fills the rest. A round's
-    all-gather runs while the reads of the next rounds do: at most ``depth`` rounds
-    (``None``: all) have buffers at once.
-    ``landed(plan, packed)`` is called for each round, in order, once its bytes are in
-    ``packed`` (in stream order for NCCL); a round's buffer may be handed out again after
-    it returns.
+    In each round every rank reads its share of the round's packed buffer
+    (``buffer(round, nbytes)``, a flat uint8 tensor) and one all-gather fills the rest. A
+    round's all-gather runs while the reads of the next rounds do: at most ``depth``
+    rounds (``None``: all) have buffers at once. ``landed(plan, packed)`` is called for
+    each round, in order, once its bytes are in ``packed`` (in stream order for NCCL); a
+    round's buffer may be handed out again after it returns.
     """
     import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
 
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
-    plans = [
-        plan([shared[i] for i in idx], [needers[i] for i in idx], rank, world_size)
-        for idx in rounds([t.size for t in shared], ROUND if limit is None else limit)
-    ]
     reading: deque[tuple[Plan, Any, Any, list[tuple[FileRead, Any]]]] = deque()
     queued = 0
 
@@ -284,11 +293,10 @@ def load_shared(
     where = torch_device(device)
     shared = [(t, w) for t, w in zip(tensors, who, strict=True) if len(w) >= 2]
     private = [t for t, w in zip(tensors, who, strict=True) if w == {rank}]
-    sizes = [t.size for t, _ in shared]
+    plans = round_plans([t for t, _ in shared], [w for _, w in shared], rank, world_size, ROUND)
     # One allocation for every round's packed buffer, cut in order (the tensors are views).
     starts, total = [], 0
-    for idx in rounds(sizes, ROUND):
-        p = plan([shared[i][0] for i in idx], [shared[i][1] for i in idx], rank, world_size)
+    for p in plans:
         starts.append(total)
         total += p.share * world_size
     places, private_reads, private_total = pack([(t, 0, t.size) for t in private])
@@ -308,7 +316,7 @@ def load_shared(
     alone = whole[total:]
     with Files() as files:
         started = files.start(alone, private_reads)
-        exchange([t for t, _ in shared], [w for _, w in shared], group, files, buffer, landed)
+        exchange(plans, group, files, buffer, landed)
         files.wait(started)
     for t, at in zip(private, places, strict=True):
         out[t.name] = alone[at : at + t.size]
@@ -357,7 +365,7 @@ def load_shared_into(
     import torch  # type: ignore[import-not-found, unused-ignore]
     import torch.distributed as dist
 
-    rank, _ = _group_info(group)
+    rank, world_size = _group_info(group)
     who: dict[str, set[int]] = {}
     for r, names in enumerate(needs):
         for name in names or ():
@@ -389,16 +397,10 @@ def load_shared_into(
 
     sizes = {t.name: t.size for t in shared}
     with Files() as files:
-        exchange(
-            shared,
-            [who[t.name] for t in shared],
-            group,
-            files,
-            buffer,
-            landed,
-            depth=DEPTH,
-            limit=max(limit // DEPTH, 1),
+        plans = round_plans(
+            shared, [who[t.name] for t in shared], rank, world_size, max(limit // DEPTH, 1)
         )
+        exchange(plans, group, files, buffer, landed, depth=DEPTH)
 
 
 def _all_gather(packed: Any, mine: Any, world_size: int, group: Any, async_op: bool = False) -> Any:

@@ -52,20 +52,17 @@ def refused_url() -> str:
 
 class Counter:
     """Requests seen, shared by the handler instances of one server (one per request):
-    their count, ``Range`` headers and arrival times (``time.monotonic()``, stamped when
-    the handler takes the request, before it answers)."""
+    their count and ``Range`` headers."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.count = 0
         self.ranges: list[str | None] = []
-        self.arrivals: list[float] = []
 
     def next(self, range_header: str | None = None) -> int:
         with self.lock:
             self.count += 1
             self.ranges.append(range_header)
-            self.arrivals.append(time.monotonic())
             return self.count
 
 

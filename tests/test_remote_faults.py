@@ -6,7 +6,6 @@ connection refused, a connection dropped mid-body, a body shorter than asked."""
 from __future__ import annotations
 
 import errno
-import time
 from pathlib import Path
 
 import pytest
@@ -51,12 +50,8 @@ def test_503_twice_then_200_is_retried(root):
         assert f.read(buf) == len(DATA)
     assert bytes(buf) == DATA
     assert counter.count == 4  # three HEADs and one GET
-    # kvikio's backoff, 0.5 s then 1 s, seen by the server: it stamps a request before
-    # answering it, and the client sleeps after that answer before sending the next, so
-    # each gap is at least the sleep whatever the machine's load (a lower bound only).
-    first, second, third = counter.arrivals[:3]
-    assert second - first >= 0.5, counter.arrivals
-    assert third - second >= 1.0, counter.arrivals
+    # The waits between attempts (kvikio's backoff) are the engine's backoff(), checked
+    # as a schedule by its unit test, not timed here.
 
 
 def test_503_with_one_attempt_fails(root):
@@ -119,17 +114,11 @@ def test_timeout_every_attempt_raises_timeout_error(root):
         defaults.set({"http_timeout": 1, "http_max_attempts": 2}),
     ):
         f = RemoteFile.open_http(f"{url}/a.bin")
-        start = time.monotonic()
         with pytest.raises(TimeoutError, match="Operation timed out") as info:
             f.read(bytearray(1000))
-        elapsed = time.monotonic() - start
     assert isinstance(info.value, RemoteTimeoutError) and isinstance(info.value, RuntimeError)
     assert info.value.errno == errno.ETIMEDOUT
-    assert counter.count == 2  # both attempts made, no third
-    # Each attempt waited out its 1 s (a timeout that fired early would pass the checks
-    # above): a lower bound only, which a busy machine can only exceed. That the read
-    # does not hang is pytest-timeout's to bound.
-    assert elapsed >= 2.0, elapsed
+    assert counter.count == 2  # both attempts made, no third; pytest-timeout bounds a hang
 
 
 @pytest.mark.parametrize(

@@ -218,29 +218,24 @@ pub fn plan_ranges(settings: &Settings, path: &Path, ranges: &[(u64, u64)]) -> R
 }
 
 /// [`plan_ranges`] with each range starting at a multiple of `align` (a power of two)
-/// in the destination (an Arrow IPC table's buffers).
+/// in the destination.
 pub fn plan_ranges_aligned(
     settings: &Settings,
     path: &Path,
     ranges: &[(u64, u64)],
     align: usize,
 ) -> Result<Plan> {
-    let handle = FileHandle::open_with(path, "r", settings)?;
-    let file_size = handle.get()?.size_for("read_ranges", settings)?;
-    let mut inputs = Vec::with_capacity(ranges.len());
-    for (i, &(offset, size)) in ranges.iter().enumerate() {
-        if offset.checked_add(size).is_none_or(|end| end > file_size) {
-            return Err(Error::InvalidArgument(format!(
-                "range {i} (offset {offset}, size {size}) ends past the end of '{}', which \
-                 has {file_size} bytes; every range must lie inside the file",
-                source::redact(&path.display().to_string())
-            )));
-        }
-        let len = usize::try_from(size)
-            .map_err(|_| Error::InvalidArgument(format!("range {i} is too large")))?;
-        inputs.push(Some((Origin::Range(offset), len)));
-    }
-    Plan::new(inputs, Some(handle), Vec::new(), false, align)
+    let lens = ranges
+        .iter()
+        .enumerate()
+        .map(|(i, &(_, size))| usize::try_from(size).map_err(|_| too_large(i)))
+        .collect::<Result<Vec<usize>>>()?;
+    let (starts, total) = layout_aligned(&lens, align)?;
+    plan_ranges_placed(settings, path, ranges, &starts, total)
+}
+
+fn too_large(i: usize) -> Error {
+    Error::InvalidArgument(format!("range {i} is too large"))
 }
 
 /// Byte ranges of the file at `path` into one destination of `total` bytes, range `i`
@@ -254,8 +249,6 @@ pub fn plan_ranges_placed(
     starts: &[usize],
     total: usize,
 ) -> Result<Plan> {
-    let handle = FileHandle::open_with(path, "r", settings)?;
-    let file_size = handle.get()?.size_for("read_ranges", settings)?;
     if starts.len() != ranges.len() {
         return Err(Error::InvalidArgument(format!(
             "{} places for {} ranges",
@@ -263,32 +256,36 @@ pub fn plan_ranges_placed(
             ranges.len()
         )));
     }
-    let mut lens = vec![0usize; ranges.len()];
-    let mut order: Vec<usize> = (0..ranges.len()).collect();
-    order.sort_unstable_by_key(|&i| starts[i]);
-    let mut end = 0usize;
-    for &i in &order {
-        let (offset, size) = ranges[i];
-        let len = usize::try_from(size)
-            .map_err(|_| Error::InvalidArgument(format!("range {i} is too large")))?;
-        let inside_file = offset.checked_add(size).is_some_and(|e| e <= file_size);
-        let inside_destination =
-            starts[i] >= end && starts[i].checked_add(len).is_some_and(|e| e <= total);
-        if !inside_file || !inside_destination {
+    let handle = FileHandle::open_with(path, "r", settings)?;
+    let file_size = handle.get()?.size_for("read_ranges", settings)?;
+    let mut inputs = Vec::with_capacity(ranges.len());
+    for (i, &(offset, size)) in ranges.iter().enumerate() {
+        if offset.checked_add(size).is_none_or(|end| end > file_size) {
             return Err(Error::InvalidArgument(format!(
-                "range {i} (offset {offset}, size {size}, placed at {}) lies outside '{}'                  ({file_size} bytes) or outside its destination of {total} bytes, or                  overlaps another",
-                starts[i],
+                "range {i} (offset {offset}, size {size}) ends past the end of '{}', which \
+                 has {file_size} bytes; every range must lie inside the file",
                 source::redact(&path.display().to_string())
             )));
         }
-        end = starts[i] + len;
-        lens[i] = len;
+        let len = usize::try_from(size).map_err(|_| too_large(i))?;
+        inputs.push(Some((Origin::Range(offset), len)));
     }
-    let inputs = ranges
-        .iter()
-        .zip(lens)
-        .map(|(&(offset, _), len)| Some((Origin::Range(offset), len)))
-        .collect();
+    // The places, in order, must not overlap or pass the destination's end.
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_unstable_by_key(|&i| starts[i]);
+    let mut end = 0usize;
+    for i in order {
+        let len = ranges[i].1 as usize; // checked above
+        let fits = starts[i] >= end && starts[i].checked_add(len).is_some_and(|e| e <= total);
+        if !fits {
+            return Err(Error::InvalidArgument(format!(
+                "range {i} placed at {} ({len} bytes) overlaps another or passes the end of \
+                 its destination of {total} bytes",
+                starts[i]
+            )));
+        }
+        end = starts[i] + len;
+    }
     Plan::with_offsets(
         inputs,
         Some(handle),
