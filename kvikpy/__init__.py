@@ -20,7 +20,8 @@ import atexit
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from kvikpy import _lib, cufile_driver, defaults, utils
+import kvikpy._lib as _lib
+from kvikpy import cufile_driver, defaults, utils
 from kvikpy._api import cuda_available, device_count, read, write
 from kvikpy._lib import Buffer, __git_commit__, __version__
 from kvikpy._page_cache import (

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from kvikpy import _args, _devices, _lib, _paths
+import kvikpy._lib as _lib
+from kvikpy import _args, _devices, _paths
 from kvikpy._cuda_streams import stream_handle
 from kvikpy._dtypes import DTypeLike, ShapeLike, fit_shape, parse_shape, resolve_dtype
 from kvikpy.cufile import BufferLike, CuFile, engine_future, engine_handle

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from kvikpy import _lib
+import kvikpy._lib as _lib
 from kvikpy.errors import CudaUnavailableError
 
 __all__ = ["check_option", "label", "parse", "resolve", "resolve_option"]

@@ -9,7 +9,7 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, SupportsIndex, TypeAlias
 
-from kvikpy import _lib
+import kvikpy._lib as _lib
 
 if TYPE_CHECKING:
     import numpy.typing as npt

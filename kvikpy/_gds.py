@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvikpy import _lib
+import kvikpy._lib as _lib
 from kvikpy._cuda_streams import stream_handle
 
 __all__ = [

@@ -8,7 +8,8 @@ import platform
 import sys
 from typing import Any
 
-from kvikpy import _devices, _display, _gds, _lib, defaults
+import kvikpy._lib as _lib
+from kvikpy import _devices, _display, _gds, defaults
 from kvikpy._api import cuda_available, device_count
 
 __all__ = ["collect_info"]

@@ -525,7 +525,7 @@ def _run(reads: Sequence[_Read], dest: Callable[[_Read], Any] | None = None) -> 
     (or into ``dest(read)``; GPU memory through kvikpy's bounded pinned staging); wait for
     all, then raise :class:`LoadIntoError` naming what was written if any failed. Returns
     the names written."""
-    from kvikpy import _lib
+    import kvikpy._lib as _lib
 
     files: dict[str, int] = {}
     items: list[tuple[int, int, int, int, int | None]] = []

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 from typing import TypeAlias
 
-from kvikpy import _lib, _paths
+import kvikpy._lib as _lib
+from kvikpy import _paths
 from kvikpy.errors import FileTypeError
 from kvikpy.utils import kvikio_deprecation_notice
 

@@ -21,7 +21,7 @@ import stat
 import urllib.parse
 from typing import Protocol, TypeAlias, TypeGuard
 
-from kvikpy import _lib
+import kvikpy._lib as _lib
 
 #: Every spelling of a path that Python's ``open`` accepts.
 StrPath: TypeAlias = "str | bytes | os.PathLike[str] | os.PathLike[bytes]"

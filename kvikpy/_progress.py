@@ -118,7 +118,7 @@ def follow_call(call: Callable[[Any], T], desc: str) -> T:
     so it never shows without a total. A call that fails before it knows its total
     draws no bar.
     """
-    from kvikpy import _lib
+    import kvikpy._lib as _lib
 
     progress = _lib.Progress()
     outcome: dict[str, Any] = {}

@@ -8,7 +8,8 @@ import html
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from kvikpy import _devices, _lib, _nvcomp, _paths
+import kvikpy._lib as _lib
+from kvikpy import _devices, _nvcomp, _paths
 from kvikpy.errors import UnsupportedOperationError
 
 __all__ = ["Column", "ColumnChunk", "Table", "read_ipc", "write_ipc"]

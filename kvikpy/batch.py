@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from kvikpy import _args, _devices, _lib, _paths
+import kvikpy._lib as _lib
+from kvikpy import _args, _devices, _paths
 from kvikpy._cuda_streams import stream_handle
 from kvikpy.spread import Spread, assign, element_index, file_sizes, is_spread
 

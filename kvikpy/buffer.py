@@ -3,7 +3,7 @@ kvikpy keeps for transfers between files and GPU memory."""
 
 from __future__ import annotations
 
-from kvikpy import _lib
+import kvikpy._lib as _lib
 from kvikpy._gds import memory_deregister, memory_register
 
 __all__ = ["bounce_buffer_free", "memory_deregister", "memory_register"]

@@ -7,7 +7,8 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from kvikpy import _args, _devices, _lib, _paths
+import kvikpy._lib as _lib
+from kvikpy import _args, _devices, _paths
 from kvikpy._closing import ClosedOnExit
 from kvikpy.cufile import CuFile, engine_handle
 

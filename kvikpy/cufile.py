@@ -8,7 +8,8 @@ import stat
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
-from kvikpy import _lib, _paths
+import kvikpy._lib as _lib
+from kvikpy import _paths
 from kvikpy._closing import ClosedOnExit
 from kvikpy._cuda_streams import stream_handle
 from kvikpy._page_cache import (

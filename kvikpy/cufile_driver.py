@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, overload
 
-from kvikpy import _lib
+import kvikpy._lib as _lib
 
 __all__ = [
     "ConfigContextManager",

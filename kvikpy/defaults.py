@@ -106,7 +106,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from kvikpy import _lib
+import kvikpy._lib as _lib
 from kvikpy._display import human_bytes
 
 __all__ = [

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from kvikpy import _lib
+import kvikpy._lib as _lib
 from kvikpy._closing import ClosedOnExit
 from kvikpy.cufile import BufferLike, IOFuture
 

@@ -11,7 +11,8 @@ from typing import Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from kvikpy import _args, _lib, _paths
+import kvikpy._lib as _lib
+from kvikpy import _args, _paths
 from kvikpy.cufile import CuFile, OpenMode, engine_handle
 from kvikpy.errors import FileTypeError, UnsupportedOperationError
 

@@ -53,7 +53,8 @@ from __future__ import annotations
 import enum
 import urllib.parse
 
-from kvikpy import _lib, _paths
+import kvikpy._lib as _lib
+from kvikpy import _paths
 from kvikpy._closing import ClosedOnExit
 from kvikpy.cufile import BufferLike, IOFuture
 from kvikpy.errors import NegativeValueError

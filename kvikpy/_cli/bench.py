@@ -13,7 +13,8 @@ import time
 from typing import Any
 
 import kvikpy
-from kvikpy import _devices, _lib, defaults
+import kvikpy._lib as _lib
+from kvikpy import _devices, defaults
 from kvikpy._cli.common import (
     PROG,
     CliError,

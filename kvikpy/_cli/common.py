@@ -9,7 +9,8 @@ import stat
 import zlib
 from typing import Any
 
-from kvikpy import _devices, _lib
+import kvikpy._lib as _lib
+from kvikpy import _devices
 
 __all__ = [
     "GB",

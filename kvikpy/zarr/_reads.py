@@ -24,7 +24,7 @@ from typing import Any
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from kvikpy import _lib
+import kvikpy._lib as _lib
 from kvikpy.zarr import _rounds
 
 # Each element starts on a 256-byte boundary: nvCOMP wants aligned inputs, and the views

@@ -12,7 +12,7 @@ use kvikpy_core::cuda::StreamEvent;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use super::ffi::ArrowArray;
+use super::c_abi::ArrowArray;
 use super::types::{buffer_type, element_type};
 use crate::buffer::Dtype;
 

@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 
 use super::capsule::capsule;
 use super::export::{build_array, ArrayExport};
-use super::ffi::{
+use super::c_abi::{
     ArrowArray, ArrowArrayStream, ArrowDeviceArray, ArrowDeviceArrayStream, ARRAY,
     ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, DEVICE_ARRAY, DEVICE_STREAM, SCHEMA, STREAM,
 };
