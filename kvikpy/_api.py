@@ -8,8 +8,8 @@ from typing import Any
 import kvikpy._lib as _lib
 from kvikpy import _args, _devices, _paths
 from kvikpy._cuda_streams import stream_handle
-from kvikpy._dtypes import DTypeLike, ShapeLike, fit_shape, parse_shape, resolve_dtype
-from kvikpy.cufile import BufferLike, CuFile, engine_future, engine_handle
+from kvikpy._dtypes import DTypeLike, ShapeLike, parse_shape, resolve_dtype
+from kvikpy.cufile import BufferLike, CuFile, engine_future
 
 __all__ = ["cuda_available", "device_count", "read", "write"]
 
@@ -125,75 +125,21 @@ def read(
     dt = resolve_dtype(dtype)  # imports numpy: deferred, so `import kvikpy` stays fast
     dims = None if shape is None else parse_shape(shape)  # a malformed one fails early
     name = _paths.fspath(path)
-    with CuFile(path, "r") as f:
-        file_size = f.nbytes()
-        content = None
-        unsized = file_size == 0 and not _paths.is_url(name) and _paths.is_unsized(f.fileno())
-        if unsized and size is None:
-            # A device, a pipe, or a pseudo-file (/proc, /sys): host reads read a
-            # pseudo-file to its end (up to a bound); devices and pipes, which may never
-            # end, and device reads of pseudo-files (which cannot be sized) are refused.
-            if ordinal is not None and _paths.special_kind(f.fileno()) is None:
-                engine_handle(f).size_for("a device read")
-            _paths.refuse_endless(f.fileno(), name)
-            content = _paths.bounded(engine_handle(f).read_to_end(_paths.UNSIZED_LIMIT), name)
-            file_size = len(content)
-        elif unsized:
-            # Read exactly the bytes asked for, however long the file goes on.
-            assert size is not None
-            file_size = offset + size
-        if size is None:
-            if offset > file_size:
-                raise ValueError(
-                    f"offset {offset} is past the end of {name!r}, which has {file_size} "
-                    f"bytes; pass an offset of at most {file_size}"
-                )
-            size = file_size - offset
-        elif offset + size > file_size:
-            raise ValueError(
-                f"bytes [{offset}, {offset + size}) reach past the end of {name!r}, which "
-                f"has {file_size} bytes; pass size={file_size - offset} or less (or leave "
-                "size out to read to the end)"
-            )
-        fitted = fit_shape(dims, size, dt)
-        buf = _lib.Buffer.allocate(size, ordinal, False)
-        if unsized:
-            _read_unsized(f, buf, name, offset, size, content)
-        elif stream is not None and ordinal is not None:
-            f.raw_read_async(buf, stream_handle(stream), size, offset)
-        elif progress:
-            from kvikpy._progress import follow_future
+    # One call into the engine: it opens the file, sizes the range (a file whose size
+    # says nothing of its end too: a device, a pipe, a /proc pseudo-file), allocates,
+    # reads, and views the bytes as ``dt`` items of ``dims``.
+    item = (dt.typestr, dt.code, dt.itemsize * 8, dt.name)
+    handle = None if stream is None else stream_handle(stream)
+    shown = _paths.redact_url(name) if _paths.is_url(name) else None  # for messages
+    buf, future = _lib.read_file(
+        name, offset, size, ordinal, item, dims, handle, wait=not progress, shown=shown
+    )
+    if future is not None:
+        from kvikpy._progress import follow_future
 
-            base = os.path.basename(name)
-            # The engine fails the read (OSError) if the file shrank since it was sized.
-            follow_future(
-                lambda: engine_handle(f).pread_exact(buf, size, offset), size, f"read {base}"
-            )
-        else:
-            engine_handle(f).read_exact(buf, size, offset)
-    return buf.view(dt.typestr, dt.code, dt.itemsize * 8, list(fitted))
-
-
-def _read_unsized(
-    f: CuFile, buf: _lib.Buffer, name: str, offset: int, size: int, content: bytes | None
-) -> None:
-    """Fill ``buf`` with ``size`` bytes at ``offset`` of a file whose size says nothing
-    of its end (a device, a pipe, a pseudo-file): from ``content`` where the file was read
-    to its end, else read there and then, never more than ``size`` bytes; ``ValueError``
-    where the file ends first."""
-    if content is not None:  # host memory: the file was read to its end already
-        piece = content[offset : offset + size]
-        got = len(piece)
-        if got == size:
-            host: Any = buf  # writable through the buffer protocol
-            memoryview(host)[:] = piece
-    else:
-        got = engine_handle(f).read(buf, size, offset)
-    if got < size:
-        raise ValueError(
-            f"bytes [{offset}, {offset + size}) reach past the end of {name!r}, which ended "
-            f"after {offset + got} bytes; pass size={got} or less"
-        )
+        # The engine fails the read (OSError) if the file shrank since it was sized.
+        follow_future(lambda: future, buf.nbytes, f"read {os.path.basename(name)}")
+    return buf
 
 
 def write(path: _paths.StrPath, buf: BufferLike, *, offset: int = 0, progress: bool = False) -> int:

@@ -1,10 +1,9 @@
 """Data types and shapes as ``kvikpy.read`` takes them: a dtype spelled the numpy, JAX or
-torch way resolved to what DLPack carries, and a shape parsed and fitted to a byte count.
-No I/O here: :mod:`kvikpy._api` asks this module, then reads."""
+torch way resolved to what DLPack carries, and a shape parsed (the engine fits it to the
+bytes read). No I/O here: :mod:`kvikpy._api` asks this module, then reads."""
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, SupportsIndex, TypeAlias
@@ -19,7 +18,6 @@ __all__ = [
     "DTypeLike",
     "ShapeLike",
     "TorchDtype",
-    "fit_shape",
     "parse_shape",
     "resolve_dtype",
 ]
@@ -155,34 +153,3 @@ def parse_shape(shape: object) -> list[int]:
     if any(d > _MAX_DIM for d in dims):
         raise ValueError(f"shape {tuple(dims)} has a dimension above 2**63 - 1")
     return dims
-
-
-def fit_shape(dims: list[int] | None, size: int, dt: _Dtype) -> tuple[int, ...]:
-    """The dimensions of ``size`` bytes of ``dt`` items: ``dims`` as given, one ``-1``
-    inferred (as numpy's ``reshape`` does), or all the items in one dimension (None)."""
-    if dims is None:
-        if size % dt.itemsize:
-            raise ValueError(
-                f"{size} bytes are not a whole number of {dt.name} items ({dt.itemsize} bytes "
-                f"each); pass a size that is a multiple of {dt.itemsize}"
-            )
-        return (size // dt.itemsize,)
-    dims = list(dims)
-    if -1 in dims:
-        known = math.prod(d for d in dims if d != -1)
-        items, rest = divmod(size, dt.itemsize)
-        if known == 0 or rest or items % known:
-            raise ValueError(
-                f"shape {tuple(dims)} of {dt.name} cannot cover the range's {size} bytes "
-                f"({items} whole items): the other dimensions multiply to {known}; pass a "
-                "shape whose -1 works out to a whole number of items"
-            )
-        dims[dims.index(-1)] = items // known
-    needed = math.prod(dims) * dt.itemsize
-    if needed != size:
-        raise ValueError(
-            f"shape {tuple(dims)} of {dt.name} needs {needed} bytes, but the range has "
-            f"{size}; pass a shape of {size // dt.itemsize} items in all (or -1 for one "
-            f"dimension), or size={needed}"
-        )
-    return tuple(dims)

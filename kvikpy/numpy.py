@@ -171,22 +171,16 @@ def fromfile(
     f, given, start = _opened(file, "r")
     with f:
         start += offset
-        file_size = f.nbytes()
-        content = None
-        if file_size == 0 and _paths.is_unsized(f.fileno()):
-            # A device, a pipe or a pseudo-file (/proc, /sys) reports 0 bytes: read the
-            # items asked for, never more (/dev/zero never ends), or a pseudo-file to its
-            # end (up to a bound); a device or pipe without count is refused.
-            if count == -1:
-                name = _paths.fspath(f.path)
-                _paths.refuse_endless(f.fileno(), name)
-                whole = engine_handle(f).read_to_end(_paths.UNSIZED_LIMIT)
-                content = _paths.bounded(whole, name)[start:]
-            else:
-                part = bytearray(count * dt.itemsize)  # never more than asked for
-                content = bytes(part[: f.read(part, file_offset=start)])
-            file_size = start + len(content)
-        available = max(file_size - start, 0) // dt.itemsize
+        want = None if count == -1 else count * dt.itemsize
+        # The engine sizes the read: the items asked for, cut to what the file has; a file
+        # with no size (a device, a pipe) is read for the items asked for, never more
+        # (/dev/zero never ends), and a /proc pseudo-file to its end (up to a bound); a
+        # device or pipe without count is refused.
+        nbytes, open_ended, content = engine_handle(f).extent(start, want)
+        if open_ended:
+            part = bytearray(nbytes)
+            content = bytes(part[: f.read(part, file_offset=start)])
+        available = (nbytes if content is None else len(content)) // dt.itemsize
         n = available if count == -1 else min(count, available)
         out = np.empty((n,), dtype=dt) if like is None else np.empty((n,), dtype=dt, like=like)
         nbytes = n * dt.itemsize

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -96,6 +97,43 @@ def clean_env(**overrides: str) -> dict[str, str]:
     env.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy's BLAS threads: startup cost only
     env.update(overrides)
     return env
+
+
+def crossings(call: Callable[[], object]) -> list[str]:
+    """The calls into the extension that ``call()`` makes, by name, in order: what kvikpy's
+    modules take from ``kvikpy._lib`` and call (functions, classes made), and the methods
+    of its objects (seen by a profiler)."""
+    seen: list[str] = []
+
+    class Counted:
+        def __getattr__(self, name: str) -> Any:
+            value = getattr(_lib, name)
+            if not callable(value):
+                return value
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                seen.append(name)
+                return value(*args, **kwargs)
+
+            return counted
+
+    patch = pytest.MonkeyPatch()
+    for module in list(sys.modules.values()):
+        if module.__name__.startswith("kvikpy") and getattr(module, "_lib", None) is _lib:
+            patch.setattr(module, "_lib", Counted())
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        owner = getattr(arg, "__self__", None)
+        if event == "c_call" and type(owner).__module__ == "kvikpy._lib":
+            seen.append(f"{type(owner).__name__}.{arg.__name__}")
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+        patch.undo()
+    return seen
 
 
 def run_python(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import random_bytes
+from conftest import crossings, random_bytes
 
 import kvikpy
 from kvikpy._cuda_streams import stream_handle
@@ -220,3 +221,13 @@ def test_write_opens_read_write_without_truncating(tmp_path: Path) -> None:
     with kvikpy.CuFile._create_keep(tmp_path / "g.bin") as f:
         assert f.nbytes() == 0
     assert (tmp_path / "g.bin").exists()
+
+
+def test_a_host_read_crosses_into_the_engine_once(tmp_path: Path) -> None:
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(range(256)) * 16)
+    kvikpy.read(path, device="cpu", dtype="uint16")  # warm: first calls import modules
+    for kwargs in ({}, {"offset": 16, "size": 64, "shape": (4, -1)}):
+        read = functools.partial(kvikpy.read, path, device="cpu", dtype="u2", **kwargs)
+        calls = crossings(read)
+        assert calls == ["read_file"], calls

@@ -6,13 +6,14 @@ import os
 
 # JAX would otherwise take 75% of GPU memory at its first use, starving later tests.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+import functools
 import gc
 import resource
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import random_file
+from conftest import crossings, random_file
 
 import kvikpy
 
@@ -270,3 +271,13 @@ def test_out_of_gpu_memory_is_a_memory_error(tmp_path: Path) -> None:
         f.truncate(free * 4)  # sparse: a size, no data written
     with pytest.raises(MemoryError, match="out of GPU memory"):
         kvikpy.read(p)
+
+
+def test_a_gpu_read_crosses_into_the_engine_twice(tmp_path: Path) -> None:
+    p, data = random_file(tmp_path, (1 << 20) + 6)
+    kvikpy.read(p)  # warm: first calls import modules
+    for device in ("cuda", 0, "cuda:0"):
+        read = functools.partial(kvikpy.read, p, offset=6, device=device, dtype="float16")
+        calls = crossings(read)
+        assert calls == ["device_lookup", "read_file"], calls
+        assert bytes(torch.from_dlpack(read()).cpu().view(torch.uint8).numpy()) == data[6:]

@@ -14,7 +14,8 @@
 //! modules, by what the binding uses them for:
 //!
 //! - I/O: [`request`] (batch requests), [`batch_plan`] (batch plans), [`mmap_handle`]
-//!   (`kvikpy.Mmap`), [`replace`] (write-then-rename), [`arrow_ipc`] (Arrow IPC reading
+//!   (`kvikpy.Mmap`), [`replace`] (write-then-rename), [`extent`] (what a read of a file
+//!   covers: its range, files with no size, the range's shape), [`arrow_ipc`] (Arrow IPC reading
 //!   and writing), [`source`] (remote files, residency probes, path kinds, counters).
 //! - Memory and devices: [`allocation`] (`kvikpy.Buffer` memory), [`cuda`] (streams and
 //!   events handed in by callers, copies, device queries), [`cufile`]
@@ -45,6 +46,7 @@ pub mod cuda;
 pub mod cufile;
 pub(crate) mod device_io;
 pub(crate) mod error;
+pub mod extent;
 pub(crate) mod file;
 pub(crate) mod fork;
 pub(crate) mod future;

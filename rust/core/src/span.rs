@@ -62,6 +62,16 @@ impl HostSpan {
         self.len == 0
     }
 
+    /// Write `bytes` at the start of the span; panics if they do not fit (a bug in the
+    /// caller).
+    pub fn copy_from(&self, bytes: &[u8]) {
+        assert_fits(0, bytes.len(), self.len);
+        // SAFETY: the span is writable memory valid for its length (the creator's promise
+        // in `new`), at least `bytes.len()` long (checked above); `bytes` is a Rust slice
+        // the caller holds, so it is no memory kvikpy writes and the two cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr, bytes.len()) }
+    }
+
     /// The sub-span `[offset, offset + len)`; panics if it does not fit (a bug in the caller).
     pub fn sub(&self, offset: usize, len: usize) -> Self {
         assert_fits(offset, len, self.len);

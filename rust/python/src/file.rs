@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use kvikpy_core::cuda::Stream;
+use kvikpy_core::extent::{extent, Extent, Want};
 use kvikpy_core::{Completion, Direction, IoFuture, Request, Span};
 use kvikpy_macros::boundary;
 use pyo3::exceptions::PyValueError;
@@ -80,9 +81,38 @@ impl<'a> Call<'a> {
     }
 }
 
+/// Open `path` in mode `flags` (kvikio's `"r"`, `"w"`...) with the GIL released: a URL
+/// interruptibly (opening it asks the server for the size), a local file again after a
+/// signal other than Ctrl-C interrupts an open that waits (a FIFO nobody writes).
+pub(crate) fn open(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    flags: &str,
+) -> BindResult<kvikpy_core::FileHandle> {
+    if kvikpy_core::source::is_remote(&path) {
+        let flags = flags.to_owned();
+        let token = kvikpy_core::cancel::CancelToken::new();
+        return interruptible_alone(py, &token, move || {
+            kvikpy_core::FileHandle::open(path, &flags)
+        });
+    }
+    let path = &path;
+    loop {
+        match without_gil(py, move || kvikpy_core::FileHandle::open(path, flags)) {
+            Ok(inner) => return Ok(inner),
+            Err(BindError::Engine(kvikpy_core::Error::Os { source, .. }))
+                if source.raw_os_error() == Some(libc::EINTR) =>
+            {
+                py.check_signals()?
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// The count of a future the caller waits for at once: without another GIL release when
 /// it is already complete (an inline request), else an interruptible wait.
-fn finish(py: Python<'_>, future: IoFuture) -> PyResult<usize> {
+pub(crate) fn finish(py: Python<'_>, future: IoFuture) -> PyResult<usize> {
     match future.wait_timeout(Duration::ZERO) {
         Some(result) => result.map_err(|e| BindError::Engine(e).into()),
         None => Future::from(future).get(py),
@@ -167,29 +197,9 @@ impl FileHandle {
 impl FileHandle {
     #[new]
     fn new(py: Python<'_>, path: std::path::PathBuf, flags: &str) -> BindResult<Self> {
-        if kvikpy_core::source::is_remote(&path) {
-            // Opening a URL asks the server for the size: interruptible (Ctrl-C).
-            let flags = flags.to_owned();
-            let token = kvikpy_core::cancel::CancelToken::new();
-            let inner = interruptible_alone(py, &token, move || {
-                kvikpy_core::FileHandle::open(path, &flags)
-            })?;
-            return Ok(Self { inner });
-        }
-        let path = &path;
-        loop {
-            match without_gil(py, move || kvikpy_core::FileHandle::open(path, flags)) {
-                Ok(inner) => return Ok(Self { inner }),
-                // An open that waits (a FIFO nobody writes) and is interrupted by a signal:
-                // Ctrl-C raises KeyboardInterrupt; any other signal opens again.
-                Err(BindError::Engine(kvikpy_core::Error::Os { source, .. }))
-                    if source.raw_os_error() == Some(libc::EINTR) =>
-                {
-                    py.check_signals()?
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        Ok(Self {
+            inner: open(py, path, flags)?,
+        })
     }
 
     fn close(&self) {
@@ -239,13 +249,36 @@ impl FileHandle {
         Ok(self.inner.get()?.size_for(what, &settings)?)
     }
 
-    /// Every byte of a file whose size says nothing of its end (a pseudo-file), read to
-    /// its end, at most `limit + 1` bytes (the caller refuses more).
-    fn read_to_end(&self, py: Python<'_>, limit: usize) -> BindResult<Py<PyBytes>> {
+    /// What the file holds for a read of `size` bytes at `offset` (to the end for
+    /// `None`), cut to what it has (`numpy.fromfile`'s `count`): `(bytes, whether the
+    /// file may end before them, the bytes themselves where the file had to be read to
+    /// its end to be sized)`; `ValueError` for a device or pipe read to its end.
+    #[pyo3(signature = (offset, size=None))]
+    fn extent(
+        &self,
+        py: Python<'_>,
+        offset: u64,
+        size: Option<u64>,
+    ) -> BindResult<(u64, bool, Option<Py<PyBytes>>)> {
         let settings = kvikpy_core::settings::current()?;
         let source = self.inner.get()?;
-        let bytes = without_gil(py, move || source.read_to_end(limit, &settings))?;
-        Ok(PyBytes::new(py, &bytes).unbind())
+        let want = Want {
+            offset,
+            size,
+            strict: false,
+            device: false,
+        };
+        let name = source.path().to_string_lossy().into_owned();
+        let found = without_gil(py, move || extent(&*source, want, &name, &settings))?;
+        Ok(match found {
+            Extent::Sized(n) => (n, false, None),
+            Extent::Open(n) => (n, true, None),
+            Extent::Content(bytes) => (
+                bytes.len() as u64,
+                false,
+                Some(PyBytes::new(py, &bytes).unbind()),
+            ),
+        })
     }
 
     fn is_direct_io_supported(&self) -> BindResult<bool> {

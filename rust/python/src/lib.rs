@@ -19,6 +19,7 @@ mod intake;
 mod mmap;
 mod modules;
 mod page_cache;
+mod read;
 mod remote;
 mod replace;
 mod settings;
@@ -41,6 +42,8 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda::device_count, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::current_device, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::device_lookup, m)?)?;
+    m.add_function(wrap_pyfunction!(read::read_file, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::page_cache_dma_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(buffer::live_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(buffer::item_types, m)?)?;

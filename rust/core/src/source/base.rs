@@ -77,6 +77,12 @@ pub trait Source: Send + Sync + Debug {
         true
     }
 
+    /// What the source is when it is no regular file (`"a character device"`, `"a pipe
+    /// (FIFO)"`...), whose size says nothing of its end; `None` for a regular file.
+    fn special_kind(&self) -> Result<Option<&'static str>> {
+        Ok(None)
+    }
+
     /// Read into `span` from `offset` until the span is full or the source ends; the
     /// count is short only at the end.
     fn read_host(&self, span: HostSpan, offset: u64, settings: &Settings) -> Result<usize>;

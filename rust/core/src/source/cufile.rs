@@ -318,6 +318,10 @@ impl Source for CuFileSource {
         self.posix.zero_size_is_empty()
     }
 
+    fn special_kind(&self) -> Result<Option<&'static str>> {
+        self.posix.special_kind()
+    }
+
     fn read_host(&self, span: HostSpan, offset: u64, settings: &Settings) -> Result<usize> {
         self.posix.read_host(span, offset, settings)
     }

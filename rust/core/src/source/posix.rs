@@ -341,6 +341,18 @@ impl Source for PosixFile {
         false
     }
 
+    fn special_kind(&self) -> Result<Option<&'static str>> {
+        Ok(
+            match fstat(self.buffered_fd(), &self.path)?.st_mode & libc::S_IFMT {
+                libc::S_IFCHR => Some("a character device"),
+                libc::S_IFBLK => Some("a block device"),
+                libc::S_IFIFO => Some("a pipe (FIFO)"),
+                libc::S_IFSOCK => Some("a socket"),
+                _ => None,
+            },
+        )
+    }
+
     fn read_host(&self, span: HostSpan, offset: u64, settings: &Settings) -> Result<usize> {
         self.transfer(Direction::Read, span, offset, settings)
     }

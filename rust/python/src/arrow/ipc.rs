@@ -21,9 +21,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::built::{build, BuiltArrays};
+use super::c_abi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA};
 use super::capsule::{array_capsules, device_array_capsules, ffi_schema_capsule};
 use super::export::{view_sizes, ArrayExport};
-use super::c_abi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA};
 use super::types::{ffi_field, ffi_schema};
 use crate::batch::read_plan;
 use crate::blocking::{interruptible_alone, without_gil};

@@ -94,7 +94,7 @@ impl Buffer {
 
     /// A view of the bytes `[offset, offset + nbytes)` (default: to the end) as `shape`
     /// items of `dtype`; `ValueError` if they are outside the buffer or do not fill it.
-    fn view_as(
+    pub(crate) fn view_as(
         &self,
         dtype: Dtype,
         shape: Vec<i64>,
