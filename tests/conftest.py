@@ -118,17 +118,17 @@ def crossings(call: Callable[[], object]) -> list[str]:
             return counted
 
     patch = pytest.MonkeyPatch()
-    for module in list(sys.modules.values()):
-        if module.__name__.startswith("kvikpy") and getattr(module, "_lib", None) is _lib:
-            patch.setattr(module, "_lib", Counted())
 
     def profile(frame: Any, event: str, arg: Any) -> None:
         owner = getattr(arg, "__self__", None)
         if event == "c_call" and type(owner).__module__ == "kvikpy._lib":
             seen.append(f"{type(owner).__name__}.{arg.__name__}")
 
-    sys.setprofile(profile)
     try:
+        for name, module in list(sys.modules.items()):
+            if name.startswith("kvikpy") and getattr(module, "_lib", None) is _lib:
+                patch.setattr(module, "_lib", Counted())
+        sys.setprofile(profile)
         call()
     finally:
         sys.setprofile(None)
