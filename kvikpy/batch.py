@@ -17,10 +17,13 @@ if TYPE_CHECKING:
 _Result = TypeVar("_Result")
 
 
-class BufferSequence(Sequence[_lib.Buffer]):
+class BufferSequence:
     """Mixin: a batch's elements as a sequence of buffers. Indexing (negative counts from
     the end), slicing and iteration, written once; a subclass gives ``len`` and
     ``_element(i)`` for an index already checked."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
 
     def _element(self, i: int) -> _lib.Buffer:
         raise NotImplementedError
@@ -39,7 +42,7 @@ class BufferSequence(Sequence[_lib.Buffer]):
             yield self._element(i)
 
 
-class Batch(BufferSequence):
+class Batch(BufferSequence, Sequence[_lib.Buffer]):
     """Many files or byte ranges laid end to end in one allocation.
 
     ``len(batch)`` is the number of elements (one per path or range, in the order given);
@@ -383,7 +386,7 @@ def _pairs(ranges: Any) -> list[tuple[int, int]]:
     return out
 
 
-class SpreadBatch(BufferSequence):
+class SpreadBatch(BufferSequence, Sequence[_lib.Buffer]):
     """A batch whose elements lie on several devices: one :class:`kvikpy.Batch` per device.
 
     ``batch[i]`` is element ``i`` (a :class:`kvikpy.Buffer` on its device, as in
