@@ -14,7 +14,6 @@ import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from queue import Empty
-from types import TracebackType
 from typing import Any, BinaryIO
 
 __all__ = ["LocalHttpServer", "QuietRequestHandler", "QuietServer", "RangeRequestHandler"]
@@ -241,11 +240,6 @@ class LocalHttpServer:
         self.url = f"http://{ip}:{port}"
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.process.kill()
         self.process.join(timeout=10)

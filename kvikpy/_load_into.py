@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kvikpy._spans import TensorSpan
+from kvikpy._spans import TensorSpan, coalesced
 
 __all__ = ["LoadIntoError", "LoadResult", "Source", "load"]
 
@@ -341,30 +341,28 @@ def _merged(reads: list[_Read]) -> list[_Read]:
     only within one allocation (two tensors that merely sit side by side stay two
     reads)."""
     reads.sort(key=lambda r: (r.path, r.offset))
-    out: list[_Read] = []
-    for r in reads:
-        last = out[-1] if out else None
-        if (
-            last is not None
-            and last.path == r.path
-            and last.device == r.device
-            and last.offset + last.length == r.offset
-            and last.ptr + last.length == r.ptr
-            and last.block == r.block
-        ):
-            out[-1] = _Read(
-                r.path,
-                last.offset,
-                r.device,
-                last.ptr,
-                last.length + r.length,
-                last.names + r.names,
-                r.block,
-                last.owners + r.owners,
-            )
-        else:
-            out.append(r)
-    return out
+    return coalesced(reads, _joined)
+
+
+def _joined(last: _Read, r: _Read) -> _Read | None:
+    if (
+        last.path == r.path
+        and last.device == r.device
+        and last.offset + last.length == r.offset
+        and last.ptr + last.length == r.ptr
+        and last.block == r.block
+    ):
+        return _Read(
+            r.path,
+            last.offset,
+            r.device,
+            last.ptr,
+            last.length + r.length,
+            last.names + r.names,
+            r.block,
+            last.owners + r.owners,
+        )
+    return None
 
 
 @dataclass(frozen=True)

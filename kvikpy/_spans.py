@@ -10,9 +10,9 @@ error is raised. The loaders of :mod:`kvikpy.safetensors` and the read-once exch
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kvikpy.cufile import CuFile
 
@@ -21,6 +21,7 @@ __all__ = [
     "FileRead",
     "Files",
     "TensorSpan",
+    "coalesced",
     "merged",
     "pack",
     "read_into",
@@ -31,6 +32,8 @@ __all__ = [
 # Each shared tensor starts at a multiple of this in the packed buffer: every dtype's item
 # size divides it, so every tensor is a view without a copy.
 PACK_ALIGN = 64
+
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -118,22 +121,33 @@ class Files:
             raise errors[0]
 
 
+def coalesced(reads: Iterable[_R], joined: Callable[[_R, _R], _R | None]) -> list[_R]:
+    """``reads`` in order, each that ``joined(last, read)`` merges into the one before it
+    (the merged read, or ``None`` where the two stay apart) made one read with it."""
+    out: list[_R] = []
+    for r in reads:
+        one = joined(out[-1], r) if out else None
+        if one is None:
+            out.append(r)
+        else:
+            out[-1] = one
+    return out
+
+
 def merged(reads: Sequence[FileRead]) -> list[FileRead]:
     """``reads`` with each run of reads that follow each other both in one file and in
     the destination made one read."""
-    out: list[FileRead] = []
-    for r in reads:
-        last = out[-1] if out else None
-        if (
-            last is not None
-            and last.path == r.path
-            and last.file_offset + last.length == r.file_offset
-            and last.at + last.length == r.at
-        ):
-            out[-1] = FileRead(r.path, last.file_offset, last.at, last.length + r.length)
-        else:
-            out.append(r)
-    return out
+    return coalesced(reads, _joined)
+
+
+def _joined(last: FileRead, r: FileRead) -> FileRead | None:
+    if (
+        last.path == r.path
+        and last.file_offset + last.length == r.file_offset
+        and last.at + last.length == r.at
+    ):
+        return FileRead(r.path, last.file_offset, last.at, last.length + r.length)
+    return None
 
 
 def pack(pieces: Sequence[tuple[TensorSpan, int, int]]) -> tuple[list[int], list[FileRead], int]:

@@ -5,16 +5,16 @@ rate in decimal units (MB/s, GB/s), as kvikpy's benchmarks and command line give
 It is kvikpy's own rather than tqdm's because a bar must be cheap to show the first time:
 importing tqdm costs 15-30 ms (it imports logging, inspect and its command line), more
 than the read it would follow. It imports nothing but the standard library and kvikpy's
-own display helpers."""
+own display and closing helpers."""
 
 from __future__ import annotations
 
 import sys
 import threading
 import time
-from types import TracebackType
 from typing import TextIO
 
+from kvikpy._closing import ClosedOnExit
 from kvikpy._display import human_bytes
 
 _WIDTH = 24  # characters of the bar itself
@@ -41,7 +41,7 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes:02d}:{seconds:02d}"
 
 
-class TextBar:
+class TextBar(ClosedOnExit):
     """A byte-counting bar with tqdm's small interface: ``update(n)``, ``close()``, use as
     a context manager, and the attributes ``n``, ``total``, ``desc`` and ``start_t``
     (the clock's start, which a caller may set back to when its operation began)."""
@@ -102,14 +102,3 @@ class TextBar:
                 return
             self.closed = True
             self._draw(final=True)
-
-    def __enter__(self) -> TextBar:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import kvikpy._lib as _lib
 from kvikpy import _args, _devices, _paths
@@ -14,8 +14,35 @@ from kvikpy.spread import Spread, assign, element_index, file_sizes, is_spread
 if TYPE_CHECKING:
     import numpy as np
 
+_Result = TypeVar("_Result")
 
-class Batch(Sequence[_lib.Buffer]):
+
+class BufferSequence:
+    """Mixin: a batch's elements as a sequence of buffers. Indexing (negative counts from
+    the end), slicing and iteration, written once; a subclass gives ``len`` and
+    ``_element(i)`` for an index already checked."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def _element(self, i: int) -> _lib.Buffer:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, i: int) -> _lib.Buffer: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[_lib.Buffer]: ...
+    def __getitem__(self, i: int | slice) -> _lib.Buffer | list[_lib.Buffer]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self._element(element_index(i, len(self)))
+
+    def __iter__(self) -> Iterator[_lib.Buffer]:
+        for i in range(len(self)):
+            yield self._element(i)
+
+
+class Batch(BufferSequence, Sequence[_lib.Buffer]):
     """Many files or byte ranges laid end to end in one allocation.
 
     ``len(batch)`` is the number of elements (one per path or range, in the order given);
@@ -86,22 +113,11 @@ class Batch(Sequence[_lib.Buffer]):
     def __len__(self) -> int:
         return len(self._offsets) - 1
 
-    @overload
-    def __getitem__(self, i: int) -> _lib.Buffer: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[_lib.Buffer]: ...
-    def __getitem__(self, i: int | slice) -> _lib.Buffer | list[_lib.Buffer]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        i = element_index(i, len(self))
+    def _element(self, i: int) -> _lib.Buffer:
         if i in self._failures:
             raise self._failures[i]
         start, end = self._offsets[i], self._offsets[i + 1]
         return self._buffer.view("|u1", 1, 8, [end - start], start, end - start)
-
-    def __iter__(self) -> Iterator[_lib.Buffer]:
-        for i in range(len(self)):
-            yield self[i]
 
     def __repr__(self) -> str:
         from kvikpy._display import batch_repr
@@ -235,15 +251,11 @@ def read_many(
             raise ValueError("stream= orders GPU reads; it cannot be used with device='cpu'")
         stream_handle(stream)  # a bad stream is an error even though the read completes first
     skip = errors == "skip"
-    if progress:
-        from kvikpy._progress import follow_call
-
-        buffer, offsets, failed = follow_call(
-            lambda p: _lib.read_files_batch(names, ordinal, skip, p),
-            f"read_many ({len(names):,} files)",
-        )
-    else:
-        buffer, offsets, failed = _lib.read_files_batch(names, ordinal, skip)
+    buffer, offsets, failed = _followed(
+        progress,
+        f"read_many ({len(names):,} files)",
+        lambda p: _lib.read_files_batch(names, ordinal, skip, p),
+    )
     return Batch(buffer, offsets, dict(failed))
 
 
@@ -327,16 +339,24 @@ def read_ranges(
         )
     assert not isinstance(device, (list, tuple, Mapping))
     ordinal = _devices.resolve(device)
-    if progress:
-        from kvikpy._progress import follow_call
-
-        buffer, offsets, _ = follow_call(
-            lambda p: _lib.read_ranges_batch(name, pairs, ordinal, p),
-            f"read_ranges ({len(pairs):,} ranges)",
-        )
-    else:
-        buffer, offsets, _ = _lib.read_ranges_batch(name, pairs, ordinal)
+    buffer, offsets, _ = _followed(
+        progress,
+        f"read_ranges ({len(pairs):,} ranges)",
+        lambda p: _lib.read_ranges_batch(name, pairs, ordinal, p),
+    )
     return Batch(buffer, offsets, {})
+
+
+def _followed(
+    progress: bool, desc: str, call: Callable[[_lib.Progress | None], _Result]
+) -> _Result:
+    """``call(None)``; with ``progress``, ``call(counter)`` drawn as a bar described as
+    ``desc`` (:func:`kvikpy._progress.follow_call`, imported only when a bar is asked)."""
+    if not progress:
+        return call(None)
+    from kvikpy._progress import follow_call
+
+    return follow_call(call, desc)
 
 
 def _pairs(ranges: Any) -> list[tuple[int, int]]:
@@ -366,7 +386,7 @@ def _pairs(ranges: Any) -> list[tuple[int, int]]:
     return out
 
 
-class SpreadBatch(Sequence[_lib.Buffer]):
+class SpreadBatch(BufferSequence, Sequence[_lib.Buffer]):
     """A batch whose elements lie on several devices: one :class:`kvikpy.Batch` per device.
 
     ``batch[i]`` is element ``i`` (a :class:`kvikpy.Buffer` on its device, as in
@@ -431,19 +451,9 @@ class SpreadBatch(Sequence[_lib.Buffer]):
     def __len__(self) -> int:
         return len(self._where)
 
-    @overload
-    def __getitem__(self, i: int) -> _lib.Buffer: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[_lib.Buffer]: ...
-    def __getitem__(self, i: int | slice) -> _lib.Buffer | list[_lib.Buffer]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        device, k = self._where[element_index(i, len(self))]
+    def _element(self, i: int) -> _lib.Buffer:
+        device, k = self._where[i]
         return self._parts[device][k]
-
-    def __iter__(self) -> Iterator[_lib.Buffer]:
-        for i in range(len(self)):
-            yield self[i]
 
     def __repr__(self) -> str:
         shares = ", ".join(f"{d}: {len(v):,}" for d, v in self._indices.items())

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import atexit
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any, overload
 
 import kvikpy._lib as _lib
@@ -168,12 +167,7 @@ class ConfigContextManager:
         names = ", ".join(sorted(self._old))
         return f"<kvikpy.cufile_driver.ConfigContextManager restoring {names or 'nothing'} on exit>"
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         for name, value in self._old.items():
             _set_one(name, value)
 

@@ -103,7 +103,6 @@ from __future__ import annotations
 import enum
 import html
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any
 
 import kvikpy._lib as _lib
@@ -185,12 +184,7 @@ class _Applied:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         _lib.set_settings([(k, _to_engine(k, v)) for k, v in self._previous.items()])
 
 

@@ -233,12 +233,9 @@ class GDSStore(LocalStore):
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
         # docstring inherited
-        if prototype is None:
-            prototype = default_buffer_prototype()
         if not self._is_open:
             await self._open()
-        r = _reads.request(self._path(key), prototype, byte_range)
-        return await _reads.gatherer().submit(r)
+        return await _reads.gatherer().submit(self._request(key, prototype, byte_range))
 
     async def get_partial_values(
         self,
@@ -262,11 +259,18 @@ class GDSStore(LocalStore):
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
         # docstring inherited
+        self._ensure_open_sync()
+        r = self._request(key, prototype, byte_range)
+        return _raise_error(_reads.read_requests([r])[0])
+
+    def _request(
+        self, key: str, prototype: BufferPrototype | None, byte_range: ByteRequest | None
+    ) -> _reads.Request:
+        """The read of ``key`` (or of its ``byte_range``) into ``prototype``'s buffers,
+        zarr's default prototype when ``None``; the key checked (:meth:`_path`)."""
         if prototype is None:
             prototype = default_buffer_prototype()
-        self._ensure_open_sync()
-        r = _reads.request(self._path(key), prototype, byte_range)
-        return _raise_error(_reads.read_requests([r])[0])
+        return _reads.request(self._path(key), prototype, byte_range)
 
     async def getsize(self, key: str) -> int:
         # docstring inherited: the file's size, without reading it

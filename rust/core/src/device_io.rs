@@ -10,7 +10,7 @@ use crate::ring::{pinned_buffers, stage, staging_capacity, Chunk, Chunks, Ring, 
 use crate::settings::Settings;
 use crate::source::{Direct, Keepalive, Ordered, Source};
 use crate::span::{DeviceSpan, Span};
-use crate::tasks::{align_up, DIRECT_IO_ALIGNMENT};
+use crate::tasks::{align_up, AlignedSplit, DIRECT_IO_ALIGNMENT};
 use crate::vocab::Direction;
 
 /// Chunks per task the pipeline aims for: enough to overlap, few enough to keep each DMA
@@ -126,29 +126,20 @@ fn around_edges(
     head: usize,
     middle: usize,
 ) -> Result<usize> {
-    let mut done = 0usize;
-    let pieces = [
-        (0, head, false),
-        (head, middle, true),
-        (head + middle, span.len - head - middle, false),
-    ];
-    for (at, len, aligned) in pieces {
-        if len == 0 {
-            continue;
-        }
+    let split = AlignedSplit {
+        head,
+        middle,
+        tail: span.len - head - middle,
+    };
+    split.move_in_order(|at, len, aligned| {
         let part = span.sub(at, len);
         let part_offset = offset + at as u64;
-        let n = if aligned {
-            source.device_aligned(direction, part, part_offset)?
+        if aligned {
+            source.device_aligned(direction, part, part_offset)
         } else {
-            via_ring(source, direction, part, part_offset, settings, lane)?
-        };
-        done += n;
-        if n < len {
-            break; // end of file
+            via_ring(source, direction, part, part_offset, settings, lane)
         }
-    }
-    Ok(done)
+    })
 }
 
 /// Move `span.len()` bytes between `source` at `offset` and device memory through the

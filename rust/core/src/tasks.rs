@@ -92,6 +92,36 @@ pub(crate) struct AlignedSplit {
     pub tail: usize,
 }
 
+impl AlignedSplit {
+    /// Move the three parts in file order, skipping the empty ones: `part(at, len,
+    /// aligned)` moves the `len` bytes `at` bytes into the span (`aligned` for the
+    /// middle) and answers how many it moved. A short part (the end of the file) ends the
+    /// transfer. The bytes moved in all.
+    #[inline]
+    pub(crate) fn move_in_order<E>(
+        self,
+        mut part: impl FnMut(usize, usize, bool) -> Result<usize, E>,
+    ) -> Result<usize, E> {
+        let parts = [
+            (0, self.head, false),
+            (self.head, self.middle, true),
+            (self.head + self.middle, self.tail, false),
+        ];
+        let mut done = 0;
+        for (at, len, aligned) in parts {
+            if len == 0 {
+                continue;
+            }
+            let n = part(at, len, aligned)?;
+            done += n;
+            if n < len {
+                break; // end of file
+            }
+        }
+        Ok(done)
+    }
+}
+
 /// Cut `[offset, offset + len)` at the first and last multiple of `align` inside it.
 pub(crate) fn aligned_split(offset: u64, len: usize, align: usize) -> AlignedSplit {
     let end = offset + len as u64;
@@ -135,6 +165,38 @@ mod tests {
                 middle: 0,
                 tail: 0
             }
+        );
+    }
+
+    #[test]
+    fn parts_move_in_file_order_until_one_comes_up_short() {
+        let split = AlignedSplit {
+            head: 10,
+            middle: 0,
+            tail: 5,
+        };
+        let mut seen = Vec::new();
+        let moved = split.move_in_order(|at, len, aligned| {
+            seen.push((at, len, aligned));
+            Ok::<_, ()>(len)
+        });
+        assert_eq!(
+            (moved, seen),
+            (Ok(15), vec![(0, 10, false), (10, 5, false)])
+        );
+        let split = aligned_split(100, 10_000, 4096);
+        let mut seen = Vec::new();
+        let moved = split.move_in_order(|at, len, aligned| {
+            seen.push((at, aligned));
+            Ok::<_, ()>(if aligned { len / 2 } else { len })
+        });
+        assert_eq!(
+            (moved, seen),
+            (Ok(3996 + 2048), vec![(0, false), (3996, true)])
+        );
+        assert_eq!(
+            split.move_in_order(|_, _, _| Err("refused")),
+            Err("refused")
         );
     }
 

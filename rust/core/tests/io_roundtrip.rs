@@ -6,11 +6,15 @@
 
 use std::fs;
 use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 
 use kvikpy_core::settings::DirectIoRead;
 use kvikpy_core::{submit, Completion, Direction, Request};
 use kvikpy_core::{FileHandle, HostSpan, Settings, Span};
 use proptest::prelude::*;
+
+mod common;
+use common::{pattern, Placed};
 
 /// Submit one request and wait for its byte count.
 fn run(
@@ -30,17 +34,31 @@ fn run(
         .unwrap()
 }
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    // xorshift: cheap, non-zero, non-repeating at page granularity.
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+/// Read into `buf` from `offset` in tasks of `task_size`; the byte count.
+fn read(
+    s: &Settings,
+    handle: &FileHandle,
+    buf: &mut Placed,
+    offset: u64,
+    task_size: Option<usize>,
+    completion: Completion,
+) -> usize {
+    run(
+        s,
+        handle,
+        Direction::Read,
+        buf.span(),
+        offset,
+        task_size,
+        completion,
+    )
+}
+
+/// A file `name` in `dir` holding `data`; its path.
+fn file_with(dir: &tempfile::TempDir, name: impl AsRef<Path>, data: &[u8]) -> PathBuf {
+    let path = dir.path().join(name);
+    fs::write(&path, data).unwrap();
+    path
 }
 
 fn settings(threads: usize, direct: bool, bounce: usize) -> Settings {
@@ -51,34 +69,6 @@ fn settings(threads: usize, direct: bool, bounce: usize) -> Settings {
         bounce_buffer_size: bounce,
         gds_threshold: 1024,
         ..Settings::default()
-    }
-}
-
-/// A buffer of `len` bytes whose address is `misalign` bytes past a page boundary.
-struct Placed {
-    storage: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl Placed {
-    fn new(len: usize, misalign: usize) -> Self {
-        let storage = vec![0xEEu8; len + 8192];
-        let base = storage.as_ptr() as usize;
-        let start = (4096 - base % 4096) % 4096 + misalign;
-        Self {
-            storage,
-            start,
-            len,
-        }
-    }
-    fn span(&mut self) -> Span {
-        Span::Host(HostSpan::from_slice(
-            &mut self.storage[self.start..self.start + self.len],
-        ))
-    }
-    fn bytes(&self) -> &[u8] {
-        &self.storage[self.start..self.start + self.len]
     }
 }
 
@@ -97,16 +87,14 @@ proptest! {
         blocking in any::<bool>(),
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("data");
         let data = pattern(file_len, file_len as u64 + 7);
-        fs::write(&path, &data).unwrap();
+        let path = file_with(&dir, "data", &data);
         let handle = FileHandle::open(&path, "r").unwrap();
         let mut buf = Placed::new(size, misalign);
         let s = settings(threads, direct, 8192);
-        let span = buf.span();
         // Blocking callers run one task inline, or the first of many themselves.
         let completion = if blocking { Completion::Blocking } else { Completion::Future };
-        let n = run(&s, &handle, Direction::Read, span, offset, Some(task_size), completion);
+        let n = read(&s, &handle, &mut buf, offset, Some(task_size), completion);
         let start = (offset as usize).min(file_len);
         let expected = &data[start..(start + size).min(file_len)];
         prop_assert_eq!(n, expected.len());
@@ -126,9 +114,8 @@ proptest! {
         preallocate in any::<bool>(),
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("data");
         let initial = pattern(initial_len, 3);
-        fs::write(&path, &initial).unwrap();
+        let path = file_with(&dir, "data", &initial);
         let handle = FileHandle::open(&path, "r+").unwrap();
         let mut buf = Placed::new(size, misalign);
         let payload = pattern(size, size as u64 + 11);
@@ -157,8 +144,7 @@ proptest! {
 #[test]
 fn preallocation_sizes_the_file_before_the_tasks_write() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("data");
-    fs::write(&path, b"").unwrap();
+    let path = file_with(&dir, "data", b"");
     let handle = FileHandle::open(&path, "r+").unwrap();
     let source = handle.get().unwrap();
     for (preallocate, direct, want) in [(false, true, 0), (true, false, 0), (true, true, 1 << 20)] {
@@ -200,11 +186,10 @@ fn reads_beyond_4_gib_offsets() {
     for direct in [false, true] {
         let mut buf = Placed::new(payload.len(), 5);
         let s = settings(4, direct, 1 << 20);
-        let n = run(
+        let n = read(
             &s,
             &handle,
-            Direction::Read,
-            buf.span(),
+            &mut buf,
             offset,
             Some(1 << 20),
             Completion::Blocking,
@@ -217,8 +202,7 @@ fn reads_beyond_4_gib_offsets() {
 #[test]
 fn wrong_direction_and_closed_file_are_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("f");
-    fs::write(&path, b"hello").unwrap();
+    let path = file_with(&dir, "f", b"hello");
     let handle = FileHandle::open(&path, "r").unwrap();
     let mut buf = vec![1u8; 5];
     let s = Settings::default();
@@ -240,9 +224,8 @@ fn direct_reads_leave_bytes_past_eof_untouched() {
     // the destination past the bytes the read reports (found by hypothesis in Python).
     let dir = tempfile::tempdir().unwrap();
     for file_len in [1usize, 100, 4095, 4096, 4097, 5000, 12288 + 7] {
-        let path = dir.path().join(format!("eof-{file_len}"));
         let data = pattern(file_len, 99);
-        fs::write(&path, &data).unwrap();
+        let path = file_with(&dir, format!("eof-{file_len}"), &data);
         let handle = FileHandle::open(&path, "r").unwrap();
         if !handle.get().unwrap().direct_io_supported() {
             eprintln!("skipped: this filesystem refuses O_DIRECT, so nothing here is direct");
@@ -250,15 +233,7 @@ fn direct_reads_leave_bytes_past_eof_untouched() {
         }
         let s = settings(1, true, 4096);
         let mut buf = Placed::new(16384, 0); // 4 KiB-aligned: the direct-to-user path
-        let n = run(
-            &s,
-            &handle,
-            Direction::Read,
-            buf.span(),
-            0,
-            Some(16384),
-            Completion::Blocking,
-        );
+        let n = read(&s, &handle, &mut buf, 0, Some(16384), Completion::Blocking);
         assert_eq!(n, file_len);
         assert_eq!(&buf.bytes()[..n], &data[..]);
         assert!(
@@ -281,29 +256,20 @@ fn descriptors_on(path: &std::path::Path) -> usize {
 #[test]
 fn the_direct_descriptor_is_opened_only_when_a_read_wants_it() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("lazy");
     let data = pattern(1 << 20, 5);
-    fs::write(&path, &data).unwrap();
+    let path = file_with(&dir, "lazy", &data);
     let handle = FileHandle::open(&path, "r").unwrap();
     let mut buf = Placed::new(1 << 20, 0);
-    let read = |s: &Settings, buf: &mut Placed| {
-        run(
-            s,
-            &handle,
-            Direction::Read,
-            buf.span(),
-            0,
-            Some(1 << 20),
-            Completion::Blocking,
-        )
+    let read_all = |s: &Settings, buf: &mut Placed| {
+        read(s, &handle, buf, 0, Some(1 << 20), Completion::Blocking)
     };
-    assert_eq!(read(&settings(1, false, 1 << 20), &mut buf), data.len());
+    assert_eq!(read_all(&settings(1, false, 1 << 20), &mut buf), data.len());
     assert_eq!(
         descriptors_on(&path),
         1,
         "a buffered read opened a second descriptor"
     );
-    assert_eq!(read(&settings(1, true, 1 << 20), &mut buf), data.len());
+    assert_eq!(read_all(&settings(1, true, 1 << 20), &mut buf), data.len());
     assert_eq!(buf.bytes(), &data[..]);
     let direct = handle.get().unwrap().direct_io_supported();
     assert_eq!(descriptors_on(&path), 1 + usize::from(direct));
@@ -312,9 +278,8 @@ fn the_direct_descriptor_is_opened_only_when_a_read_wants_it() {
 #[test]
 fn direct_reads_follow_the_open_file_when_the_path_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("kept");
     let data = pattern(64 << 10, 11);
-    fs::write(&path, &data).unwrap();
+    let path = file_with(&dir, "kept", &data);
     let handle = FileHandle::open(&path, "r").unwrap();
     // Another file takes the path before the first direct read opens its descriptor.
     let other = dir.path().join("other");
@@ -322,11 +287,10 @@ fn direct_reads_follow_the_open_file_when_the_path_is_replaced() {
     fs::rename(&other, &path).unwrap();
     let mut buf = Placed::new(64 << 10, 0);
     let s = settings(1, true, 1 << 20);
-    let n = run(
+    let n = read(
         &s,
         &handle,
-        Direction::Read,
-        buf.span(),
+        &mut buf,
         0,
         Some(1 << 20),
         Completion::Blocking,
@@ -342,9 +306,8 @@ fn direct_reads_follow_the_open_file_when_the_path_is_replaced() {
 #[test]
 fn an_exact_read_that_reaches_the_end_of_the_file_is_truncated_not_short() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("short");
     let data = pattern(100_000, 21);
-    fs::write(&path, &data).unwrap();
+    let path = file_with(&dir, "short", &data);
     let handle = FileHandle::open(&path, "r").unwrap();
     for (completion, threads) in [
         (Completion::Blocking, 1),
@@ -365,15 +328,7 @@ fn an_exact_read_that_reaches_the_end_of_the_file_is_truncated_not_short() {
             other => panic!("{completion:?}: {other:?}"),
         }
         // The same read, not exact, is short and fine.
-        let n = run(
-            &s,
-            &handle,
-            Direction::Read,
-            buf.span(),
-            0,
-            Some(16384),
-            completion,
-        );
+        let n = read(&s, &handle, &mut buf, 0, Some(16384), completion);
         assert_eq!(n, data.len());
         assert_eq!(&buf.bytes()[..n], &data[..]);
     }
@@ -430,8 +385,7 @@ fn batches_plan_skip_and_check_ranges_in_the_engine() {
 #[test]
 fn every_local_path_opens_through_the_posix_source() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("f");
-    fs::write(&path, b"bytes").unwrap();
+    let path = file_with(&dir, "f", b"bytes");
     let handle = FileHandle::open(&path, "r").unwrap();
     let source = handle.get().unwrap();
     assert_eq!(source.name(), "posix");
@@ -453,15 +407,7 @@ fn a_character_device_fills_the_buffer_whatever_the_split() {
     ] {
         let s = settings(threads, false, 1 << 20);
         let mut buf = Placed::new(1 << 20, 0);
-        let n = run(
-            &s,
-            &handle,
-            Direction::Read,
-            buf.span(),
-            12345,
-            task_size,
-            completion,
-        );
+        let n = read(&s, &handle, &mut buf, 12345, task_size, completion);
         assert_eq!(n, 1 << 20, "{threads} threads, task size {task_size:?}");
         assert!(buf.bytes().iter().all(|&b| b == 0));
     }
@@ -479,15 +425,7 @@ fn a_pseudo_file_is_read_whatever_the_split() {
     for (threads, task_size) in [(1, None), (4, Some(4096))] {
         let s = settings(threads, false, 1 << 20);
         let mut buf = Placed::new(1 << 20, 0);
-        let n = run(
-            &s,
-            &handle,
-            Direction::Read,
-            buf.span(),
-            0,
-            task_size,
-            Completion::Future,
-        );
+        let n = read(&s, &handle, &mut buf, 0, task_size, Completion::Future);
         assert_eq!(&buf.bytes()[..n], &expected[..], "{threads} threads");
     }
 }

@@ -15,23 +15,14 @@ use kvikpy_core::page_cache::{drop_file, residency, FileRef};
 use kvikpy_core::settings::DirectIoRead;
 use kvikpy_core::source::residency::{Method, Prober};
 use kvikpy_core::source::{direct_read_bytes, residency_probes};
-use kvikpy_core::{submit, Completion, Direction, FileHandle, HostSpan, Request, Settings, Span};
+use kvikpy_core::{submit, Completion, Direction, FileHandle, Request, Settings};
+
+mod common;
+use common::{pattern, Placed};
 
 const MIB: usize = 1 << 20;
 /// 24 MiB and a bit: the last block is partial, so O_DIRECT must stop before it.
 const FILE_LEN: usize = 24 * MIB + 1234;
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn settings(mode: DirectIoRead) -> Settings {
     Settings {
@@ -48,21 +39,18 @@ fn settings(mode: DirectIoRead) -> Settings {
 /// must still be 0xEE.
 fn read(path: &Path, mode: DirectIoRead, offset: u64, size: usize, misalign: usize) -> Vec<u8> {
     let handle = FileHandle::open(path, "r").unwrap();
-    let mut storage = vec![0xEEu8; size + 8192];
-    let start = (4096 - storage.as_ptr() as usize % 4096) % 4096 + misalign;
-    let buf = &mut storage[start..start + size];
-    let span = Span::Host(HostSpan::from_slice(buf));
-    let request = Request::new(Direction::Read, span, offset);
+    let mut buf = Placed::new(size, misalign);
+    let request = Request::new(Direction::Read, buf.span(), offset);
     let n = submit(&settings(mode), &handle, request, Completion::Future)
         .unwrap()
         .wait()
         .unwrap();
     handle.close();
     assert!(
-        buf[n..].iter().all(|&b| b == 0xEE),
+        buf.bytes()[n..].iter().all(|&b| b == 0xEE),
         "bytes past EOF untouched"
     );
-    buf[..n].to_vec()
+    buf.bytes()[..n].to_vec()
 }
 
 fn evict(path: &Path) {

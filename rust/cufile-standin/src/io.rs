@@ -60,6 +60,34 @@ pub fn pwrite_all(fd: i32, buf: &[u8], offset: i64) -> Result<usize, Fail> {
     Ok(done)
 }
 
+/// A transfer of `size` bytes at `addr`, wherever it lives: `host()` for host memory;
+/// for device memory, piece by piece through one host staging buffer with the memory's
+/// context bound, `piece(staging, done)` moving the piece that starts `done` bytes in and
+/// answering how many bytes it moved (a short piece, the end of the file, ends the
+/// transfer).
+fn by_place(
+    addr: usize,
+    size: usize,
+    host: impl FnOnce() -> Result<usize, Fail>,
+    mut piece: impl FnMut(&mut [u8], usize) -> Result<usize, Fail>,
+) -> Result<usize, Fail> {
+    let Place::Device(ctx) = memory::place(addr)? else {
+        return host();
+    };
+    let _bound = memory::bind(ctx)?;
+    let mut staging = vec![0u8; size.min(STAGING)];
+    let mut done = 0;
+    while done < size {
+        let chunk = (size - done).min(staging.len());
+        let n = piece(&mut staging[..chunk], done)?;
+        done += n;
+        if n < chunk {
+            break; // end of file
+        }
+    }
+    Ok(done)
+}
+
 /// Reads `size` bytes of the file at `offset` into the buffer at `addr` (host or device);
 /// returns the bytes read (fewer only at end of file).
 ///
@@ -67,30 +95,18 @@ pub fn pwrite_all(fd: i32, buf: &[u8], offset: i64) -> Result<usize, Fail> {
 /// `addr..addr + size` must be memory the caller may write: host memory, or device memory
 /// of a live allocation.
 pub unsafe fn read(fd: i32, addr: usize, size: usize, offset: i64) -> Result<usize, Fail> {
-    match memory::place(addr)? {
-        Place::Host => {
-            // SAFETY: the caller gives `size` writable host bytes at `addr`.
-            let buf = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, size) };
-            pread_full(fd, buf, offset)
+    let host = || {
+        // SAFETY: the caller gives `size` writable host bytes at `addr`.
+        let buf = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, size) };
+        pread_full(fd, buf, offset)
+    };
+    by_place(addr, size, host, |staging, done| {
+        let n = pread_full(fd, staging, offset + done as i64)?;
+        if n > 0 {
+            memory::to_device(addr + done, staging.as_ptr(), n)?;
         }
-        Place::Device(ctx) => {
-            let _bound = memory::bind(ctx)?;
-            let mut staging = vec![0u8; size.min(STAGING)];
-            let mut done = 0;
-            while done < size {
-                let chunk = (size - done).min(staging.len());
-                let n = pread_full(fd, &mut staging[..chunk], offset + done as i64)?;
-                if n > 0 {
-                    memory::to_device(addr + done, staging.as_ptr(), n)?;
-                }
-                done += n;
-                if n < chunk {
-                    break; // end of file
-                }
-            }
-            Ok(done)
-        }
-    }
+        Ok(n)
+    })
 }
 
 /// Writes `size` bytes from the buffer at `addr` (host or device) to the file at `offset`.
@@ -99,22 +115,13 @@ pub unsafe fn read(fd: i32, addr: usize, size: usize, offset: i64) -> Result<usi
 /// `addr..addr + size` must be memory the caller may read: host memory, or device memory
 /// of a live allocation.
 pub unsafe fn write(fd: i32, addr: usize, size: usize, offset: i64) -> Result<usize, Fail> {
-    match memory::place(addr)? {
-        Place::Host => {
-            // SAFETY: the caller gives `size` readable host bytes at `addr`.
-            let buf = unsafe { std::slice::from_raw_parts(addr as *const u8, size) };
-            pwrite_all(fd, buf, offset)
-        }
-        Place::Device(ctx) => {
-            let _bound = memory::bind(ctx)?;
-            let mut staging = vec![0u8; size.min(STAGING)];
-            let mut done = 0;
-            while done < size {
-                let chunk = (size - done).min(staging.len());
-                memory::from_device(staging.as_mut_ptr(), addr + done, chunk)?;
-                done += pwrite_all(fd, &staging[..chunk], offset + done as i64)?;
-            }
-            Ok(done)
-        }
-    }
+    let host = || {
+        // SAFETY: the caller gives `size` readable host bytes at `addr`.
+        let buf = unsafe { std::slice::from_raw_parts(addr as *const u8, size) };
+        pwrite_all(fd, buf, offset)
+    };
+    by_place(addr, size, host, |staging, done| {
+        memory::from_device(staging.as_mut_ptr(), addr + done, staging.len())?;
+        pwrite_all(fd, staging, offset + done as i64)
+    })
 }

@@ -8,7 +8,9 @@ use std::ffi::c_void;
 use std::ptr;
 use std::sync::{LazyLock, Mutex, OnceLock, PoisonError};
 
-use cudarc::driver::sys::{self as cu, CUcontext, CUdeviceptr, CUresult};
+use cudarc::driver::sys::{
+    self as cu, CUcontext, CUdeviceptr, CUpointer_attribute as Attribute, CUresult,
+};
 
 use crate::error::Fail;
 
@@ -59,6 +61,17 @@ fn primary_context(ordinal: i32) -> Result<usize, Fail> {
     Ok(ctx as usize)
 }
 
+/// `cuPointerGetAttribute`: the driver's answer about `addr`, written into `out`.
+///
+/// # Safety
+/// `T` is the type the driver writes for `which`.
+unsafe fn attribute<T>(out: &mut T, which: Attribute, addr: usize) -> CUresult {
+    // SAFETY: `out` is a valid out-pointer of the type the caller promises for `which`.
+    unsafe {
+        cu::cuPointerGetAttribute((out as *mut T).cast::<c_void>(), which, addr as CUdeviceptr)
+    }
+}
+
 /// Where `addr` lives: asks the CUDA driver when there is one.
 pub fn place(addr: usize) -> Result<Place, Fail> {
     if !cuda_available() {
@@ -66,26 +79,14 @@ pub fn place(addr: usize) -> Result<Place, Fail> {
     }
     let mut ctx: CUcontext = ptr::null_mut();
     // SAFETY: the attribute CONTEXT writes one CUcontext into `ctx`.
-    let found = unsafe {
-        cu::cuPointerGetAttribute(
-            (&mut ctx as *mut CUcontext).cast::<c_void>(),
-            cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT,
-            addr as CUdeviceptr,
-        )
-    };
+    let found = unsafe { attribute(&mut ctx, Attribute::CU_POINTER_ATTRIBUTE_CONTEXT, addr) };
     if found == CUresult::CUDA_ERROR_INVALID_VALUE {
         return Ok(Place::Host); // memory the driver does not know: ordinary host memory
     }
     check(found)?;
     let mut kind: u32 = 0;
     // SAFETY: the attribute MEMORY_TYPE writes one CUmemorytype (a 32-bit enum) into `kind`.
-    check(unsafe {
-        cu::cuPointerGetAttribute(
-            (&mut kind as *mut u32).cast::<c_void>(),
-            cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-            addr as CUdeviceptr,
-        )
-    })?;
+    check(unsafe { attribute(&mut kind, Attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) })?;
     if kind == cu::CUmemorytype::CU_MEMORYTYPE_HOST as u32 {
         return Ok(Place::Host); // pinned host memory: reachable from the host as it is
     }
@@ -93,10 +94,10 @@ pub fn place(addr: usize) -> Result<Place, Fail> {
         let mut ordinal: i32 = 0;
         // SAFETY: the attribute DEVICE_ORDINAL writes one int into `ordinal`.
         check(unsafe {
-            cu::cuPointerGetAttribute(
-                (&mut ordinal as *mut i32).cast::<c_void>(),
-                cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                addr as CUdeviceptr,
+            attribute(
+                &mut ordinal,
+                Attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                addr,
             )
         })?;
         return Ok(Place::Device(primary_context(ordinal)?));

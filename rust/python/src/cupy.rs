@@ -21,10 +21,9 @@
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 
-use crate::modules::{self, Watch};
+use crate::modules::Found;
 
 /// A plain CuPy array's memory and the stream its pending work is queued on.
 pub struct CupyView {
@@ -49,59 +48,56 @@ struct CuPy {
     get_current_stream: Py<PyAny>,
 }
 
-static CUPY: PyOnceLock<Option<CuPy>> = PyOnceLock::new();
-static WATCH: Watch = Watch::new();
+static CUPY: Found<CuPy> = Found::new();
 
 /// CuPy's pieces, or `None` while CuPy is not imported (looked for again once more
 /// modules are) or lacks them (then never looked for again).
 fn cupy(py: Python<'_>) -> Option<&'static CuPy> {
-    if let Some(found) = CUPY.get(py) {
-        return found.as_ref();
-    }
-    let module = modules::loaded(py, intern!(py, "cupy"), &WATCH)?;
-    // A module still being imported lacks its attributes: look again next time.
-    let ndarray = module
-        .getattr("ndarray")
-        .ok()?
-        .cast_into::<PyType>()
-        .ok()?
-        .unbind();
-    let cuda = module.getattr("cuda").ok()?;
-    let found = (|| -> PyResult<Option<CuPy>> {
-        // The current stream per device (`get_current_stream(device_id)`) came in CuPy 13.
-        let version: String = module.getattr("__version__")?.extract()?;
-        let major: u32 = version
-            .split('.')
-            .next()
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(0);
-        if major < 13 {
-            return Ok(None);
-        }
-        let memory = cuda.getattr("memory")?;
-        let device_memory = ["Memory", "MemoryAsync"]
-            .iter()
-            .filter_map(|name| memory.getattr(*name).ok()?.cast_into::<PyType>().ok())
-            .map(Bound::unbind)
-            .collect();
-        let pooled = memory
-            .getattr("PooledMemory")
-            .ok()
-            .and_then(|t| t.cast_into::<PyType>().ok())
-            .map(|t| {
-                let says = t.hasattr("identity").unwrap_or(false);
-                (t.unbind(), says)
-            });
-        let get_current_stream = cuda.getattr("get_current_stream")?.unbind();
-        Ok(Some(CuPy {
-            ndarray,
-            device_memory,
-            pooled,
-            get_current_stream,
-        }))
-    })()
-    .unwrap_or(None);
-    CUPY.get_or_init(py, || found).as_ref()
+    CUPY.get(py, intern!(py, "cupy"), |module| {
+        // A module still being imported lacks its attributes: look again next time.
+        let ndarray = module
+            .getattr("ndarray")
+            .ok()?
+            .cast_into::<PyType>()
+            .ok()?
+            .unbind();
+        let cuda = module.getattr("cuda").ok()?;
+        let found = (|| -> PyResult<Option<CuPy>> {
+            // The current stream per device (`get_current_stream(device_id)`) came in
+            // CuPy 13.
+            let version: String = module.getattr("__version__")?.extract()?;
+            let major: u32 = version
+                .split('.')
+                .next()
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0);
+            if major < 13 {
+                return Ok(None);
+            }
+            let memory = cuda.getattr("memory")?;
+            let device_memory = ["Memory", "MemoryAsync"]
+                .iter()
+                .filter_map(|name| memory.getattr(*name).ok()?.cast_into::<PyType>().ok())
+                .map(Bound::unbind)
+                .collect();
+            let pooled = memory
+                .getattr("PooledMemory")
+                .ok()
+                .and_then(|t| t.cast_into::<PyType>().ok())
+                .map(|t| {
+                    let says = t.hasattr("identity").unwrap_or(false);
+                    (t.unbind(), says)
+                });
+            let get_current_stream = cuda.getattr("get_current_stream")?.unbind();
+            Ok(Some(CuPy {
+                ndarray,
+                device_memory,
+                pooled,
+                get_current_stream,
+            }))
+        })();
+        Some(found.unwrap_or(None))
+    })
 }
 
 /// `obj` as a [`CupyView`] when it is a plain CuPy array this path can take; `None`

@@ -210,7 +210,26 @@ fn into_context(export: Export) -> (Box<ExportContext>, DLTensor) {
     (ctx, tensor)
 }
 
-unsafe extern "C" fn delete_versioned(tensor: *mut DLManagedTensorVersioned) {
+/// The two managed-tensor structs (DLPack 1.x and legacy): each points at the
+/// [`ExportContext`] that owns the exported memory.
+trait Managed {
+    fn manager_ctx(&self) -> *mut c_void;
+}
+
+impl Managed for DLManagedTensorVersioned {
+    fn manager_ctx(&self) -> *mut c_void {
+        self.manager_ctx
+    }
+}
+
+impl Managed for DLManagedTensor {
+    fn manager_ctx(&self) -> *mut c_void {
+        self.manager_ctx
+    }
+}
+
+/// The deleter of an exported tensor: frees the managed struct and its context.
+unsafe extern "C" fn delete<T: Managed>(tensor: *mut T) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         if tensor.is_null() {
             return;
@@ -219,20 +238,22 @@ unsafe extern "C" fn delete_versioned(tensor: *mut DLManagedTensorVersioned) {
         // called exactly once (by the consumer, or by the capsule destructor if unconsumed).
         let tensor = unsafe { Box::from_raw(tensor) };
         // SAFETY: `manager_ctx` is the `Box<ExportContext>` leaked alongside it.
-        drop(unsafe { Box::from_raw(tensor.manager_ctx.cast::<ExportContext>()) });
+        drop(unsafe { Box::from_raw(tensor.manager_ctx().cast::<ExportContext>()) });
     }));
 }
 
-unsafe extern "C" fn delete_legacy(tensor: *mut DLManagedTensor) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        if tensor.is_null() {
-            return;
-        }
-        // SAFETY: as in `delete_versioned`, for the legacy struct.
-        let tensor = unsafe { Box::from_raw(tensor) };
-        // SAFETY: as in `delete_versioned`.
-        drop(unsafe { Box::from_raw(tensor.manager_ctx.cast::<ExportContext>()) });
-    }));
+/// [`delete`] for the managed struct at `tensor`: versioned or legacy.
+///
+/// # Safety
+/// `tensor` is a managed tensor made by `to_capsule` of that kind, not yet deleted.
+unsafe fn delete_either(tensor: *mut c_void, versioned: bool) {
+    if versioned {
+        // SAFETY: the caller's promise, for the versioned struct.
+        unsafe { delete::<DLManagedTensorVersioned>(tensor.cast()) };
+    } else {
+        // SAFETY: the caller's promise, for the legacy struct.
+        unsafe { delete::<DLManagedTensor>(tensor.cast()) };
+    }
 }
 
 unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
@@ -243,16 +264,12 @@ unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
     let versioned = unsafe { ffi::PyCapsule_IsValid(capsule, VERSIONED.as_ptr()) } == 1;
     // SAFETY: IsValid only inspects the object; it accepts any object.
     let legacy = !versioned && unsafe { ffi::PyCapsule_IsValid(capsule, LEGACY.as_ptr()) } == 1;
-    if versioned {
+    if versioned || legacy {
+        let name = if versioned { VERSIONED } else { LEGACY };
         // SAFETY: the capsule is valid with this name, so this returns its pointer.
-        let t = unsafe { ffi::PyCapsule_GetPointer(capsule, VERSIONED.as_ptr()) };
+        let t = unsafe { ffi::PyCapsule_GetPointer(capsule, name.as_ptr()) };
         // SAFETY: an unconsumed capsule of ours owns this boxed tensor; freed once, here.
-        unsafe { delete_versioned(t.cast()) };
-    } else if legacy {
-        // SAFETY: the capsule is valid with this name, so this returns its pointer.
-        let t = unsafe { ffi::PyCapsule_GetPointer(capsule, LEGACY.as_ptr()) };
-        // SAFETY: an unconsumed capsule of ours owns this boxed tensor; freed once, here.
-        unsafe { delete_legacy(t.cast()) };
+        unsafe { delete_either(t, versioned) };
     }
 }
 
@@ -266,7 +283,7 @@ pub fn to_capsule(py: Python<'_>, export: Export, versioned: bool) -> PyResult<P
         let managed = Box::new(DLManagedTensorVersioned {
             version: DLPackVersion { major: 1, minor: 0 },
             manager_ctx: ctx,
-            deleter: Some(delete_versioned),
+            deleter: Some(delete::<DLManagedTensorVersioned>),
             flags: DlpackFlags::empty(),
             dl_tensor: tensor,
         });
@@ -275,7 +292,7 @@ pub fn to_capsule(py: Python<'_>, export: Export, versioned: bool) -> PyResult<P
         let managed = Box::new(DLManagedTensor {
             dl_tensor: tensor,
             manager_ctx: ctx,
-            deleter: Some(delete_legacy),
+            deleter: Some(delete::<DLManagedTensor>),
         });
         (Box::into_raw(managed).cast::<c_void>(), LEGACY)
     };
@@ -283,13 +300,8 @@ pub fn to_capsule(py: Python<'_>, export: Export, versioned: bool) -> PyResult<P
     // destructor frees the tensor unless a consumer took ownership.
     let capsule = unsafe { ffi::PyCapsule_New(ptr, name.as_ptr(), Some(destroy_capsule)) };
     if capsule.is_null() {
-        if versioned {
-            // SAFETY: the capsule was not created, so nobody else will free the tensor.
-            unsafe { delete_versioned(ptr.cast()) };
-        } else {
-            // SAFETY: the capsule was not created, so nobody else will free the tensor.
-            unsafe { delete_legacy(ptr.cast()) };
-        }
+        // SAFETY: the capsule was not created, so nobody else will free the tensor.
+        unsafe { delete_either(ptr, versioned) };
         return Err(PyErr::fetch(py));
     }
     // SAFETY: PyCapsule_New returned a new reference.

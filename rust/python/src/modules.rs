@@ -6,14 +6,15 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString};
 
 /// The number of entries of `sys.modules` when a module was last found missing, for
 /// [`loaded`]; -1 before the first look.
-pub struct Watch(AtomicIsize);
+struct Watch(AtomicIsize);
 
 impl Watch {
-    pub const fn new() -> Self {
+    const fn new() -> Self {
         Self(AtomicIsize::new(-1))
     }
 }
@@ -23,7 +24,7 @@ impl Watch {
 /// import adds entries, so an unchanged size means the module is still missing. (A size
 /// unchanged by an import and a removal between two calls only delays the finding to the
 /// next import.)
-pub fn loaded<'py>(
+fn loaded<'py>(
     py: Python<'py>,
     name: &Bound<'py, PyString>,
     watch: &Watch,
@@ -46,4 +47,38 @@ pub fn loaded<'py>(
         watch.0.store(size, Ordering::Relaxed);
     }
     found
+}
+
+/// What a fast path needs of a module, taken from it once the program has imported it
+/// and kept: [`loaded`]'s watch and the answer.
+pub struct Found<T> {
+    answer: PyOnceLock<Option<T>>,
+    watch: Watch,
+}
+
+impl<T> Found<T> {
+    pub const fn new() -> Self {
+        Self {
+            answer: PyOnceLock::new(),
+            watch: Watch::new(),
+        }
+    }
+
+    /// The pieces `find` takes from module `name`, or `None` while the program has not
+    /// imported it. `find` answers `None` to look again next time (a module still being
+    /// imported lacks its attributes), `Some(None)` where the module lacks the pieces
+    /// (never looked for again).
+    pub fn get<'a>(
+        &'a self,
+        py: Python<'_>,
+        name: &Bound<'_, PyString>,
+        find: impl FnOnce(&Bound<'_, PyAny>) -> Option<Option<T>>,
+    ) -> Option<&'a T> {
+        if let Some(found) = self.answer.get(py) {
+            return found.as_ref();
+        }
+        let module = loaded(py, name, &self.watch)?;
+        let found = find(&module)?;
+        self.answer.get_or_init(py, || found).as_ref()
+    }
 }

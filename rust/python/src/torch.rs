@@ -16,10 +16,9 @@
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 
-use crate::modules::{self, Watch};
+use crate::modules::Found;
 
 /// A plain CUDA tensor's memory and the stream its pending work is queued on.
 pub struct TorchView {
@@ -37,40 +36,36 @@ struct Torch {
     current_raw_stream: Py<PyAny>,
 }
 
-static TORCH: PyOnceLock<Option<Torch>> = PyOnceLock::new();
-static WATCH: Watch = Watch::new();
+static TORCH: Found<Torch> = Found::new();
 
 /// torch's pieces, or `None` while torch is not imported (looked for again once more
 /// modules are: a program may import torch after kvikpy) or lacks them (then never
 /// looked for again).
 fn torch(py: Python<'_>) -> Option<&'static Torch> {
-    if let Some(found) = TORCH.get(py) {
-        return found.as_ref();
-    }
-    let torch = modules::loaded(py, intern!(py, "torch"), &WATCH)?;
-    let found = (|| -> PyResult<Option<Torch>> {
-        let tensor = torch.getattr("Tensor")?.cast_into::<PyType>()?.unbind();
-        let parameter = torch
-            .getattr("nn")
-            .and_then(|nn| nn.getattr("Parameter"))
-            .ok()
-            .and_then(|p| p.cast_into::<PyType>().ok())
-            .map(Bound::unbind);
-        let current_raw_stream = match torch
-            .getattr("_C")
-            .and_then(|c| c.getattr("_cuda_getCurrentRawStream"))
-        {
-            Ok(f) => f.unbind(),
-            Err(_) => return Ok(None),
-        };
-        Ok(Some(Torch {
-            tensor,
-            parameter,
-            current_raw_stream,
-        }))
-    })()
-    .unwrap_or(None);
-    TORCH.get_or_init(py, || found).as_ref()
+    TORCH.get(py, intern!(py, "torch"), |torch| {
+        let found = (|| -> PyResult<Option<Torch>> {
+            let tensor = torch.getattr("Tensor")?.cast_into::<PyType>()?.unbind();
+            let parameter = torch
+                .getattr("nn")
+                .and_then(|nn| nn.getattr("Parameter"))
+                .ok()
+                .and_then(|p| p.cast_into::<PyType>().ok())
+                .map(Bound::unbind);
+            let current_raw_stream = match torch
+                .getattr("_C")
+                .and_then(|c| c.getattr("_cuda_getCurrentRawStream"))
+            {
+                Ok(f) => f.unbind(),
+                Err(_) => return Ok(None),
+            };
+            Ok(Some(Torch {
+                tensor,
+                parameter,
+                current_raw_stream,
+            }))
+        })();
+        Some(found.unwrap_or(None))
+    })
 }
 
 /// `obj` as a [`TorchView`] when it is a plain CUDA tensor this path can take; `None`

@@ -185,29 +185,15 @@ impl PosixFile {
                 return self.buffered(direction, span, offset);
             }
         }
-        let parts = [
-            (0, split.head, false),
-            (split.head, split.middle, true),
-            (split.head + split.middle, split.tail, false),
-        ];
-        let mut done = 0;
-        for (at, len, direct) in parts {
-            if len == 0 {
-                continue;
-            }
+        split.move_in_order(|at, len, direct| {
             let part = span.sub(at, len);
             let part_offset = offset + at as u64;
-            let n = if direct {
-                self.direct_part(direct_fd, direction, part, part_offset, settings)?
+            if direct {
+                self.direct_part(direct_fd, direction, part, part_offset, settings)
             } else {
-                self.buffered(direction, part, part_offset)?
-            };
-            done += n;
-            if n < len {
-                break; // end of file
+                self.buffered(direction, part, part_offset)
             }
-        }
-        Ok(done)
+        })
     }
 
     /// Shrink the middle of a read's `split` (of a transfer at `offset`) to the blocks
