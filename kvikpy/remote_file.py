@@ -262,10 +262,8 @@ class RemoteFile(ClosedOnExit):
             aws_endpoint_url,
             aws_session_token,
         )
-        if scheme in ("http", "https"):
-            return cls(_lib.RemoteHandle.open_s3_from_http_url(url, nbytes, credentials))
-        if scheme == "s3":
-            return cls(_lib.RemoteHandle.open_s3_from_s3_url(url, nbytes, credentials))
+        if scheme in ("http", "https", "s3"):
+            return cls(_lib.RemoteHandle.open_s3_url(url, nbytes, credentials, scheme != "s3"))
         raise ValueError(
             f"Unsupported protocol: {_paths.redact_url(url)!r}; open_s3_url takes "
             "s3://<bucket>/<object> or an http(s):// URL of the object"
