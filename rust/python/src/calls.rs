@@ -97,13 +97,11 @@ pub(crate) fn task_size_arg(task_size: Option<i64>) -> PyResult<Option<usize>> {
 /// A handle whose entry points are [`Call`]s: it converts one into one engine request on
 /// `buf` and submits it, returning the future and the span the request covers.
 pub(crate) trait Submit {
-    fn submit(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        call: &Call<'_>,
-    ) -> PyResult<(IoFuture, Span)>;
+    fn submit(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, call: &Call<'_>) -> Submitted;
 }
+
+/// A submitted request's future and the span of memory it covers.
+pub(crate) type Submitted = PyResult<(IoFuture, Span)>;
 
 /// What an entry point returns to Python for its submitted request.
 pub(crate) trait Outcome: Sized {
@@ -149,16 +147,16 @@ pub(crate) fn run<T: Outcome>(
     T::of(py, future, span, call.completion)
 }
 
-/// The `#[pymethods]` block of `$handle` (a [`Submit`] handle): the methods written out
-/// in its `impl` block, then one read or write entry point per row of the tables that
-/// follow. A table says the entry points' Python signature; a row names the method, its
-/// return type ([`Outcome`]) and the [`Call`] it makes, to which the table adds the
-/// arguments:
+/// The `#[pymethods]` block of `$handle`, a [`Submit`] handle (in a module that has
+/// `pyo3::prelude::*` and `boundary` in scope): the methods written out in its `impl`
+/// block, then one read or write entry point per row of the tables that follow. A table
+/// gives its entry points' Python signature; a row names the method, its return type
+/// ([`Outcome`]) and the [`Call`] it makes, which the table completes with the arguments:
 ///
-/// - `sized($offset) { name -> T = call; }`: `(buf, size=None, $offset=0, task_size=None)`
+/// - `tuned($offset) { name -> T = call; }`: `(buf, size=None, $offset=0, task_size=None)`
 /// - `exact(file_offset) { ... }`: `(buf, size, file_offset=0, task_size=None)`, and the
 ///   call is [`Call::exact`]
-/// - `untuned($offset) { ... }`: `(buf, size=None, $offset=0)`
+/// - `untuned($offset) { ... }`: `(buf, size=None, $offset=0)`, tasks of the setting's size
 /// - `raw { name -> T = direction, alternative; }`: `(buf, size=None, file_offset=0,
 ///   dev_offset=0)`, one whole task in this thread ([`Call::raw`])
 /// - `raw_async { ... }`: `(buf, stream, size=None, file_offset=0, dev_offset=0)`, ordered
@@ -166,8 +164,8 @@ pub(crate) fn run<T: Outcome>(
 macro_rules! io_pymethods {
     (
         impl $handle:ident { $($written:tt)* }
-        $(sized($sized_offset:ident) {
-            $($sized:ident -> $sized_out:ty = $sized_call:expr;)*
+        $(tuned($tuned_offset:ident) {
+            $($tuned:ident -> $tuned_out:ty = $tuned_call:expr;)*
         })?
         $(exact(file_offset) {
             $($exact:ident -> $exact_out:ty = $exact_call:expr;)*
@@ -188,30 +186,24 @@ macro_rules! io_pymethods {
             $($written)*
 
             $($(
-                #[pyo3(signature = (buf, size=None, $sized_offset=0, task_size=None))]
-                fn $sized(
-                    &self,
-                    py: ::pyo3::Python<'_>,
-                    buf: &::pyo3::Bound<'_, ::pyo3::PyAny>,
+                #[pyo3(signature = (buf, size=None, $tuned_offset=0, task_size=None))]
+                fn $tuned(&self, py: Python<'_>, buf: &Bound<'_, PyAny>,
                     #[pyo3(from_py_with = crate::intake::opt_int_arg)] size: Option<i64>,
-                    #[pyo3(from_py_with = crate::intake::int_arg)] $sized_offset: i64,
+                    #[pyo3(from_py_with = crate::intake::int_arg)] $tuned_offset: i64,
                     #[pyo3(from_py_with = crate::intake::opt_int_arg)] task_size: Option<i64>,
-                ) -> ::pyo3::PyResult<$sized_out> {
-                    let call = $sized_call.at(size, $sized_offset).task_size(task_size);
+                ) -> PyResult<$tuned_out> {
+                    let call = $tuned_call.at(size, $tuned_offset).task_size(task_size);
                     crate::calls::run(py, self, buf, call)
                 }
             )*)?
 
             $($(
                 #[pyo3(signature = (buf, size, file_offset=0, task_size=None))]
-                fn $exact(
-                    &self,
-                    py: ::pyo3::Python<'_>,
-                    buf: &::pyo3::Bound<'_, ::pyo3::PyAny>,
+                fn $exact(&self, py: Python<'_>, buf: &Bound<'_, PyAny>,
                     #[pyo3(from_py_with = crate::intake::int_arg)] size: i64,
                     #[pyo3(from_py_with = crate::intake::int_arg)] file_offset: i64,
                     #[pyo3(from_py_with = crate::intake::opt_int_arg)] task_size: Option<i64>,
-                ) -> ::pyo3::PyResult<$exact_out> {
+                ) -> PyResult<$exact_out> {
                     let call = $exact_call.at(Some(size), file_offset).task_size(task_size);
                     crate::calls::run(py, self, buf, call.exact())
                 }
@@ -219,28 +211,23 @@ macro_rules! io_pymethods {
 
             $($(
                 #[pyo3(signature = (buf, size=None, $untuned_offset=0))]
-                fn $untuned(
-                    &self,
-                    py: ::pyo3::Python<'_>,
-                    buf: &::pyo3::Bound<'_, ::pyo3::PyAny>,
+                fn $untuned(&self, py: Python<'_>, buf: &Bound<'_, PyAny>,
                     #[pyo3(from_py_with = crate::intake::opt_int_arg)] size: Option<i64>,
                     #[pyo3(from_py_with = crate::intake::int_arg)] $untuned_offset: i64,
-                ) -> ::pyo3::PyResult<$untuned_out> {
+                ) -> PyResult<$untuned_out> {
                     crate::calls::run(py, self, buf, $untuned_call.at(size, $untuned_offset))
                 }
             )*)?
 
             $($(
                 #[pyo3(signature = (buf, size=None, file_offset=0, dev_offset=0))]
-                fn $raw(
-                    &self,
-                    py: ::pyo3::Python<'_>,
-                    buf: &::pyo3::Bound<'_, ::pyo3::PyAny>,
+                fn $raw(&self, py: Python<'_>, buf: &Bound<'_, PyAny>,
                     #[pyo3(from_py_with = crate::intake::opt_int_arg)] size: Option<i64>,
                     #[pyo3(from_py_with = crate::intake::int_arg)] file_offset: i64,
                     #[pyo3(from_py_with = crate::intake::int_arg)] dev_offset: i64,
-                ) -> ::pyo3::PyResult<$raw_out> {
-                    let call = crate::calls::Call::new($raw_direction, ::kvikpy_core::Completion::Whole)
+                ) -> PyResult<$raw_out> {
+                    let whole = ::kvikpy_core::Completion::Whole;
+                    let call = crate::calls::Call::new($raw_direction, whole)
                         .at(size, file_offset)
                         .raw(dev_offset, stringify!($raw), $raw_alternative);
                     crate::calls::run(py, self, buf, call)
@@ -249,15 +236,12 @@ macro_rules! io_pymethods {
 
             $($(
                 #[pyo3(signature = (buf, stream, size=None, file_offset=0, dev_offset=0))]
-                fn $async(
-                    &self,
-                    py: ::pyo3::Python<'_>,
-                    buf: &::pyo3::Bound<'_, ::pyo3::PyAny>,
+                fn $async(&self, py: Python<'_>, buf: &Bound<'_, PyAny>,
                     stream: usize,
                     #[pyo3(from_py_with = crate::intake::opt_int_arg)] size: Option<i64>,
                     #[pyo3(from_py_with = crate::intake::int_arg)] file_offset: i64,
                     #[pyo3(from_py_with = crate::intake::int_arg)] dev_offset: i64,
-                ) -> ::pyo3::PyResult<$async_out> {
+                ) -> PyResult<$async_out> {
                     let ordered = ::kvikpy_core::Completion::StreamOrdered(
                         ::kvikpy_core::cuda::Stream::from_raw(stream),
                     );

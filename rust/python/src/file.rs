@@ -2,14 +2,14 @@
 //! arguments into one engine [`Request`] and submits it (the entry points are rows of
 //! [`io_pymethods!`]); the engine decides how it runs.
 
-use kvikpy_core::{Completion, Direction, IoFuture, Request, Span};
+use kvikpy_core::{Completion, Direction, Request, Span};
 use kvikpy_macros::boundary;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::blocking::{interruptible_alone, without_gil};
 use crate::buffer::{mark_ready, Buffer};
-use crate::calls::{io_pymethods, task_size_arg, Call, Submit};
+use crate::calls::{io_pymethods, task_size_arg, Call, Submit, Submitted};
 use crate::errors::{BindError, BindResult};
 use crate::future::{Future, StreamFuture};
 use crate::intake::{file_offset, intake_with, Access, Pending};
@@ -28,12 +28,7 @@ impl FileHandle {
 }
 
 impl Submit for FileHandle {
-    fn submit(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        call: &Call<'_>,
-    ) -> PyResult<(IoFuture, Span)> {
+    fn submit(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, call: &Call<'_>) -> Submitted {
         let task_size = task_size_arg(call.task_size)?;
         let file_offset = file_offset(call.file_offset)?;
         let access = match call.direction {
@@ -177,7 +172,7 @@ impl FileHandle {
         Ok(self.inner.get()?.direct_io_supported())
     }
 }
-    sized(file_offset) {
+    tuned(file_offset) {
         pread -> Future = Call::new(Direction::Read, Completion::Future);
         pwrite -> Future = Call::new(Direction::Write, Completion::Future);
         read -> usize = Call::new(Direction::Read, Completion::Blocking);

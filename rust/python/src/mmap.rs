@@ -5,13 +5,13 @@
 use std::path::PathBuf;
 
 use kvikpy_core::mmap_handle::{MmapHandle as Mapped, MmapOptions};
-use kvikpy_core::{Completion, Direction, IoFuture, Span};
+use kvikpy_core::{Completion, Direction};
 use kvikpy_macros::boundary;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::blocking::without_gil;
-use crate::calls::{io_pymethods, task_size_arg, Call, Submit};
+use crate::calls::{io_pymethods, task_size_arg, Call, Submit, Submitted};
 use crate::errors::{BindError, BindResult};
 use crate::future::Future;
 use crate::intake::{int_arg, intake, non_negative, opt_int_arg, Access};
@@ -24,12 +24,7 @@ pub struct MmapHandle {
 
 /// A read of `size` bytes (`None`: to the end of the file) at `offset` into `buf`.
 impl Submit for MmapHandle {
-    fn submit(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        call: &Call<'_>,
-    ) -> PyResult<(IoFuture, Span)> {
+    fn submit(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, call: &Call<'_>) -> Submitted {
         let (size, completion) = (call.size, call.completion);
         let offset = non_negative("offset", call.file_offset)?;
         let size = size.map(|s| non_negative("size", s)).transpose()?;
@@ -119,7 +114,7 @@ impl MmapHandle {
         self.inner.path().to_string_lossy().into_owned()
     }
 }
-    sized(offset) {
+    tuned(offset) {
         pread -> Future = Call::new(Direction::Read, Completion::Future);
     }
     untuned(offset) {
