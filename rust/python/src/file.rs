@@ -172,6 +172,7 @@ impl FileHandle {
         Ok(self.inner.get()?.direct_io_supported())
     }
 }
+    // Split into tasks of `task_size` bytes on the pool: a future, or the count at once.
     tuned(file_offset) {
         pread -> Future = Call::new(Direction::Read, Completion::Future);
         pwrite -> Future = Call::new(Direction::Write, Completion::Future);
@@ -188,6 +189,7 @@ impl FileHandle {
         raw_read -> usize = Direction::Read, "read";
         raw_write -> usize = Direction::Write, "write";
     }
+    // The same, ordered in a CUDA stream: the call returns at once.
     raw_async {
         raw_read_async -> StreamFuture = Direction::Read, "pread";
         raw_write_async -> StreamFuture = Direction::Write, "pwrite";

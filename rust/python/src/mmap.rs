@@ -22,7 +22,8 @@ pub struct MmapHandle {
     inner: Mapped,
 }
 
-/// A read of `size` bytes (`None`: to the end of the file) at `offset` into `buf`.
+/// A read of `size` bytes (`None`: to the end of the file) at `offset` into `buf`; the
+/// rows below make reads only, neither exact nor raw.
 impl Submit for MmapHandle {
     fn submit(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, call: &Call<'_>) -> Submitted {
         let (size, completion) = (call.size, call.completion);
@@ -114,6 +115,7 @@ impl MmapHandle {
         self.inner.path().to_string_lossy().into_owned()
     }
 }
+    // kvikio's range rules, then split over the pool like a file's reads.
     tuned(offset) {
         pread -> Future = Call::new(Direction::Read, Completion::Future);
     }
