@@ -414,12 +414,8 @@ class RemoteHandle:
         bucket_name: str, object_name: str, nbytes: int | None, credentials: S3Credentials
     ) -> RemoteHandle: ...
     @staticmethod
-    def open_s3_from_http_url(
-        url: str, nbytes: int | None, credentials: S3Credentials
-    ) -> RemoteHandle: ...
-    @staticmethod
-    def open_s3_from_s3_url(
-        url: str, nbytes: int | None, credentials: S3Credentials
+    def open_s3_url(
+        url: str, nbytes: int | None, credentials: S3Credentials, http: bool
     ) -> RemoteHandle: ...
     @staticmethod
     def open_s3_public(url: str, nbytes: int | None = None) -> RemoteHandle: ...

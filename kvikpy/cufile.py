@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 import kvikpy._lib as _lib
 from kvikpy import _paths
-from kvikpy._closing import ClosedOnExit
 from kvikpy._cuda_streams import stream_handle
+from kvikpy._open_file import OpenFile
 from kvikpy._page_cache import (
     clear_page_cache,
     drop_file_page_cache,
@@ -237,7 +237,7 @@ def _reopen(path: str, flags: OpenMode) -> CuFile:
     return CuFile(path, flags)
 
 
-class CuFile(ClosedOnExit):
+class CuFile(OpenFile):
     """A file opened for parallel reads and writes into host or GPU memory.
 
     Parameters
@@ -351,15 +351,6 @@ class CuFile(ClosedOnExit):
             replacement.abort()
             raise
         replacement.commit(bool(_lib.get_setting("write_sync")))
-
-    def close(self) -> None:
-        """Close the file. Idempotent; reads and writes still running finish first."""
-        self._handle.close()
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` has been called."""
-        return self._handle.closed
 
     def fileno(self) -> int:
         """The file descriptor (the one without O_DIRECT)."""

@@ -91,33 +91,17 @@ class Mmap(ClosedOnExit):
         )
 
     def initial_map_size(self) -> int:
-        """Size in bytes of the region mapped when the handle was made.
-
-        Returns
-        -------
-        int
-            The size; 0 for an empty file and once the handle is closed (as kvikio).
-        """
+        """Size in bytes of the region mapped when the handle was made: 0 for an empty file
+        and once the handle is closed (as kvikio)."""
         return self._handle.initial_map_size()
 
     def initial_map_offset(self) -> int:
-        """File offset of the region mapped when the handle was made.
-
-        Returns
-        -------
-        int
-            The offset; 0 once the handle is closed (as kvikio).
-        """
+        """File offset of the region mapped when the handle was made: 0 once the handle is
+        closed (as kvikio)."""
         return self._handle.initial_map_offset()
 
     def file_size(self) -> int:
-        """The file's current size in bytes.
-
-        Returns
-        -------
-        int
-            The size; 0 once the handle is closed (as kvikio).
-        """
+        """The file's current size in bytes: 0 once the handle is closed (as kvikio)."""
         return self._handle.file_size()
 
     def close(self) -> None:
@@ -128,13 +112,7 @@ class Mmap(ClosedOnExit):
         self._handle.close()
 
     def closed(self) -> bool:
-        """Whether :meth:`close` was called (a method, as in kvikio).
-
-        Returns
-        -------
-        bool
-            True once closed.
-        """
+        """True once :meth:`close` has been called (a method, as in kvikio)."""
         return self._handle.closed()
 
     def read(self, buf: BufferLike, size: int | None = None, offset: int = 0) -> int:

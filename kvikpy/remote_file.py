@@ -55,7 +55,7 @@ import urllib.parse
 
 import kvikpy._lib as _lib
 from kvikpy import _paths
-from kvikpy._closing import ClosedOnExit
+from kvikpy._open_file import OpenFile
 from kvikpy.cufile import BufferLike, IOFuture
 from kvikpy.errors import NegativeValueError
 
@@ -127,7 +127,7 @@ def infer_remote_endpoint_type(url: str) -> RemoteEndpointType:
     return RemoteEndpointType(_lib.infer_remote_endpoint_type(url))
 
 
-class RemoteFile(ClosedOnExit):
+class RemoteFile(OpenFile):
     """A file on a remote server, read in parallel with HTTP range requests.
 
     Open one with a class method (:meth:`open`, :meth:`open_http`, :meth:`open_s3`,
@@ -145,8 +145,8 @@ class RemoteFile(ClosedOnExit):
         handle
             The engine's handle of the open remote file.
         """
-        self._handle = handle
-        self._file = handle.file
+        self._remote = handle
+        self._handle = handle.file
 
     @classmethod
     def open_http(cls, url: str, nbytes: int | None = None) -> RemoteFile:
@@ -262,10 +262,8 @@ class RemoteFile(ClosedOnExit):
             aws_endpoint_url,
             aws_session_token,
         )
-        if scheme in ("http", "https"):
-            return cls(_lib.RemoteHandle.open_s3_from_http_url(url, nbytes, credentials))
-        if scheme == "s3":
-            return cls(_lib.RemoteHandle.open_s3_from_s3_url(url, nbytes, credentials))
+        if scheme in ("http", "https", "s3"):
+            return cls(_lib.RemoteHandle.open_s3_url(url, nbytes, credentials, scheme != "s3"))
         raise ValueError(
             f"Unsupported protocol: {_paths.redact_url(url)!r}; open_s3_url takes "
             "s3://<bucket>/<object> or an http(s):// URL of the object"
@@ -355,21 +353,12 @@ class RemoteFile(ClosedOnExit):
             )
         )
 
-    def close(self) -> None:
-        """Close the file; idempotent, and reads still running finish first."""
-        self._file.close()
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` has been called."""
-        return self._file.closed
-
     def __str__(self) -> str:
-        return f'<{type(self).__name__} "{_paths.redact_url(self._handle.url)}">'
+        return f'<{type(self).__name__} "{_paths.redact_url(self._remote.url)}">'
 
     def __repr__(self) -> str:
         return (
-            f"<kvikpy.RemoteFile {_paths.redact_url(self._handle.url)!r} "
+            f"<kvikpy.RemoteFile {_paths.redact_url(self._remote.url)!r} "
             f"{self.remote_endpoint_type().name} "
             f"{self.nbytes()} bytes{' closed' if self.closed else ''}>"
         )
@@ -378,15 +367,15 @@ class RemoteFile(ClosedOnExit):
     def url(self) -> str:
         """The file's URL, as requests use it: without user info (whose credentials
         travel in a header, never shown)."""
-        return self._handle.url
+        return self._remote.url
 
     def remote_endpoint_type(self) -> RemoteEndpointType:
         """The file's endpoint type."""
-        return RemoteEndpointType(self._handle.remote_endpoint_type())
+        return RemoteEndpointType(self._remote.remote_endpoint_type())
 
     def nbytes(self) -> int:
         """The file's size in bytes (known since it was opened; no request)."""
-        return self._handle.nbytes()
+        return self._remote.nbytes()
 
     def _checked_size(self, buf: BufferLike, size: int | None, file_offset: int) -> int:
         if size is None:
@@ -439,7 +428,7 @@ class RemoteFile(ClosedOnExit):
             If ``[file_offset, file_offset + size)`` reaches past the end of the file.
         """
         size = self._checked_size(buf, size, file_offset)
-        return IOFuture(self._file.pread_exact(buf, size, file_offset, task_size))
+        return IOFuture(self._handle.pread_exact(buf, size, file_offset, task_size))
 
     def read(
         self,
@@ -467,4 +456,4 @@ class RemoteFile(ClosedOnExit):
             The bytes read (``size``).
         """
         size = self._checked_size(buf, size, file_offset)
-        return self._file.read_exact(buf, size, file_offset, task_size)
+        return self._handle.read_exact(buf, size, file_offset, task_size)

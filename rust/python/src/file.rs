@@ -1,84 +1,24 @@
 //! `_lib.FileHandle`: an open file and its read/write entry points. Each one converts its
-//! arguments into one engine [`Request`] and submits it; the engine decides how it runs.
+//! arguments into one engine [`Request`] and submits it (the entry points are rows of
+//! [`io_pymethods!`]); the engine decides how it runs.
 
-use std::time::Duration;
-
-use kvikpy_core::cuda::Stream;
 use kvikpy_core::extent::{extent, Extent, Want};
-use kvikpy_core::{Completion, Direction, IoFuture, Request, Span};
+use kvikpy_core::{Completion, Direction, Request, Span};
 use kvikpy_macros::boundary;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::blocking::{interruptible_alone, without_gil};
 use crate::buffer::{mark_ready, Buffer};
+use crate::calls::{io_pymethods, task_size_arg, Call, Submit, Submitted};
 use crate::errors::{BindError, BindResult};
 use crate::future::{Future, StreamFuture};
-use crate::intake::{file_offset, int_arg, intake_with, opt_int_arg, Access, Pending};
+use crate::intake::{file_offset, intake_with, Access, Pending};
 
 /// An open file (the private handle behind `kvikpy.CuFile`).
 #[pyclass(module = "kvikpy._lib", frozen)]
 pub struct FileHandle {
     inner: kvikpy_core::FileHandle,
-}
-
-/// A `task_size` argument: `None` for the setting, else a positive byte count.
-pub(crate) fn task_size_arg(task_size: Option<i64>) -> PyResult<Option<usize>> {
-    match task_size {
-        Some(t) if t <= 0 => Err(PyValueError::new_err(format!(
-            "task_size must be a positive number of bytes, got {t}"
-        ))),
-        t => Ok(t.map(|t| t as usize)),
-    }
-}
-
-/// The arguments of one Python-level read or write, before conversion.
-struct Call<'a> {
-    direction: Direction,
-    size: Option<i64>,
-    file_offset: i64,
-    task_size: Option<i64>,
-    exact: bool,
-    completion: Completion,
-    /// For kvikio's `raw_*` methods: device memory only, from this offset into it.
-    raw: Option<Raw<'a>>,
-}
-
-/// What a `raw_*` call adds: where in the device buffer it starts, its own name and the
-/// method to suggest for host memory.
-struct Raw<'a> {
-    dev_offset: i64,
-    method: &'a str,
-    alternative: &'a str,
-}
-
-impl<'a> Call<'a> {
-    fn new(
-        direction: Direction,
-        size: Option<i64>,
-        file_offset: i64,
-        completion: Completion,
-    ) -> Self {
-        Self {
-            direction,
-            size,
-            file_offset,
-            task_size: None,
-            exact: false,
-            completion,
-            raw: None,
-        }
-    }
-
-    fn raw(mut self, dev_offset: i64, method: &'a str, alternative: &'a str) -> Self {
-        self.raw = Some(Raw {
-            dev_offset,
-            method,
-            alternative,
-        });
-        self
-    }
 }
 
 /// Open `path` in mode `flags` (kvikio's `"r"`, `"w"`...) with the GIL released: a URL
@@ -110,28 +50,15 @@ pub(crate) fn open(
     }
 }
 
-/// The count of a future the caller waits for at once: without another GIL release when
-/// it is already complete (an inline request), else an interruptible wait.
-pub(crate) fn finish(py: Python<'_>, future: IoFuture) -> PyResult<usize> {
-    match future.wait_timeout(Duration::ZERO) {
-        Some(result) => result.map_err(|e| BindError::Engine(e).into()),
-        None => Future::from(future).get(py),
-    }
-}
-
 impl FileHandle {
     /// The Python handle of a file the engine already opened (a remote file).
     pub fn from_core(inner: kvikpy_core::FileHandle) -> Self {
         Self { inner }
     }
+}
 
-    /// Convert `call` into one request on `buf` and submit it; the span it covers too.
-    fn submit(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        call: Call<'_>,
-    ) -> PyResult<(IoFuture, Span)> {
+impl Submit for FileHandle {
+    fn submit(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, call: &Call<'_>) -> Submitted {
         let task_size = task_size_arg(call.task_size)?;
         let file_offset = file_offset(call.file_offset)?;
         let access = match call.direction {
@@ -144,7 +71,7 @@ impl FileHandle {
             Completion::StreamOrdered(stream) => Pending::InStreamOrder(stream.as_raw()),
             _ => Pending::Deferred,
         };
-        let taken = match call.raw {
+        let taken = match &call.raw {
             Some(raw) => {
                 self.inner.get().map_err(BindError::Engine)?; // a closed file first
                 let taken = intake_with(buf, access, pending)?;
@@ -170,30 +97,23 @@ impl FileHandle {
             let settings = kvikpy_core::settings::current()?;
             kvikpy_core::submit(&settings, inner, request, completion)
         })?;
+        // A kvikpy.Buffer remembers where in the stream a stream-ordered read's bytes
+        // land, for its consumers.
+        if let (Direction::Read, Completion::StreamOrdered(stream), Span::Device(device)) =
+            (call.direction, completion, span)
+        {
+            if let Ok(buffer) = buf.cast::<Buffer>() {
+                let storage = buffer.get().span().1;
+                let (ordinal, stream) = (device.ordinal, stream.as_raw());
+                without_gil(py, move || mark_ready(&storage, ordinal, stream))?;
+            }
+        }
         Ok((future, span))
-    }
-
-    /// A stream-ordered `raw_*_async` call; the future and the device's ordinal.
-    fn ordered(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        stream: usize,
-        call: Call<'_>,
-    ) -> PyResult<(StreamFuture, usize)> {
-        let (future, span) = self.submit(py, buf, call)?;
-        let Span::Device(span) = span else {
-            unreachable!("raw calls take device memory only")
-        };
-        Ok((
-            StreamFuture::new(future, span.ordinal, stream),
-            span.ordinal,
-        ))
     }
 }
 
-#[boundary]
-#[pymethods]
+// The methods written out, then the read and write entry points, one a row.
+io_pymethods! {
 impl FileHandle {
     #[new]
     fn new(py: Python<'_>, path: std::path::PathBuf, flags: &str) -> BindResult<Self> {
@@ -284,171 +204,27 @@ impl FileHandle {
     fn is_direct_io_supported(&self) -> BindResult<bool> {
         Ok(self.inner.get()?.direct_io_supported())
     }
-
-    #[pyo3(signature = (buf, size=None, file_offset=0, task_size=None))]
-    fn pread(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
-        #[pyo3(from_py_with = int_arg)] file_offset: i64,
-        #[pyo3(from_py_with = opt_int_arg)] task_size: Option<i64>,
-    ) -> PyResult<Future> {
-        let mut call = Call::new(Direction::Read, size, file_offset, Completion::Future);
-        call.task_size = task_size;
-        Ok(Future::from(self.submit(py, buf, call)?.0))
+}
+    // Split into tasks of `task_size` bytes on the pool: a future, or the count at once.
+    tuned(file_offset) {
+        pread -> Future = Call::new(Direction::Read, Completion::Future);
+        pwrite -> Future = Call::new(Direction::Write, Completion::Future);
+        read -> usize = Call::new(Direction::Read, Completion::Blocking);
+        write -> usize = Call::new(Direction::Write, Completion::Blocking);
     }
-
-    /// `pread` that must fill `size` bytes: a file that ends first (it shrank after it
-    /// was sized) is an `OSError`, not a short count.
-    #[pyo3(signature = (buf, size, file_offset=0, task_size=None))]
-    fn pread_exact(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int_arg)] size: i64,
-        #[pyo3(from_py_with = int_arg)] file_offset: i64,
-        #[pyo3(from_py_with = opt_int_arg)] task_size: Option<i64>,
-    ) -> PyResult<Future> {
-        let mut call = Call::new(Direction::Read, Some(size), file_offset, Completion::Future);
-        call.exact = true;
-        call.task_size = task_size;
-        Ok(Future::from(self.submit(py, buf, call)?.0))
+    // `size` bytes or an OSError (the file shrank after it was sized), not a short count.
+    exact(file_offset) {
+        pread_exact -> Future = Call::new(Direction::Read, Completion::Future);
+        read_exact -> usize = Call::new(Direction::Read, Completion::Blocking);
     }
-
-    #[pyo3(signature = (buf, size=None, file_offset=0, task_size=None))]
-    fn pwrite(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
-        #[pyo3(from_py_with = int_arg)] file_offset: i64,
-        #[pyo3(from_py_with = opt_int_arg)] task_size: Option<i64>,
-    ) -> PyResult<Future> {
-        let mut call = Call::new(Direction::Write, size, file_offset, Completion::Future);
-        call.task_size = task_size;
-        Ok(Future::from(self.submit(py, buf, call)?.0))
+    // kvikio's raw calls: device memory only; host memory is pointed to the method named.
+    raw {
+        raw_read -> usize = Direction::Read, "read";
+        raw_write -> usize = Direction::Write, "write";
     }
-
-    #[pyo3(signature = (buf, size=None, file_offset=0, task_size=None))]
-    fn read(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
-        #[pyo3(from_py_with = int_arg)] file_offset: i64,
-        #[pyo3(from_py_with = opt_int_arg)] task_size: Option<i64>,
-    ) -> PyResult<usize> {
-        let mut call = Call::new(Direction::Read, size, file_offset, Completion::Blocking);
-        call.task_size = task_size;
-        finish(py, self.submit(py, buf, call)?.0)
-    }
-
-    /// `read` that must fill `size` bytes: a file that ends first (it shrank after it was
-    /// sized) is an `OSError`, not a short count.
-    #[pyo3(signature = (buf, size, file_offset=0, task_size=None))]
-    fn read_exact(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = int_arg)] size: i64,
-        #[pyo3(from_py_with = int_arg)] file_offset: i64,
-        #[pyo3(from_py_with = opt_int_arg)] task_size: Option<i64>,
-    ) -> PyResult<usize> {
-        let mut call = Call::new(
-            Direction::Read,
-            Some(size),
-            file_offset,
-            Completion::Blocking,
-        );
-        call.exact = true;
-        call.task_size = task_size;
-        finish(py, self.submit(py, buf, call)?.0)
-    }
-
-    #[pyo3(signature = (buf, size=None, file_offset=0, task_size=None))]
-    fn write(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
-        #[pyo3(from_py_with = int_arg)] file_offset: i64,
-        #[pyo3(from_py_with = opt_int_arg)] task_size: Option<i64>,
-    ) -> PyResult<usize> {
-        let mut call = Call::new(Direction::Write, size, file_offset, Completion::Blocking);
-        call.task_size = task_size;
-        finish(py, self.submit(py, buf, call)?.0)
-    }
-
-    #[pyo3(signature = (buf, size=None, file_offset=0, dev_offset=0))]
-    fn raw_read(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
-        #[pyo3(from_py_with = int_arg)] file_offset: i64,
-        #[pyo3(from_py_with = int_arg)] dev_offset: i64,
-    ) -> PyResult<usize> {
-        let call = Call::new(Direction::Read, size, file_offset, Completion::Whole);
-        finish(
-            py,
-            self.submit(py, buf, call.raw(dev_offset, "raw_read", "read"))?
-                .0,
-        )
-    }
-
-    #[pyo3(signature = (buf, size=None, file_offset=0, dev_offset=0))]
-    fn raw_write(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
-        #[pyo3(from_py_with = int_arg)] file_offset: i64,
-        #[pyo3(from_py_with = int_arg)] dev_offset: i64,
-    ) -> PyResult<usize> {
-        let call = Call::new(Direction::Write, size, file_offset, Completion::Whole);
-        finish(
-            py,
-            self.submit(py, buf, call.raw(dev_offset, "raw_write", "write"))?
-                .0,
-        )
-    }
-
-    #[pyo3(signature = (buf, stream, size=None, file_offset=0, dev_offset=0))]
-    fn raw_read_async(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        stream: usize,
-        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
-        #[pyo3(from_py_with = int_arg)] file_offset: i64,
-        #[pyo3(from_py_with = int_arg)] dev_offset: i64,
-    ) -> PyResult<StreamFuture> {
-        let ordered = Completion::StreamOrdered(Stream::from_raw(stream));
-        let call = Call::new(Direction::Read, size, file_offset, ordered);
-        let call = call.raw(dev_offset, "raw_read_async", "pread");
-        let (future, ordinal) = self.ordered(py, buf, stream, call)?;
-        // A kvikpy.Buffer remembers where in `stream` its bytes land, for its consumers.
-        if let Ok(buffer) = buf.cast::<Buffer>() {
-            let storage = buffer.get().span().1;
-            without_gil(py, move || mark_ready(&storage, ordinal, stream))?;
-        }
-        Ok(future)
-    }
-
-    #[pyo3(signature = (buf, stream, size=None, file_offset=0, dev_offset=0))]
-    fn raw_write_async(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        stream: usize,
-        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
-        #[pyo3(from_py_with = int_arg)] file_offset: i64,
-        #[pyo3(from_py_with = int_arg)] dev_offset: i64,
-    ) -> PyResult<StreamFuture> {
-        let ordered = Completion::StreamOrdered(Stream::from_raw(stream));
-        let call = Call::new(Direction::Write, size, file_offset, ordered);
-        let call = call.raw(dev_offset, "raw_write_async", "pwrite");
-        Ok(self.ordered(py, buf, stream, call)?.0)
+    // The same, ordered in a CUDA stream: the call returns at once.
+    raw_async {
+        raw_read_async -> StreamFuture = Direction::Read, "pread";
+        raw_write_async -> StreamFuture = Direction::Write, "pwrite";
     }
 }

@@ -7,6 +7,7 @@ mod batch;
 mod blocking;
 mod boundary;
 mod buffer;
+mod calls;
 mod ceiling;
 mod cuda;
 mod cufile;

@@ -5,14 +5,14 @@
 use std::path::PathBuf;
 
 use kvikpy_core::mmap_handle::{MmapHandle as Mapped, MmapOptions};
-use kvikpy_core::{Completion, IoFuture};
+use kvikpy_core::{Completion, Direction};
 use kvikpy_macros::boundary;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::blocking::without_gil;
-use crate::errors::BindResult;
-use crate::file::task_size_arg;
+use crate::calls::{io_pymethods, task_size_arg, Call, Submit, Submitted};
+use crate::errors::{BindError, BindResult};
 use crate::future::Future;
 use crate::intake::{int_arg, intake, non_negative, opt_int_arg, Access};
 
@@ -22,23 +22,19 @@ pub struct MmapHandle {
     inner: Mapped,
 }
 
-impl MmapHandle {
-    /// Start a read of `size` bytes (`None`: to the end of the file) at `offset` into
-    /// `buf`, completed as `completion` asks.
-    fn submit(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        size: Option<i64>,
-        offset: i64,
-        task_size: Option<i64>,
-        completion: Completion,
-    ) -> BindResult<IoFuture> {
-        let offset = non_negative("offset", offset)?;
+/// A read of `size` bytes (`None`: to the end of the file) at `offset` into `buf`; the
+/// rows below make reads only, neither exact nor raw.
+impl Submit for MmapHandle {
+    fn submit(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, call: &Call<'_>) -> Submitted {
+        let (size, completion) = (call.size, call.completion);
+        let offset = non_negative("offset", call.file_offset)?;
         let size = size.map(|s| non_negative("size", s)).transpose()?;
-        let task_size = task_size_arg(task_size)?;
+        let task_size = task_size_arg(call.task_size)?;
         let taken = intake(buf, Access::Fill)?;
-        let count = self.inner.check_read(size, offset)?;
+        let count = self
+            .inner
+            .check_read(size, offset)
+            .map_err(BindError::Engine)?;
         let room = taken.span.len();
         if count > room as u64 {
             let asked = match size {
@@ -48,21 +44,21 @@ impl MmapHandle {
             return Err(PyValueError::new_err(format!(
                 "the read asks for {asked} but the buffer has {room} bytes; pass a size of \
                  at most {room} or a larger buffer"
-            ))
-            .into());
+            )));
         }
         let span = taken.span.sub(0, count as usize);
         let keepalive = Some(taken.keepalive);
         let inner = &self.inner;
-        without_gil(py, move || {
+        let future = without_gil(py, move || {
             let settings = kvikpy_core::settings::current()?;
             inner.submit(&settings, span, offset, task_size, keepalive, completion)
-        })
+        })?;
+        Ok((future, span))
     }
 }
 
-#[boundary]
-#[pymethods]
+// The methods written out, then the reads, one a row.
+io_pymethods! {
 impl MmapHandle {
     #[new]
     #[pyo3(signature = (path, flags="r", initial_map_size=None, initial_map_offset=0, mode=0o644, map_flags=None))]
@@ -118,29 +114,12 @@ impl MmapHandle {
     fn path(&self) -> String {
         self.inner.path().to_string_lossy().into_owned()
     }
-
-    #[pyo3(signature = (buf, size=None, offset=0))]
-    fn read(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
-        #[pyo3(from_py_with = int_arg)] offset: i64,
-    ) -> BindResult<usize> {
-        let future = self.submit(py, buf, size, offset, None, Completion::Blocking)?;
-        Ok(Future::from(future).get(py)?)
+}
+    // kvikio's range rules, then split over the pool like a file's reads.
+    tuned(offset) {
+        pread -> Future = Call::new(Direction::Read, Completion::Future);
     }
-
-    #[pyo3(signature = (buf, size=None, offset=0, task_size=None))]
-    fn pread(
-        &self,
-        py: Python<'_>,
-        buf: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = opt_int_arg)] size: Option<i64>,
-        #[pyo3(from_py_with = int_arg)] offset: i64,
-        #[pyo3(from_py_with = opt_int_arg)] task_size: Option<i64>,
-    ) -> BindResult<Future> {
-        let future = self.submit(py, buf, size, offset, task_size, Completion::Future)?;
-        Ok(Future::from(future))
+    untuned(offset) {
+        read -> usize = Call::new(Direction::Read, Completion::Blocking);
     }
 }

@@ -11,8 +11,9 @@ use pyo3::prelude::*;
 
 use crate::blocking::without_gil;
 use crate::buffer::{mark_ready, Buffer, Dtype};
+use crate::calls::finish;
 use crate::errors::BindError;
-use crate::file::{finish, open};
+use crate::file::open;
 use crate::future::Future;
 
 /// Read `size` bytes at `offset` of `path` (to the end for `None`) into new memory on GPU

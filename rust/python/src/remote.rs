@@ -112,31 +112,24 @@ impl RemoteHandle {
         })
     }
 
-    /// The object at an HTTP(S) URL; the credentials' endpoint is not used (the URL is
-    /// the endpoint).
+    /// The object at an `s3://` URL, or (`http`) at its HTTP(S) URL, where the
+    /// credentials' endpoint is not used (the URL is the endpoint).
     #[staticmethod]
-    #[pyo3(signature = (url, nbytes, credentials))]
-    fn open_s3_from_http_url(
+    #[pyo3(signature = (url, nbytes, credentials, http))]
+    fn open_s3_url(
         py: Python<'_>,
         url: String,
         nbytes: Option<u64>,
         credentials: &S3Credentials,
+        http: bool,
     ) -> BindResult<Self> {
-        let options = S3Options {
-            endpoint_url: None,
-            ..credentials.options.clone()
-        };
-        Self::open_with(py, nbytes, move || Endpoint::s3_http(&url, &options))
-    }
-
-    #[staticmethod]
-    #[pyo3(signature = (url, nbytes, credentials))]
-    fn open_s3_from_s3_url(
-        py: Python<'_>,
-        url: String,
-        nbytes: Option<u64>,
-        credentials: &S3Credentials,
-    ) -> BindResult<Self> {
+        if http {
+            let options = S3Options {
+                endpoint_url: None,
+                ..credentials.options.clone()
+            };
+            return Self::open_with(py, nbytes, move || Endpoint::s3_http(&url, &options));
+        }
         let options = credentials.options.clone();
         Self::open_with(py, nbytes, move || Endpoint::s3_url(&url, &options))
     }
