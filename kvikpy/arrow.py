@@ -387,7 +387,8 @@ def read_ipc(
         ``"cuda"`` (the current GPU), ``"cuda:N"``, an int, or ``"cpu"``.
     decode
         Where compressed buffers are decoded: ``"auto"`` (on the GPU with nvCOMP where it
-        can, else on the host; should nvCOMP fail, the host decodes the buffers again),
+        can, else on the host; should nvCOMP fail, the host decodes those buffers instead,
+        from the bytes already read),
         ``"gpu"`` (nvCOMP, an error where it cannot) or ``"host"``.
 
     Returns
@@ -450,43 +451,43 @@ def read_ipc(
             'decode="gpu" needs nvCOMP and CuPy: pip install "<kvikpy wheel>[nvcomp]" cupy-cuda13x'
         )
     name = _paths.fspath(source)
-    # Found, not loaded: nvCOMP and CuPy load only for a read with compressed buffers.
-    if ordinal is not None and decode != "host" and _nvcomp.installed():
-        return _read_decoding_on_gpu(name, names, picked, ordinal, decode == "gpu")
-    return Table(_lib.read_ipc_table(name, names, picked, ordinal))
+    # Found, not loaded: nvCOMP and CuPy load only for a read that leaves it work.
+    gpu_decoder = ordinal is not None and decode != "host" and _nvcomp.installed()
+    read = _lib.read_ipc_table(name, names, picked, ordinal, gpu_decoder)
+    pieces = read.gpu_pieces  # work left for nvCOMP (only ever on a GPU table)
+    if pieces and ordinal is not None:
+        _decode_on_gpu(read, pieces, ordinal, decode == "gpu")
+    return Table(read.table())
 
 
 _STEPS = {1: "zstd", 2: "lz4"}
 
 # Whether nvCOMP writes ZSTD frames straight into their places in the table (True) or
 # into its own outputs, each then checked and copied into place (False). LZ4 blocks always
-# take the second route: a block's decoded size is known only once it is decoded.
+# take the second route: a block's decoded size is known only once it is decoded. The
+# arrow-zstd benchmark times both (and a GPU test runs the first).
 _ZSTD_IN_PLACE = False
 
 
-def _read_decoding_on_gpu(
-    name: str, names: list[str] | None, picked: list[int] | None, ordinal: int, strict: bool
-) -> Table:
-    """:func:`read_ipc` onto GPU ``ordinal`` with compressed buffers decoded by nvCOMP;
-    should nvCOMP fail, the host decodes them (which names a malformed buffer), or with
-    ``strict`` that is the error."""
-    inner, work = _lib.read_ipc_table_gpu(name, names, picked, ordinal)
-    if work is None:
-        return Table(inner)
-    read, pieces, labels = work
+def _decode_on_gpu(
+    read: _lib.IpcRead,
+    pieces: list[tuple[int, int, int, int, int, int]],
+    ordinal: int,
+    strict: bool,
+) -> None:
+    """Do the work the engine left for nvCOMP on GPU ``ordinal``. Should nvCOMP be missing
+    or fail, the engine does the same work on the host, from the bytes already read (a
+    malformed buffer is then the error, naming it); with ``strict`` nvCOMP's failure is
+    the error even so."""
     try:
-        _run_pieces(read, pieces, labels, ordinal)
+        _run_pieces(read, pieces, read.labels, ordinal)
     except Exception as e:
-        del inner, read
-        # The host decoder checks every buffer and names a malformed one.
-        host = Table(_lib.read_ipc_table(name, names, picked, ordinal))
+        read.decode_on_host()
         if strict:
             raise RuntimeError(
                 f"nvCOMP could not decode this read's compressed buffers, which the host "
                 f'decodes ({e}); read with decode="auto" or decode="host"'
             ) from e
-        return host
-    return Table(inner)
 
 
 class _GpuDecodeError(ValueError):
@@ -494,46 +495,49 @@ class _GpuDecodeError(ValueError):
 
 
 def _run_pieces(
-    read: _lib.Buffer,
+    owner: object,
     pieces: list[tuple[int, int, int, int, int, int]],
     labels: list[str],
     ordinal: int,
 ) -> None:
     """Do the GPU work of a read (copies; ZSTD frames and LZ4 blocks in one nvCOMP call
-    per codec) and wait for it."""
+    per codec) and wait for it, even when it fails (``owner`` keeps the memory alive)."""
     if not _nvcomp.available():
         raise RuntimeError("nvCOMP or CuPy is installed but cannot load")
     cp: Any = _nvcomp.cupy()
 
     def view(address: int, size: int) -> Any:
-        memory = cp.cuda.UnownedMemory(address, size, read, ordinal)
+        memory = cp.cuda.UnownedMemory(address, size, owner, ordinal)
         return cp.ndarray((size,), cp.uint8, cp.cuda.MemoryPointer(memory, 0))
 
     with cp.cuda.Device(ordinal):
-        by_codec: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
-        for piece in pieces:
-            step, src, src_len, dst, dst_len, _ = piece
-            if step == 0:
-                if src_len:
-                    view(dst, dst_len)[...] = view(src, src_len)
-            else:
-                by_codec.setdefault(step, []).append(piece)
-        for step, group in by_codec.items():
-            sources = [view(p[1], p[2]) for p in group]
-            decoder = _nvcomp._decoder(_STEPS[step], ordinal)
-            if step == 1 and _ZSTD_IN_PLACE:
-                # ZSTD frames state their size (checked against the buffer's on the host).
-                decoder.decode_into(sources, [view(p[3], p[4]) for p in group])
-                continue
-            decoded = decoder.decode(sources, 0)
-            for (_, _, _, dst, dst_len, r), out in zip(group, decoded, strict=True):
-                if out.nbytes != dst_len:
-                    raise _GpuDecodeError(
-                        f"{labels[r]}: nvCOMP decoded {out.nbytes} bytes where "
-                        f"{dst_len} were expected"
-                    )
-                view(dst, dst_len)[...] = out
-        cp.cuda.get_current_stream().synchronize()
+        try:
+            by_codec: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
+            for piece in pieces:
+                step, src, src_len, dst, dst_len, _ = piece
+                if step == 0:
+                    if src_len:
+                        view(dst, dst_len)[...] = view(src, src_len)
+                else:
+                    by_codec.setdefault(step, []).append(piece)
+            for step, group in by_codec.items():
+                sources = [view(p[1], p[2]) for p in group]
+                decoder = _nvcomp._decoder(_STEPS[step], ordinal)
+                if step == 1 and _ZSTD_IN_PLACE:
+                    # ZSTD frames state their size (checked against the buffer's on the host).
+                    decoder.decode_into(sources, [view(p[3], p[4]) for p in group])
+                    continue
+                decoded = decoder.decode(sources, 0)
+                for (_, _, _, dst, dst_len, r), out in zip(group, decoded, strict=True):
+                    if out.nbytes != dst_len:
+                        raise _GpuDecodeError(
+                            f"{labels[r]}: nvCOMP decoded {out.nbytes} bytes where "
+                            f"{dst_len} were expected"
+                        )
+                    view(dst, dst_len)[...] = out
+        finally:
+            # Nothing queued may still write the table (the host fallback rewrites it).
+            cp.cuda.get_current_stream().synchronize()
 
 
 def write_ipc(

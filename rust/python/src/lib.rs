@@ -54,7 +54,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arrow::read_ipc_table, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::write_ipc_stream, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::write_ipc_array, m)?)?;
-    m.add_function(wrap_pyfunction!(arrow::read_ipc_table_gpu, m)?)?;
+    m.add_class::<arrow::IpcRead>()?;
     m.add_function(wrap_pyfunction!(arrow::ipc_decode_plan, m)?)?;
     m.add_class::<arrow::IpcTable>()?;
     m.add_function(wrap_pyfunction!(arrow::batch_schema, m)?)?;

@@ -13,8 +13,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::export::{build_array, release_array, ArrayExport};
 use super::c_abi::{ArrowArray, ArrowDeviceArray, ARRAY, DEVICE_ARRAY, SCHEMA};
+use super::export::{build_array, release_array, ArrayExport};
 
 pub(super) unsafe extern "C" fn destroy_schema(capsule: *mut ffi::PyObject) {
     // SAFETY: Python calls this with the GIL held on a capsule made in `schema_capsule`.

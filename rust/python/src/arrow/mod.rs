@@ -10,20 +10,19 @@
 //! capsules: each owns only Rust values (the storage `Arc`, an event).
 
 mod batch_array;
-mod built;
+mod c_abi;
 mod capsule;
 mod export;
-mod c_abi;
 mod ipc;
 mod stream;
 mod types;
 mod write;
 
 pub use batch_array::{batch_arrow, batch_device_meta, batch_schema, BatchDeviceMeta};
+pub use c_abi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA};
 pub use capsule::{array_capsules, check_device_kwargs, device_array_capsules, schema_capsule};
 pub use export::{buffer_export, ArrayExport};
-pub use c_abi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA};
-pub use ipc::{ipc_decode_plan, read_ipc_table, read_ipc_table_gpu, IpcTable};
+pub use ipc::{ipc_decode_plan, read_ipc_table, IpcRead, IpcTable};
 pub use stream::{device_stream_capsule, host_stream_capsule, typed_stream_capsule};
 pub use types::{buffer_type, element_type};
 pub use write::{write_ipc_array, write_ipc_stream};

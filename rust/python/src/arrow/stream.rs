@@ -13,12 +13,12 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::capsule::capsule;
-use super::export::{build_array, ArrayExport};
 use super::c_abi::{
     ArrowArray, ArrowArrayStream, ArrowDeviceArray, ArrowDeviceArrayStream, ARRAY,
     ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, DEVICE_ARRAY, DEVICE_STREAM, SCHEMA, STREAM,
 };
+use super::capsule::capsule;
+use super::export::{build_array, ArrayExport};
 
 /// What the two stream structs share, for the callbacks written once for both.
 trait StreamStruct: Sized {

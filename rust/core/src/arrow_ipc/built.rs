@@ -2,12 +2,10 @@
 //! the host from their parts in the table's allocation (copied from the GPU first for a
 //! GPU table), and placed beside it: in host memory, or in one GPU allocation.
 
-use kvikpy_core::arrow_ipc::{concat, Part, ReadPlan};
-use kvikpy_core::cuda::{copy_device_to_host, copy_host_to_device, DeviceAllocation};
-use kvikpy_core::Result;
-
-/// Arrow's buffer alignment.
-const ALIGN: usize = 64;
+use super::concat::{concat, Part};
+use super::plan::{ReadPlan, ALIGN};
+use crate::cuda::{copy_device_to_host, copy_host_to_device, DeviceAllocation};
+use crate::error::Result;
 
 /// The built arrays of a table, and the memory holding them.
 pub struct BuiltArrays {
