@@ -8,9 +8,10 @@ use kvikpy_core::cuda::{DeviceAllocation, StreamEvent};
 use kvikpy_macros::boundary;
 use pyo3::prelude::*;
 
-use super::c_abi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA};
-use super::capsule::{array_capsules, device_array_capsules, schema_capsule};
-use super::export::ArrayExport;
+use crate::arrow_c::{
+    array_capsules, device_array_capsules, schema_capsule, ArrayExport, ARROW_DEVICE_CPU,
+    ARROW_DEVICE_CUDA,
+};
 
 /// The schema of a batch's Arrow export (`large_binary`).
 #[boundary]

@@ -18,10 +18,10 @@ use pyo3::exceptions::{PyBufferError, PyIndexError, PyRuntimeError, PyValueError
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::c_abi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA};
-use super::capsule::{array_capsules, device_array_capsules, ffi_schema_capsule};
-use super::export::{view_sizes, ArrayExport};
-use super::types::{ffi_field, ffi_schema};
+use crate::arrow_c::{
+    array_capsules, device_array_capsules, ffi_field, ffi_schema, ffi_schema_capsule, ArrayExport,
+    ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA,
+};
 use crate::blocking::{interruptible_alone, without_gil};
 use crate::buffer::{Buffer, Storage};
 use crate::errors::BindResult;
@@ -529,5 +529,25 @@ fn host_only() -> PyErr {
         "this table is in GPU memory, which the Arrow C data interface cannot describe; use \
          __arrow_c_device_stream__ (or column(...).__arrow_c_device_array__), or read with \
          device=\"cpu\"",
+    )
+}
+
+/// The last buffer of a view-typed (`string_view`, `binary_view`) array: the sizes of its
+/// data buffers (its buffers after the validity and the views), as `int64`, taken from
+/// `range_sizes` (each planned range's size). It lives in host memory for host and
+/// device arrays alike: consumers read it on the host to learn the sizes before touching
+/// the data (Arrow C++'s importer and nanoarrow's array view do). None for other types.
+pub fn view_sizes(column: &Column, range_sizes: &[u64]) -> Option<Box<[i64]>> {
+    if !matches!(column.data_type, DataType::Utf8View | DataType::BinaryView) {
+        return None;
+    }
+    let data = column.buffers.get(2..).unwrap_or_default();
+    Some(
+        data.iter()
+            .map(|b| {
+                b.and_then(|i| range_sizes.get(i))
+                    .map_or(0, |&s| i64::try_from(s).unwrap_or(i64::MAX))
+            })
+            .collect(),
     )
 }

@@ -13,12 +13,11 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::c_abi::{
-    ArrowArray, ArrowArrayStream, ArrowDeviceArray, ArrowDeviceArrayStream, ARRAY,
-    ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, DEVICE_ARRAY, DEVICE_STREAM, SCHEMA, STREAM,
+use crate::arrow_c::{
+    build_array, capsule, ffi_type, ArrayExport, ArrowArray, ArrowArrayStream, ArrowDeviceArray,
+    ArrowDeviceArrayStream, ARRAY, ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, DEVICE_ARRAY,
+    DEVICE_STREAM, SCHEMA, STREAM,
 };
-use super::capsule::capsule;
-use super::export::{build_array, ArrayExport};
 
 /// What the two stream structs share, for the callbacks written once for both.
 trait StreamStruct: Sized {
@@ -85,7 +84,7 @@ unsafe extern "C" fn stream_get_schema<S: StreamStruct>(
         if out.is_null() {
             return EINVAL;
         }
-        let schema = super::types::ffi_type(&private.schema);
+        let schema = ffi_type(&private.schema);
         let schema = match &private.metadata {
             m if m.is_empty() => schema,
             m => schema.and_then(|s| s.with_metadata(m.clone())),

@@ -15,9 +15,9 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::c_abi::{
-    ArrowArray, ArrowArrayStream, ArrowDeviceArray, ArrowDeviceArrayStream, ARRAY, DEVICE_ARRAY,
-    DEVICE_STREAM, SCHEMA, STREAM,
+use crate::arrow_c::{
+    ArrowArray, ArrowArrayStream, ArrowDeviceArray, ArrowDeviceArrayStream, ARRAY,
+    ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, DEVICE_ARRAY, DEVICE_STREAM, SCHEMA, STREAM,
 };
 use crate::blocking::interruptible_alone;
 use crate::errors::{BindResult, UnsupportedOperationError};
@@ -138,8 +138,8 @@ fn struct_schema(schema: &FFI_ArrowSchema) -> PyResult<Schema> {
 /// The memory of a device array of `device_type` on `device_id`.
 fn memory_of(device_type: i32, device_id: i64) -> PyResult<Memory> {
     match device_type {
-        super::c_abi::ARROW_DEVICE_CPU | ARROW_DEVICE_CUDA_HOST => Ok(Memory::Host),
-        super::c_abi::ARROW_DEVICE_CUDA | ARROW_DEVICE_CUDA_MANAGED => usize::try_from(device_id)
+        ARROW_DEVICE_CPU | ARROW_DEVICE_CUDA_HOST => Ok(Memory::Host),
+        ARROW_DEVICE_CUDA | ARROW_DEVICE_CUDA_MANAGED => usize::try_from(device_id)
             .map(Memory::Device)
             .map_err(|_| PyValueError::new_err(format!("a CUDA array on device {device_id}"))),
         other => Err(PyTypeError::new_err(format!(
