@@ -15,7 +15,27 @@ from kvikpy.errors import UnsupportedOperationError
 __all__ = ["Column", "ColumnChunk", "Table", "read_ipc", "write_ipc"]
 
 
-class ColumnChunk:
+class _ColumnExports:
+    """What a column and its chunks export alike: the column's Arrow type, and DLPack
+    over the values :meth:`_values` finds."""
+
+    _table: _lib.IpcTable
+    _column: int
+
+    def _values(self) -> _lib.Buffer:
+        raise NotImplementedError
+
+    def __arrow_c_schema__(self) -> Any:
+        return self._table.column_schema_capsule(self._column)
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._values().__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._values().__dlpack_device__()
+
+
+class ColumnChunk(_ColumnExports):
     """One column of one record batch: an Arrow array on the table's device.
 
     Exports ``__arrow_c_device_array__`` (and ``__arrow_c_array__`` in host memory); a
@@ -40,9 +60,6 @@ class ColumnChunk:
         self._batch = batch
         self._column = column
 
-    def __arrow_c_schema__(self) -> Any:
-        return self._table.column_schema_capsule(self._column)
-
     def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
         return self._table.column_capsules(self._batch, self._column, False)
 
@@ -54,12 +71,6 @@ class ColumnChunk:
 
     def _values(self) -> _lib.Buffer:
         return _values_view(self._table, self._batch, self._column)
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        return self._values().__dlpack__(**kwargs)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return self._values().__dlpack_device__()
 
     def __repr__(self) -> str:
         t = self._table
@@ -101,7 +112,7 @@ def _device_label(table: _lib.IpcTable) -> str:
     return "cpu" if ordinal is None else f"cuda:{ordinal}"
 
 
-class Column(Sequence[ColumnChunk]):
+class Column(_ColumnExports, Sequence[ColumnChunk]):
     """A column of a :class:`Table`: one :class:`ColumnChunk` per record batch.
 
     A fixed-width column without nulls (or a fixed-size list of such values) exports
@@ -140,9 +151,6 @@ class Column(Sequence[ColumnChunk]):
             )
         return self._chunks[0]
 
-    def __arrow_c_schema__(self) -> Any:
-        return self._table.column_schema_capsule(self._column)
-
     def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
         return self._only().__arrow_c_array__(requested_schema)
 
@@ -155,12 +163,6 @@ class Column(Sequence[ColumnChunk]):
         if len(self._chunks) == 1:
             return self._chunks[0]._values()
         return _values_view(self._table, None, self._column)
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        return self._values().__dlpack__(**kwargs)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return self._values().__dlpack_device__()
 
     def __repr__(self) -> str:
         t = self._table

@@ -16,7 +16,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::arrow_c::{
-    ArrowArray, ArrowArrayStream, ArrowDeviceArray, ArrowDeviceArrayStream, ARRAY,
+    ArrowArray, ArrowArrayStream, ArrowDeviceArray, ArrowDeviceArrayStream, StreamStruct, ARRAY,
     ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, DEVICE_ARRAY, DEVICE_STREAM, SCHEMA, STREAM,
 };
 use crate::blocking::interruptible_alone;
@@ -258,36 +258,33 @@ pub fn write_ipc_stream(
 ) -> BindResult<u64> {
     let name = capsule_name(&stream, "stream")?;
     if name == DEVICE_STREAM {
-        let p = capsule_pointer(&stream, DEVICE_STREAM)?.cast::<ArrowDeviceArrayStream>();
-        // SAFETY: the capsule holds a live stream; it is taken over (the original's
-        // release cleared) and released below, once.
-        let mut s = unsafe { std::ptr::read(p) };
-        // SAFETY: as above.
-        unsafe { (*p).release = None };
-        let out = device_stream(py, path, &mut s);
-        if let Some(release) = s.release {
-            // SAFETY: the stream's one owner releases it once.
-            unsafe { release(&mut s) };
-        }
-        return out;
+        return taken(&stream, |s| device_stream(py, path, s));
     }
     if name == STREAM {
-        let p = capsule_pointer(&stream, STREAM)?.cast::<ArrowArrayStream>();
-        // SAFETY: as for the device stream above.
-        let mut s = unsafe { std::ptr::read(p) };
-        // SAFETY: as above.
-        unsafe { (*p).release = None };
-        let out = host_stream(py, path, &mut s);
-        if let Some(release) = s.release {
-            // SAFETY: the stream's one owner releases it once.
-            unsafe { release(&mut s) };
-        }
-        return out;
+        return taken(&stream, |s| host_stream(py, path, s));
     }
     Err(PyTypeError::new_err(format!(
         "write_ipc takes an arrow_device_array_stream or arrow_array_stream capsule, not {name:?}"
     ))
     .into())
+}
+
+/// `write` run on the stream in capsule `stream` (named `S::NAME`), taken over: its struct
+/// read out and the original's release cleared, so that this copy is its one owner, and
+/// released once after.
+fn taken<S: StreamStruct>(
+    stream: &Bound<'_, PyAny>,
+    write: impl FnOnce(&mut S) -> BindResult<u64>,
+) -> BindResult<u64> {
+    let p = capsule_pointer(stream, S::NAME)?.cast::<S>();
+    // SAFETY: the capsule holds a live stream of type `S` (its name was checked); it is
+    // taken over and released below, once.
+    let mut s = unsafe { std::ptr::read(p) };
+    // SAFETY: as above; the capsule's copy, released, is left alone by its destructor.
+    unsafe { (*p).mark_released() };
+    let out = write(&mut s);
+    s.release();
+    out
 }
 
 fn device_stream(py: Python<'_>, path: PathBuf, s: &mut ArrowDeviceArrayStream) -> BindResult<u64> {
