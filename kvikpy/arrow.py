@@ -118,9 +118,11 @@ class Column(_ColumnExports, Sequence[ColumnChunk]):
     A fixed-width column without nulls (or a fixed-size list of such values) exports
     DLPack over all its record batches at once: the reader lays each such column's
     values end to end in the table's memory, so ``torch.from_dlpack(table.column(name))``
-    is one tensor of every row, without a copy. With one record batch, the column also
-    exports its chunk's Arrow device array; with several, export each chunk
-    (``column[i]``).
+    is one tensor of every row, without a copy; its Arrow (device) array is one array over
+    the same memory. Over several record batches, a host table's other fixed-width, string
+    and binary columns export one Arrow array too, joined into new host memory (validity
+    bitmaps joined, offsets rebased: a copy); other columns, and those of a GPU table
+    whose batches do not lie end to end, say so: export each chunk (``column[i]``).
 
     Made by :meth:`Table.column`, not directly.
 
@@ -143,21 +145,18 @@ class Column(_ColumnExports, Sequence[ColumnChunk]):
     def __getitem__(self, i: Any) -> Any:
         return self._chunks[i]
 
-    def _only(self) -> ColumnChunk:
-        if len(self._chunks) != 1:
-            raise ValueError(
-                f"the column spans {len(self._chunks)} record batches; export one chunk "
-                "(column[i]) or iterate over the column"
-            )
-        return self._chunks[0]
-
     def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
-        return self._only().__arrow_c_array__(requested_schema)
+        if len(self._chunks) == 1:
+            return self._chunks[0].__arrow_c_array__(requested_schema)
+        return self._table.joined_column_capsules(self._column, False)
 
     def __arrow_c_device_array__(
         self, requested_schema: Any = None, **kwargs: Any
     ) -> tuple[Any, Any]:
-        return self._only().__arrow_c_device_array__(requested_schema, **kwargs)
+        if len(self._chunks) == 1:
+            return self._chunks[0].__arrow_c_device_array__(requested_schema, **kwargs)
+        _lib.check_device_kwargs("__arrow_c_device_array__", kwargs)
+        return self._table.joined_column_capsules(self._column, True)
 
     def _values(self) -> _lib.Buffer:
         if len(self._chunks) == 1:

@@ -23,7 +23,7 @@ mod write;
 // The surface the binding uses (reading: a table read into one allocation, the arrays
 // over it and the work left for a GPU decoder; writing: the encoder); the rest is the
 // reader's and writer's own.
-pub use built::{build, BuiltArrays};
+pub use built::{build, join_column, BuiltArrays, JoinedColumn};
 pub use file::{IpcFile, SourceReader};
 pub use gpu_decode::{Placed, Step};
 pub use plan::{tensor_values, Column, Layout, ReadPlan};

@@ -896,3 +896,63 @@ proptest! {
         }
     }
 }
+
+/// A host table's column over several record batches joins into one array: validity
+/// bits one batch after another, offsets rebased; a list column says what to do instead.
+#[test]
+fn columns_join_over_record_batches() {
+    let batches = [sample(20, 1), sample(7, 2), sample(0, 3), sample(13, 4)];
+    let bytes = stream_bytes(&batches);
+    let file = IpcFile::read(bytes.as_slice()).unwrap();
+    let plan = file.plan(None, None).unwrap();
+    // The ranges as read, in place in the file's bytes.
+    let addresses: Vec<u64> = plan
+        .ranges
+        .iter()
+        .map(|&(o, _)| bytes.as_ptr() as u64 + o)
+        .collect();
+    let sizes: Vec<u64> = plan.ranges.iter().map(|r| r.1).collect();
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let ints = join_column(&plan, &addresses, &sizes, 0).unwrap();
+    assert_eq!(
+        (ints.length, ints.data_type.clone()),
+        (rows as i64, DataType::Int32)
+    );
+    let strings = join_column(&plan, &addresses, &sizes, 1).unwrap();
+    let mut at = 0usize;
+    for b in &batches {
+        let want = b.column(0).as_any().downcast_ref::<Int32Array>().unwrap();
+        let text = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+        for i in 0..b.num_rows() {
+            let j = at + i;
+            let valid = ints.buffers[0][j / 8] >> (j % 8) & 1 == 1;
+            assert_eq!(valid, want.is_valid(i), "row {j}");
+            if valid {
+                let v = &ints.buffers[1][j * 4..j * 4 + 4];
+                assert_eq!(i32::from_le_bytes(v.try_into().unwrap()), want.value(i));
+            }
+            let offset = |k: usize| {
+                let o = &strings.buffers[1][k * 4..k * 4 + 4];
+                i32::from_le_bytes(o.try_into().unwrap()) as usize
+            };
+            let got = &strings.buffers[2][offset(j)..offset(j + 1)];
+            assert_eq!(got, text.value(i).as_bytes(), "row {j}");
+        }
+        at += b.num_rows();
+    }
+    assert_eq!(
+        ints.null_count,
+        batches
+            .iter()
+            .map(|b| b.column(0).null_count() as i64)
+            .sum()
+    );
+    // Lists are not joined: the error says what to do.
+    let err = join_column(&plan, &addresses, &sizes, 2)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'lists'") && err.contains("column[i]"),
+        "{err}"
+    );
+}

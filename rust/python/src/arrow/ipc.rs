@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use arrow_schema::{DataType, Fields};
 use kvikpy_core::allocation::Placement;
 use kvikpy_core::arrow_ipc::{
-    addresses, build, plan_file_decode, read_table, BuiltArrays, Column, GpuWork, Placed, ReadPlan,
-    Step, Table, TableRequest,
+    addresses, build, join_column, plan_file_decode, read_table, BuiltArrays, Column, GpuWork,
+    Placed, ReadPlan, Step, Table, TableRequest,
 };
 use kvikpy_core::cancel::CancelToken;
 use kvikpy_macros::boundary;
@@ -24,7 +24,7 @@ use crate::arrow_c::{
 };
 use crate::blocking::{interruptible_alone, without_gil};
 use crate::buffer::{Buffer, Storage};
-use crate::errors::BindResult;
+use crate::errors::{BindResult, UnsupportedOperationError};
 
 /// Where a column's values lie for DLPack: `(offset in the allocation, shape, typestr,
 /// DLPack code, bits)`.
@@ -34,6 +34,8 @@ type ValuesView = (usize, Vec<i64>, String, u8, u8);
 #[pyclass(module = "kvikpy._lib", frozen)]
 pub struct IpcTable {
     plan: ReadPlan,
+    /// The allocation's first address.
+    base: u64,
     /// Each range's address in the allocation.
     addresses: Vec<u64>,
     /// Each range's offset in the allocation.
@@ -163,6 +165,7 @@ impl IpcRead {
         let (base, _, _) = buffer.parts();
         Ok(IpcTable {
             plan,
+            base,
             addresses: addresses(base, &offsets),
             offsets,
             sizes,
@@ -318,6 +321,62 @@ impl IpcTable {
         )))
     }
 
+    /// Column `column` over every record batch as one array over the table's memory, where
+    /// its values lie end to end ([`IpcTable::joined_values`]); None otherwise.
+    fn joined_view(&self, column: usize) -> PyResult<Option<ArrayExport>> {
+        let Some((offset, shape, ..)) = self.joined_values(column)? else {
+            return Ok(None);
+        };
+        let Some(field) = self.plan.schema.fields().get(column) else {
+            return Ok(None);
+        };
+        let address = self.base + offset as u64;
+        let level = |format: DataType, length: i64, buffers: Vec<u64>, children| ArrayExport {
+            format,
+            length,
+            null_count: 0,
+            buffers,
+            children,
+            dictionary: None,
+            owner: Box::new(Arc::clone(&self.storage)),
+        };
+        let rows = shape[0];
+        Ok(Some(match (field.data_type(), shape.get(1)) {
+            (DataType::FixedSizeList(child, _), Some(&n)) => {
+                let values = level(
+                    child.data_type().clone(),
+                    rows * n,
+                    vec![0, address],
+                    vec![],
+                );
+                level(field.data_type().clone(), rows, vec![0], vec![values])
+            }
+            (t, _) => level(t.clone(), rows, vec![0, address], Vec::new()),
+        }))
+    }
+
+    /// Column `column` over every record batch as one array in new host memory, joined by
+    /// the engine ([`join_column`]: validity bitmaps joined, offsets rebased).
+    fn joined_copy(&self, py: Python<'_>, column: usize) -> BindResult<ArrayExport> {
+        let (plan, addresses, sizes) = (&self.plan, &self.addresses, &self.sizes);
+        let joined = without_gil(py, move || join_column(plan, addresses, sizes, column))?;
+        let buffers = joined
+            .buffers
+            .iter()
+            .map(|b| if b.is_empty() { 0 } else { b.as_ptr() as u64 })
+            .collect();
+        Ok(ArrayExport {
+            format: joined.data_type,
+            length: joined.length,
+            null_count: joined.null_count,
+            buffers,
+            children: Vec::new(),
+            dictionary: None,
+            // A Vec's bytes stay where they are when the Vec moves.
+            owner: Box::new(joined.buffers),
+        })
+    }
+
     /// [`IpcTable::column_values`] over every record batch: each batch's values (zero-row
     /// batches aside) must follow the previous one's directly in the allocation.
     fn joined_values(&self, column: usize) -> PyResult<Option<ValuesView>> {
@@ -421,6 +480,43 @@ impl IpcTable {
         self.batch_values(batch, column)
     }
 
+    /// `(schema, array)` capsules of column `column` over every record batch as one array:
+    /// over the table's memory where its values lie end to end (a fixed-width column
+    /// without nulls, as for DLPack), else, for a host table, in new host memory joined by
+    /// the engine (validity bitmaps joined, offsets rebased: a copy). A GPU table's other
+    /// columns are an error saying what to do.
+    fn joined_column_capsules(
+        &self,
+        py: Python<'_>,
+        column: usize,
+        device: bool,
+    ) -> BindResult<(Py<PyAny>, Py<PyAny>)> {
+        if self.ordinal.is_some() && !device {
+            return Err(host_only().into());
+        }
+        let export = match self.joined_view(column)? {
+            Some(export) => export,
+            None if self.ordinal.is_none() => self.joined_copy(py, column)?,
+            None => {
+                let field = self.plan.schema.fields().get(column).ok_or_else(|| {
+                    PyIndexError::new_err(format!("column {column} is out of range"))
+                })?;
+                return Err(UnsupportedOperationError::new_err(format!(
+                    "column '{}' ({}) spans {} record batches whose buffers do not lie end to \
+                     end in GPU memory (it has nulls, offsets or a padded compressed \
+                     buffer), so they are not one Arrow array there, and kvikpy joins them \
+                     only in host memory; export each record batch's chunk (column[i]), or \
+                     join them on the host (table.to_host().column(name))",
+                    field.name(),
+                    field.data_type(),
+                    self.plan.batches.len()
+                ))
+                .into());
+            }
+        };
+        Ok(self.capsules(py, export, device)?)
+    }
+
     /// An Arrow C device stream (with `device`) or C stream capsule of the table over
     /// `iterator`, a Python iterator of its record batches (objects exporting them).
     fn stream_capsule(
@@ -462,6 +558,7 @@ impl IpcTable {
         Ok(IpcTable {
             built: Arc::new(built),
             plan: self.plan.clone(),
+            base,
             addresses,
             offsets: self.offsets.clone(),
             sizes: self.sizes.clone(),
