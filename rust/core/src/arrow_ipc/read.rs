@@ -246,9 +246,7 @@ fn decode_on_host(reader: &SourceReader, plan: ReadPlan, placement: Placement) -
         Placement::Host => memory,
         Placement::Device(_) => {
             let mut host = memory;
-            let mut on_device = Allocation::new(placement, host.size(), false)?;
-            write_at(&mut on_device, 0, host_bytes(&mut host)?)?;
-            on_device
+            Allocation::with_bytes(placement, host_bytes(&mut host)?)?
         }
     };
     let sizes = sizes.iter().map(|&s| s as u64).collect();

@@ -150,17 +150,14 @@ fn memory_of(device_type: i32, device_id: i64) -> PyResult<Memory> {
 
 /// Wait for a device array's `sync_event` (a pointer to a `CUevent`), if it has one.
 fn wait_for(memory: Memory, sync_event: *mut std::ffi::c_void) -> PyResult<()> {
-    let Memory::Device(ordinal) = memory else {
-        return Ok(());
-    };
-    if sync_event.is_null() {
+    if memory == Memory::Host || sync_event.is_null() {
         return Ok(());
     }
     // SAFETY: the device interface's CUDA `sync_event` points at a `CUevent`.
     let handle = unsafe { *sync_event.cast::<usize>() };
-    let context = kvikpy_core::cuda::bind(ordinal).map_err(py_err)?;
-    kvikpy_core::cuda::wait_event(&context, kvikpy_core::cuda::Event::from_raw(handle))
-        .map_err(py_err)
+    // SAFETY: the producer's event, of the GPU its array's memory is on, live while the
+    // array is held (it is: the caller holds it).
+    unsafe { memory.wait_for(handle) }.map_err(py_err)
 }
 
 /// Encode and write `held` (record batches of `schema` in `memory`) to `path`.
@@ -181,23 +178,9 @@ fn write(
         let _owner = held; // the memory stays alive until the writes have stopped
         let mut encoder = FileEncoder::new(&schema, memory)?;
         let mut peek = |addr: u64, out: &mut [u8]| -> kvikpy_core::Result<()> {
-            match memory {
-                // SAFETY: `addr` is inside a buffer of a held array (an offsets buffer's
-                // last value, a validity bitmap), `out.len()` bytes long.
-                Memory::Host => unsafe {
-                    std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len());
-                    Ok(())
-                },
-                // SAFETY: as above, in device memory of GPU `ordinal`.
-                Memory::Device(ordinal) => unsafe {
-                    kvikpy_core::cuda::copy_device_to_host(
-                        ordinal,
-                        out.as_mut_ptr(),
-                        addr,
-                        out.len(),
-                    )
-                },
-            }
+            // SAFETY: `addr` is inside a buffer of a held array (an offsets buffer's last
+            // value, a validity bitmap) in `memory`, `out.len()` bytes long.
+            unsafe { memory.peek(addr, out) }
         };
         for b in &batches {
             encoder.batch(b, &mut peek)?;
