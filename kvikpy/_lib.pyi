@@ -11,6 +11,7 @@ __all__ = [
     "Buffer",
     "FileHandle",
     "Future",
+    "IpcRead",
     "IpcTable",
     "MmapHandle",
     "Progress",
@@ -61,7 +62,6 @@ __all__ = [
     "read_file_ranges_batch",
     "read_files_batch",
     "read_ipc_table",
-    "read_ipc_table_gpu",
     "read_ranges_batch",
     "read_scattered",
     "set_settings",
@@ -179,11 +179,21 @@ class Progress:
     def cancel(self) -> None: ...
 
 @final
+class IpcRead:
+    @property
+    def gpu_pieces(self) -> list[tuple[int, int, int, int, int, int]]: ...
+    @property
+    def labels(self) -> list[str]: ...
+    def decode_on_host(self) -> None: ...
+    def table(self) -> IpcTable: ...
+
+@final
 class IpcTable:
     def schema_capsule(self) -> Any: ...
     def column_schema_capsule(self, column: int) -> Any: ...
     def batch_capsules(self, index: int, device: bool) -> tuple[Any, Any]: ...
     def column_capsules(self, batch: int, column: int, device: bool) -> tuple[Any, Any]: ...
+    def joined_column_capsules(self, column: int, device: bool) -> tuple[Any, Any]: ...
     def column_values(
         self, batch: int | None, column: int
     ) -> tuple[int, list[int], str, int, int] | None: ...
@@ -301,7 +311,8 @@ def read_ipc_table(
     columns: list[str] | None,
     batches: list[int] | None,
     ordinal: int | None,
-) -> IpcTable: ...
+    gpu_decoder: bool,
+) -> IpcRead: ...
 def write_ipc_stream(path: str, stream: Any) -> int: ...
 def write_ipc_array(path: str, schema: Any, array: Any) -> int: ...
 def ipc_decode_plan(
@@ -309,15 +320,6 @@ def ipc_decode_plan(
     columns: list[str] | None,
     batches: list[int] | None,
 ) -> tuple[list[tuple[int, int, int, int, int, int]], list[tuple[int, bytes]], int, list[str]]: ...
-def read_ipc_table_gpu(
-    path: str,
-    columns: list[str] | None,
-    batches: list[int] | None,
-    ordinal: int,
-) -> tuple[
-    IpcTable,
-    tuple[Buffer, list[tuple[int, int, int, int, int, int]], list[str]] | None,
-]: ...
 def read_file_ranges_batch(
     ranges: list[tuple[str, int, bool, int | None]],
     ordinal: int | None,

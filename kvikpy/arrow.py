@@ -15,7 +15,27 @@ from kvikpy.errors import UnsupportedOperationError
 __all__ = ["Column", "ColumnChunk", "Table", "read_ipc", "write_ipc"]
 
 
-class ColumnChunk:
+class _ColumnExports:
+    """What a column and its chunks export alike: the column's Arrow type, and DLPack
+    over the values :meth:`_values` finds."""
+
+    _table: _lib.IpcTable
+    _column: int
+
+    def _values(self) -> _lib.Buffer:
+        raise NotImplementedError
+
+    def __arrow_c_schema__(self) -> Any:
+        return self._table.column_schema_capsule(self._column)
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._values().__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._values().__dlpack_device__()
+
+
+class ColumnChunk(_ColumnExports):
     """One column of one record batch: an Arrow array on the table's device.
 
     Exports ``__arrow_c_device_array__`` (and ``__arrow_c_array__`` in host memory); a
@@ -40,9 +60,6 @@ class ColumnChunk:
         self._batch = batch
         self._column = column
 
-    def __arrow_c_schema__(self) -> Any:
-        return self._table.column_schema_capsule(self._column)
-
     def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
         return self._table.column_capsules(self._batch, self._column, False)
 
@@ -54,12 +71,6 @@ class ColumnChunk:
 
     def _values(self) -> _lib.Buffer:
         return _values_view(self._table, self._batch, self._column)
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        return self._values().__dlpack__(**kwargs)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return self._values().__dlpack_device__()
 
     def __repr__(self) -> str:
         t = self._table
@@ -101,15 +112,17 @@ def _device_label(table: _lib.IpcTable) -> str:
     return "cpu" if ordinal is None else f"cuda:{ordinal}"
 
 
-class Column(Sequence[ColumnChunk]):
+class Column(_ColumnExports, Sequence[ColumnChunk]):
     """A column of a :class:`Table`: one :class:`ColumnChunk` per record batch.
 
     A fixed-width column without nulls (or a fixed-size list of such values) exports
     DLPack over all its record batches at once: the reader lays each such column's
     values end to end in the table's memory, so ``torch.from_dlpack(table.column(name))``
-    is one tensor of every row, without a copy. With one record batch, the column also
-    exports its chunk's Arrow device array; with several, export each chunk
-    (``column[i]``).
+    is one tensor of every row, without a copy; its Arrow (device) array is one array over
+    the same memory. Over several record batches, a host table's other fixed-width, string
+    and binary columns export one Arrow array too, joined into new host memory (validity
+    bitmaps joined, offsets rebased: a copy); other columns, and those of a GPU table
+    whose batches do not lie end to end, say so: export each chunk (``column[i]``).
 
     Made by :meth:`Table.column`, not directly.
 
@@ -132,35 +145,23 @@ class Column(Sequence[ColumnChunk]):
     def __getitem__(self, i: Any) -> Any:
         return self._chunks[i]
 
-    def _only(self) -> ColumnChunk:
-        if len(self._chunks) != 1:
-            raise ValueError(
-                f"the column spans {len(self._chunks)} record batches; export one chunk "
-                "(column[i]) or iterate over the column"
-            )
-        return self._chunks[0]
-
-    def __arrow_c_schema__(self) -> Any:
-        return self._table.column_schema_capsule(self._column)
-
     def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
-        return self._only().__arrow_c_array__(requested_schema)
+        if len(self._chunks) == 1:
+            return self._chunks[0].__arrow_c_array__(requested_schema)
+        return self._table.joined_column_capsules(self._column, False)
 
     def __arrow_c_device_array__(
         self, requested_schema: Any = None, **kwargs: Any
     ) -> tuple[Any, Any]:
-        return self._only().__arrow_c_device_array__(requested_schema, **kwargs)
+        if len(self._chunks) == 1:
+            return self._chunks[0].__arrow_c_device_array__(requested_schema, **kwargs)
+        _lib.check_device_kwargs("__arrow_c_device_array__", kwargs)
+        return self._table.joined_column_capsules(self._column, True)
 
     def _values(self) -> _lib.Buffer:
         if len(self._chunks) == 1:
             return self._chunks[0]._values()
         return _values_view(self._table, None, self._column)
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        return self._values().__dlpack__(**kwargs)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return self._values().__dlpack_device__()
 
     def __repr__(self) -> str:
         t = self._table
@@ -387,7 +388,8 @@ def read_ipc(
         ``"cuda"`` (the current GPU), ``"cuda:N"``, an int, or ``"cpu"``.
     decode
         Where compressed buffers are decoded: ``"auto"`` (on the GPU with nvCOMP where it
-        can, else on the host; should nvCOMP fail, the host decodes the buffers again),
+        can, else on the host; should nvCOMP fail, the host decodes those buffers instead,
+        from the bytes already read),
         ``"gpu"`` (nvCOMP, an error where it cannot) or ``"host"``.
 
     Returns
@@ -450,43 +452,43 @@ def read_ipc(
             'decode="gpu" needs nvCOMP and CuPy: pip install "<kvikpy wheel>[nvcomp]" cupy-cuda13x'
         )
     name = _paths.fspath(source)
-    # Found, not loaded: nvCOMP and CuPy load only for a read with compressed buffers.
-    if ordinal is not None and decode != "host" and _nvcomp.installed():
-        return _read_decoding_on_gpu(name, names, picked, ordinal, decode == "gpu")
-    return Table(_lib.read_ipc_table(name, names, picked, ordinal))
+    # Found, not loaded: nvCOMP and CuPy load only for a read that leaves it work.
+    gpu_decoder = ordinal is not None and decode != "host" and _nvcomp.installed()
+    read = _lib.read_ipc_table(name, names, picked, ordinal, gpu_decoder)
+    pieces = read.gpu_pieces  # work left for nvCOMP (only ever on a GPU table)
+    if pieces and ordinal is not None:
+        _decode_on_gpu(read, pieces, ordinal, decode == "gpu")
+    return Table(read.table())
 
 
 _STEPS = {1: "zstd", 2: "lz4"}
 
 # Whether nvCOMP writes ZSTD frames straight into their places in the table (True) or
 # into its own outputs, each then checked and copied into place (False). LZ4 blocks always
-# take the second route: a block's decoded size is known only once it is decoded.
+# take the second route: a block's decoded size is known only once it is decoded. The
+# arrow-zstd benchmark times both (and a GPU test runs the first).
 _ZSTD_IN_PLACE = False
 
 
-def _read_decoding_on_gpu(
-    name: str, names: list[str] | None, picked: list[int] | None, ordinal: int, strict: bool
-) -> Table:
-    """:func:`read_ipc` onto GPU ``ordinal`` with compressed buffers decoded by nvCOMP;
-    should nvCOMP fail, the host decodes them (which names a malformed buffer), or with
-    ``strict`` that is the error."""
-    inner, work = _lib.read_ipc_table_gpu(name, names, picked, ordinal)
-    if work is None:
-        return Table(inner)
-    read, pieces, labels = work
+def _decode_on_gpu(
+    read: _lib.IpcRead,
+    pieces: list[tuple[int, int, int, int, int, int]],
+    ordinal: int,
+    strict: bool,
+) -> None:
+    """Do the work the engine left for nvCOMP on GPU ``ordinal``. Should nvCOMP be missing
+    or fail, the engine does the same work on the host, from the bytes already read (a
+    malformed buffer is then the error, naming it); with ``strict`` nvCOMP's failure is
+    the error even so."""
     try:
-        _run_pieces(read, pieces, labels, ordinal)
+        _run_pieces(read, pieces, read.labels, ordinal)
     except Exception as e:
-        del inner, read
-        # The host decoder checks every buffer and names a malformed one.
-        host = Table(_lib.read_ipc_table(name, names, picked, ordinal))
+        read.decode_on_host()
         if strict:
             raise RuntimeError(
                 f"nvCOMP could not decode this read's compressed buffers, which the host "
                 f'decodes ({e}); read with decode="auto" or decode="host"'
             ) from e
-        return host
-    return Table(inner)
 
 
 class _GpuDecodeError(ValueError):
@@ -494,46 +496,49 @@ class _GpuDecodeError(ValueError):
 
 
 def _run_pieces(
-    read: _lib.Buffer,
+    owner: object,
     pieces: list[tuple[int, int, int, int, int, int]],
     labels: list[str],
     ordinal: int,
 ) -> None:
     """Do the GPU work of a read (copies; ZSTD frames and LZ4 blocks in one nvCOMP call
-    per codec) and wait for it."""
+    per codec) and wait for it, even when it fails (``owner`` keeps the memory alive)."""
     if not _nvcomp.available():
         raise RuntimeError("nvCOMP or CuPy is installed but cannot load")
     cp: Any = _nvcomp.cupy()
 
     def view(address: int, size: int) -> Any:
-        memory = cp.cuda.UnownedMemory(address, size, read, ordinal)
+        memory = cp.cuda.UnownedMemory(address, size, owner, ordinal)
         return cp.ndarray((size,), cp.uint8, cp.cuda.MemoryPointer(memory, 0))
 
     with cp.cuda.Device(ordinal):
-        by_codec: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
-        for piece in pieces:
-            step, src, src_len, dst, dst_len, _ = piece
-            if step == 0:
-                if src_len:
-                    view(dst, dst_len)[...] = view(src, src_len)
-            else:
-                by_codec.setdefault(step, []).append(piece)
-        for step, group in by_codec.items():
-            sources = [view(p[1], p[2]) for p in group]
-            decoder = _nvcomp._decoder(_STEPS[step], ordinal)
-            if step == 1 and _ZSTD_IN_PLACE:
-                # ZSTD frames state their size (checked against the buffer's on the host).
-                decoder.decode_into(sources, [view(p[3], p[4]) for p in group])
-                continue
-            decoded = decoder.decode(sources, 0)
-            for (_, _, _, dst, dst_len, r), out in zip(group, decoded, strict=True):
-                if out.nbytes != dst_len:
-                    raise _GpuDecodeError(
-                        f"{labels[r]}: nvCOMP decoded {out.nbytes} bytes where "
-                        f"{dst_len} were expected"
-                    )
-                view(dst, dst_len)[...] = out
-        cp.cuda.get_current_stream().synchronize()
+        try:
+            by_codec: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
+            for piece in pieces:
+                step, src, src_len, dst, dst_len, _ = piece
+                if step == 0:
+                    if src_len:
+                        view(dst, dst_len)[...] = view(src, src_len)
+                else:
+                    by_codec.setdefault(step, []).append(piece)
+            for step, group in by_codec.items():
+                sources = [view(p[1], p[2]) for p in group]
+                decoder = _nvcomp._decoder(_STEPS[step], ordinal)
+                if step == 1 and _ZSTD_IN_PLACE:
+                    # ZSTD frames state their size (checked against the buffer's on the host).
+                    decoder.decode_into(sources, [view(p[3], p[4]) for p in group])
+                    continue
+                decoded = decoder.decode(sources, 0)
+                for (_, _, _, dst, dst_len, r), out in zip(group, decoded, strict=True):
+                    if out.nbytes != dst_len:
+                        raise _GpuDecodeError(
+                            f"{labels[r]}: nvCOMP decoded {out.nbytes} bytes where "
+                            f"{dst_len} were expected"
+                        )
+                    view(dst, dst_len)[...] = out
+        finally:
+            # Nothing queued may still write the table (the host fallback rewrites it).
+            cp.cuda.get_current_stream().synchronize()
 
 
 def write_ipc(

@@ -109,6 +109,48 @@ def test_empty_record_batches_do_not_break_the_run(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.from_dlpack(got.column("score")), expected(t, "score"))
 
 
+@pytest.mark.parametrize("compression", [None, "zstd", "lz4"])
+def test_a_column_of_many_record_batches_is_one_arrow_array(
+    tmp_path: Path, compression: str | None
+) -> None:
+    """Over several record batches a column exports one Arrow array: over the table's
+    memory where its values lie end to end, else (nulls, offsets, padding) joined on the
+    host, validity bitmaps joined and offsets rebased."""
+    rows = 1000
+    t = table(rows).append_column(
+        "flags", pa.array([None if i % 7 == 0 else i % 2 == 0 for i in range(rows)])
+    )
+    t = t.append_column(
+        "blobs", pa.array([None if i % 5 == 0 else b"x" * (i % 9) for i in range(rows)])
+    )
+    t = t.append_column("big_text", pa.array([f"r{i}" for i in range(rows)], pa.large_string()))
+    path = tmp_path / "t.arrow"
+    write(path, t, 128, compression, False)  # 8 record batches, the last short
+    got = kvikpy.arrow.read_ipc(path, device="cpu")
+    for name in ("input_ids", "score", "small", "text", "maybe", "flags", "blobs", "big_text"):
+        array = pa.array(got.column(name))
+        assert array.equals(t.column(name).combine_chunks()), name
+    # Without compression a fixed-width column without nulls is a view of the table.
+    base, size = got.buffer.ptr, got.buffer.nbytes
+    for name in ("input_ids", "emb") if compression is None else ():
+        array = pa.array(got.column(name))
+        assert array.equals(t.column(name).combine_chunks()), name
+        values = array.buffers()[-1]
+        assert base <= values.address < base + size, name
+    # One record batch's chunk is the same export as before.
+    assert pa.array(got.column("text")[1]).equals(t.column("text").combine_chunks()[128:256])
+
+
+def test_a_column_that_cannot_be_one_array_says_what_to_do(tmp_path: Path) -> None:
+    t = pa.table({"lists": pa.array([[i] * (i % 3) for i in range(300)], pa.list_(pa.int32()))})
+    path = tmp_path / "t.arrow"
+    write(path, t, 100, None, False)
+    got = kvikpy.arrow.read_ipc(path, device="cpu")
+    with pytest.raises(ValueError, match=r"'lists' .* spans 3 record batches.*column\[i\]"):
+        pa.array(got.column("lists"))
+    assert pa.array(got.column("lists")[2]).equals(t.column("lists").combine_chunks()[200:])
+
+
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -134,3 +134,58 @@ def test_host_tables_decode_on_the_host(tmp_path: Path, decode: str) -> None:
     table = every_type_table(50)
     write(path, table, "lz4", False, 20)
     assert pa.table(kvikpy.arrow.read_ipc(path, device="cpu", decode=decode)).equals(table)
+
+
+class _LeftWork:
+    """An engine read that left work for nvCOMP, as `_decode_on_gpu` sees it."""
+
+    def __init__(self, host_error: Exception | None = None) -> None:
+        self.labels = ["record batch 0, column 'a', buffer 1"]
+        self.on_host = 0
+        self._host_error = host_error
+
+    def decode_on_host(self) -> None:
+        self.on_host += 1
+        if self._host_error is not None:
+            raise self._host_error
+
+
+def test_nvcomp_failing_leaves_the_work_to_the_engine_on_the_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One path where nvCOMP is missing or fails: the engine does the same work on the
+    host from the bytes already read (no second read of the file); ``decode="gpu"`` still
+    says nvCOMP failed, and a buffer the host cannot decode either is that error."""
+
+    def failing(*args: object) -> None:
+        raise RuntimeError("simulated nvCOMP failure")
+
+    monkeypatch.setattr(kvikpy.arrow, "_run_pieces", failing)
+    piece = [(1, 0, 8, 0, 8, 0)]
+    read = _LeftWork()
+    kvikpy.arrow._decode_on_gpu(read, piece, 0, False)  # type: ignore[arg-type]
+    assert read.on_host == 1
+    read = _LeftWork()
+    with pytest.raises(RuntimeError, match=r"nvCOMP could not decode.*simulated"):
+        kvikpy.arrow._decode_on_gpu(read, piece, 0, True)  # type: ignore[arg-type]
+    assert read.on_host == 1
+    read = _LeftWork(ValueError("buffer 1: malformed"))
+    with pytest.raises(ValueError, match="malformed"):
+        kvikpy.arrow._decode_on_gpu(read, piece, 0, True)  # type: ignore[arg-type]
+    # nvCOMP installed but failing to load takes the same path.
+    monkeypatch.undo()
+    monkeypatch.setattr(_nvcomp, "available", lambda: False)
+    read = _LeftWork()
+    kvikpy.arrow._decode_on_gpu(read, piece, 0, False)  # type: ignore[arg-type]
+    assert read.on_host == 1
+
+
+def test_a_host_read_leaves_no_work_for_nvcomp(tmp_path: Path) -> None:
+    path = tmp_path / "t.arrow"
+    write(path, every_type_table(50), "zstd", False, 20)
+    read = _lib.read_ipc_table(str(path), None, None, None, True)
+    assert read.gpu_pieces == [] and read.labels == []
+    table = read.table()
+    assert table.ordinal is None
+    with pytest.raises(RuntimeError, match="already taken"):
+        read.table()

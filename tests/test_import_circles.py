@@ -85,7 +85,7 @@ def rust_graph(root: pathlib.Path) -> Graph:
     handed_on: dict[str, dict[str, tuple[str, ...]]] = {}
     for module, name in files.items():
         text = _NOT_CODE.sub(" ", (root / name).read_text())
-        text = re.split(r"#\[cfg\(test\)\]\s*(?:pub\s+)?mod\s", text)[0]
+        text = re.split(r"#\[cfg\(test\)\]\s*(?:pub(?:\([\w:\s]*\))?\s+)?mod\s", text)[0]
         named[name] = _rust_paths(text, module)
         handed_on[name] = {full[-1]: full for full, public in named[name] if public and full}
 

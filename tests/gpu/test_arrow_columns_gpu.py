@@ -44,3 +44,26 @@ def test_a_column_of_many_record_batches_is_one_gpu_tensor(
     whole = torch.from_dlpack(got.column("input_ids"))
     first = torch.from_dlpack(got.column("input_ids")[0])
     assert first.data_ptr() == whole.data_ptr()
+
+
+def test_a_column_of_many_record_batches_is_one_device_array(tmp_path: Path) -> None:
+    """Where its values lie end to end, a column over several record batches is one Arrow
+    device array over the table's GPU memory; a column with nulls or offsets says what to
+    do (its chunks, or the host)."""
+    nd = pytest.importorskip("nanoarrow.device")
+    t = table(5000)
+    path = tmp_path / "t.arrow"
+    write(path, t, 640, None, False)  # 8 record batches
+    got = kvikpy.arrow.read_ipc(path, device="cuda")
+    for name in ("input_ids", "emb"):
+        array = nd.c_device_array(got.column(name))
+        assert array.device_type == nd.DeviceType.CUDA
+        assert array.array.length == 5000, name
+    # The ids' values are the DLPack tensor's memory: the table's, no copy.
+    ids = nd.c_device_array(got.column("input_ids"))
+    assert ids.array.buffers[1] == torch.from_dlpack(got.column("input_ids")).data_ptr()
+    for name in ("maybe", "text"):
+        with pytest.raises(ValueError, match=r"spans 8 record batches.*column\[i\]"):
+            got.column(name).__arrow_c_device_array__()
+    host = got.to_host()
+    assert pa.array(host.column("maybe")).equals(t.column("maybe").combine_chunks())

@@ -159,6 +159,24 @@ impl Allocation {
         })
     }
 
+    /// New memory at `placement` (not pinned) holding a copy of `bytes`.
+    pub fn with_bytes(placement: Placement, bytes: &[u8]) -> Result<Self> {
+        let mut made = Self::new(placement, bytes.len(), false)?;
+        match (placement, made.host_bytes_mut()) {
+            (_, Some(host)) => host.copy_from_slice(bytes),
+            (Placement::Device(ordinal), None) if !bytes.is_empty() => {
+                // SAFETY: `made` holds `bytes.len()` bytes on GPU `ordinal`, new and used
+                // by nothing else; `bytes` is live host memory of that length, and the
+                // copy has finished when the call returns.
+                unsafe {
+                    cuda::copy_host_to_device(ordinal, made.base(), bytes.as_ptr(), bytes.len())?
+                }
+            }
+            _ => {}
+        }
+        Ok(made)
+    }
+
     /// Address of the first byte (a device address for GPU memory).
     pub fn base(&self) -> u64 {
         match &self.memory {

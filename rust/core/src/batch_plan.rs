@@ -211,40 +211,33 @@ pub fn plan_file_ranges(
 }
 
 /// Plan reading `ranges` (`(offset, size)` pairs) of the file at `path` into one
-/// allocation. Every range must lie inside the file; one that does not is an
+/// allocation, end to end. Every range must lie inside the file; one that does not is an
 /// [`Error::InvalidArgument`] naming it.
 pub fn plan_ranges(settings: &Settings, path: &Path, ranges: &[(u64, u64)]) -> Result<Plan> {
-    plan_ranges_aligned(settings, path, ranges, 1)
-}
-
-/// [`plan_ranges`] with each range starting at a multiple of `align` (a power of two)
-/// in the destination.
-pub fn plan_ranges_aligned(
-    settings: &Settings,
-    path: &Path,
-    ranges: &[(u64, u64)],
-    align: usize,
-) -> Result<Plan> {
     let lens = ranges
         .iter()
         .enumerate()
         .map(|(i, &(_, size))| usize::try_from(size).map_err(|_| too_large(i)))
         .collect::<Result<Vec<usize>>>()?;
-    let (starts, total) = layout_aligned(&lens, align)?;
-    plan_ranges_placed(settings, path, ranges, &starts, total)
+    let (starts, total) = layout_aligned(&lens, 1)?;
+    let handle = FileHandle::open_with(path, "r", settings)?;
+    let file_size = handle.get()?.size_for("read_ranges", settings)?;
+    plan_ranges_placed(handle, file_size, ranges, &starts, total)
 }
 
 fn too_large(i: usize) -> Error {
     Error::InvalidArgument(format!("range {i} is too large"))
 }
 
-/// Byte ranges of the file at `path` into one destination of `total` bytes, range `i`
-/// (`(file offset, length)`) at `starts[i]`, as the caller laid them out (an Arrow IPC
-/// table's [`crate::arrow_ipc::Layout`]); every range must lie inside the file and
-/// inside the destination, and no two may overlap there.
-pub fn plan_ranges_placed(
-    settings: &Settings,
-    path: &Path,
+/// Byte ranges of the open file `handle` (of `file_size` bytes) into one destination of
+/// `total` bytes, range `i` (`(file offset, length)`) at `starts[i]`, as the caller laid
+/// them out (end to end for [`plan_ranges`]; an Arrow IPC table's
+/// [`crate::arrow_ipc::Layout`], read through the handle its metadata came from); every
+/// range must lie inside the file and inside the destination, and no two may overlap
+/// there.
+pub(crate) fn plan_ranges_placed(
+    handle: FileHandle,
+    file_size: u64,
     ranges: &[(u64, u64)],
     starts: &[usize],
     total: usize,
@@ -256,15 +249,13 @@ pub fn plan_ranges_placed(
             ranges.len()
         )));
     }
-    let handle = FileHandle::open_with(path, "r", settings)?;
-    let file_size = handle.get()?.size_for("read_ranges", settings)?;
     let mut inputs = Vec::with_capacity(ranges.len());
     for (i, &(offset, size)) in ranges.iter().enumerate() {
         if offset.checked_add(size).is_none_or(|end| end > file_size) {
             return Err(Error::InvalidArgument(format!(
                 "range {i} (offset {offset}, size {size}) ends past the end of '{}', which \
                  has {file_size} bytes; every range must lie inside the file",
-                source::redact(&path.display().to_string())
+                source::redact(&handle.path().display().to_string())
             )));
         }
         let len = usize::try_from(size).map_err(|_| too_large(i))?;

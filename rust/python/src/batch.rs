@@ -170,7 +170,7 @@ fn read(
 /// Allocate the plan's destination and read it: the buffer, the element starts (and the
 /// total), the element lengths and the failures.
 #[allow(clippy::type_complexity)]
-pub(crate) fn read_plan(
+fn read_plan(
     py: Python<'_>,
     settings: &Settings,
     plan: Plan,

@@ -3,6 +3,7 @@
 //! behaviour lives in the engine.
 
 mod arrow;
+mod arrow_c;
 mod batch;
 mod blocking;
 mod boundary;
@@ -58,11 +59,11 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arrow::read_ipc_table, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::write_ipc_stream, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::write_ipc_array, m)?)?;
-    m.add_function(wrap_pyfunction!(arrow::read_ipc_table_gpu, m)?)?;
+    m.add_class::<arrow::IpcRead>()?;
     m.add_function(wrap_pyfunction!(arrow::ipc_decode_plan, m)?)?;
     m.add_class::<arrow::IpcTable>()?;
     m.add_function(wrap_pyfunction!(arrow::batch_schema, m)?)?;
-    m.add_function(wrap_pyfunction!(arrow::check_device_kwargs, m)?)?;
+    m.add_function(wrap_pyfunction!(arrow_c::check_device_kwargs, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::batch_device_meta, m)?)?;
     m.add_class::<arrow::BatchDeviceMeta>()?;
     m.add_function(wrap_pyfunction!(arrow::device_stream_capsule, m)?)?;

@@ -181,6 +181,11 @@ fn zstd_in_place<C: zstd::zstd_safe::WriteBuf + ?Sized>(
     })
 }
 
+/// Decode the ZSTD frame `body` into `out`: the bytes written, at most `out.len()`.
+pub(super) fn zstd_frame_into(body: &[u8], out: &mut [u8]) -> std::io::Result<usize> {
+    zstd_in_place(body, out)
+}
+
 /// How many bytes `body` decodes to with `codec`, counting at most `limit` (so a buffer
 /// that holds more than it says is told apart after one byte more), into no memory.
 fn decoded_len(codec: Codec, body: &[u8], limit: u64) -> std::io::Result<u64> {

@@ -1,7 +1,8 @@
-//! Dictionaries extended by delta batches: their parts (the base dictionary batch, then
-//! each delta) concatenated into one array's buffers, for the value types where that is a
-//! copy of bits, bytes and rebased offsets. The parts' bytes come from the file, so every
-//! length and offset in them is checked before it is used.
+//! Arrays concatenated from parts into one array's buffers, for the types where that is a
+//! copy of bits, bytes and rebased offsets: dictionaries extended by delta batches (the base
+//! dictionary batch, then each delta) and a column's record batches joined into one array.
+//! The parts' bytes come from the file, so every length and offset in them is checked
+//! before it is used.
 
 use arrow_schema::DataType;
 
@@ -36,14 +37,14 @@ fn buffer<'a>(part: &Part<'a>, i: usize, need: u64, what: &str) -> Result<&'a [u
         .and_then(|n| b.get(..n))
         .ok_or_else(|| {
             malformed(format!(
-                "{what}: a dictionary batch's buffer holds {} bytes where {need} are needed",
+                "{what}: a part's buffer holds {} bytes where {need} are needed",
                 b.len()
             ))
         })
 }
 
 fn length(part: &Part<'_>) -> Result<u64> {
-    u64::try_from(part.length).map_err(|_| malformed("a dictionary batch's length is negative"))
+    u64::try_from(part.length).map_err(|_| malformed("a part's length is negative"))
 }
 
 /// Bits `0..len` of each part's bitmap (`None`: all set), one after the other.
@@ -109,7 +110,7 @@ pub fn concat(t: &DataType, parts: &[Part<'_>], what: &str) -> Result<Vec<Vec<u8
         }
         (other, None) => {
             return Err(malformed(format!(
-                "{what}: a dictionary of {other} cannot be extended by deltas"
+                "{what}: arrays of {other} cannot be concatenated here"
             )))
         }
     }
@@ -168,7 +169,7 @@ fn concat_offsets<const W: usize>(parts: &[Part<'_>], what: &str) -> Result<(Vec
         );
         if first > last || last > values.len() as u64 {
             return Err(malformed(format!(
-                "{what}: a dictionary batch's offsets run {first}..{last} over {} bytes of data",
+                "{what}: a part's offsets run {first}..{last} over {} bytes of data",
                 values.len()
             )));
         }
@@ -177,14 +178,14 @@ fn concat_offsets<const W: usize>(parts: &[Part<'_>], what: &str) -> Result<(Vec
             let o = read_offset::<W>(offs, i);
             if o < first || o > last {
                 return Err(malformed(format!(
-                    "{what}: a dictionary batch's offset {o} lies outside {first}..{last}"
+                    "{what}: a part's offset {o} lies outside {first}..{last}"
                 )));
             }
             let rebased = base + (o - first);
             if rebased > limit {
                 return Err(malformed(format!(
-                    "{what}: the extended dictionary's values pass the {limit} bytes its \
-                     offsets can address"
+                    "{what}: the joined values pass the {limit} bytes its offsets can \
+                     address"
                 )));
             }
             offsets.extend_from_slice(&rebased.to_le_bytes()[..W]);

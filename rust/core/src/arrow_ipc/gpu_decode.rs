@@ -12,7 +12,9 @@
 //! on the host here and
 //! copied into place.
 
-use super::compression::{check_declared, decode, labels, zstd_content_size, DecodeBudget};
+use super::compression::{
+    check_declared, decode, labels, zstd_content_size, zstd_frame_into, DecodeBudget,
+};
 use super::framing::{malformed, Codec, ReadAt};
 use super::lz4::lz4_frame;
 use super::plan::Layout;
@@ -73,11 +75,87 @@ pub struct GpuDecodePlan {
     pub labels: Vec<String>,
 }
 
-impl GpuDecodePlan {
-    /// The ZSTD frames and LZ4 blocks the GPU decodes.
-    pub fn decodes(&self) -> usize {
-        self.pieces.iter().filter(|p| p.step != Step::Copy).count()
+/// A [`Piece`] at absolute places: `src_len` bytes at `src` become exactly `dst_len`
+/// bytes at `dst` (addresses in memory, or file and allocation offsets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    /// What to do.
+    pub step: Step,
+    /// Where the piece's bytes are read from.
+    pub src: u64,
+    /// Bytes read.
+    pub src_len: u64,
+    /// Where its decoded bytes go.
+    pub dst: u64,
+    /// Bytes it decodes to, exactly.
+    pub dst_len: u64,
+    /// Its range (an index into [`ReadPlan::ranges`]), for messages.
+    pub range: usize,
+}
+
+impl Piece {
+    /// This piece placed where its range's bytes as read start (`src`) and where its
+    /// range's decoded bytes start (`dst`).
+    pub fn at(&self, src: u64, dst: u64) -> Placed {
+        Placed {
+            step: self.step,
+            src: src + self.src,
+            src_len: self.src_len,
+            dst: dst + self.dst,
+            dst_len: self.dst_len,
+            range: self.range,
+        }
     }
+}
+
+/// Do on the host what the GPU decoder would do with `pieces`: each piece read from
+/// `source` (its range's bytes as read at `sources[range]`) and decoded into exactly its
+/// bytes of `out` (its range's decoded bytes at `places[range]`). The fallback where no GPU
+/// decoder can (nvCOMP missing or failing); errors name the buffer (`labels`).
+pub(super) fn decode_pieces_on_host(
+    pieces: &[Piece],
+    source: &[u8],
+    sources: &[usize],
+    out: &mut [u8],
+    places: &[usize],
+    labels: &[String],
+) -> Result<()> {
+    for piece in pieces {
+        let what = labels.get(piece.range).map_or("a buffer", String::as_str);
+        let outside = || malformed(format!("{what}: a piece outside its buffer"));
+        let span = |base: usize, at: u64, len: u64| -> Option<std::ops::Range<usize>> {
+            let start = base.checked_add(usize::try_from(at).ok()?)?;
+            Some(start..start.checked_add(usize::try_from(len).ok()?)?)
+        };
+        let p = piece.at(0, 0);
+        let src = span(sources[piece.range], p.src, p.src_len)
+            .and_then(|r| source.get(r))
+            .ok_or_else(outside)?;
+        let dst = span(places[piece.range], p.dst, p.dst_len)
+            .and_then(|r| out.get_mut(r))
+            .ok_or_else(outside)?;
+        let got = match piece.step {
+            Step::Copy if src.len() == dst.len() => {
+                dst.copy_from_slice(src);
+                Ok(dst.len())
+            }
+            Step::Copy => Ok(src.len()),
+            Step::Zstd => zstd_frame_into(src, dst).map_err(|e| e.to_string()),
+            Step::Lz4 => lz4_flex::block::decompress_into(src, dst).map_err(|e| e.to_string()),
+        };
+        match got {
+            Ok(n) if n == dst.len() => {}
+            Ok(n) => {
+                return Err(malformed(format!(
+                    "{what}: a {:?} piece decodes to {n} bytes where {} are expected",
+                    piece.step,
+                    dst.len()
+                )))
+            }
+            Err(e) => return Err(malformed(format!("{what}: {:?} data: {e}", piece.step))),
+        }
+    }
+    Ok(())
 }
 
 /// Plan decoding the ranges of `plan` (read as they are in the file) on the GPU, each
@@ -267,7 +345,7 @@ fn plan_buffer(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     //! The GPU plan run with a host stand-in for nvCOMP (its contract: a ZSTD frame or a
     //! raw LZ4 block in, exactly its decoded bytes out) gives the host decoder's bytes.
 
@@ -364,7 +442,7 @@ mod tests {
     }
 
     #[derive(Debug, Clone)]
-    enum Form {
+    pub(in crate::arrow_ipc) enum Form {
         Plain,
         Stored,
         Zstd,
@@ -410,7 +488,7 @@ mod tests {
     }
 
     /// A "file" of the buffers one after another, and the plan reading them all.
-    fn file_and_plan(buffers: &[(Vec<u8>, Form)]) -> (Vec<u8>, ReadPlan) {
+    pub(in crate::arrow_ipc) fn file_and_plan(buffers: &[(Vec<u8>, Form)]) -> (Vec<u8>, ReadPlan) {
         let mut file = vec![0u8; 16];
         let (mut ranges, mut codecs, mut needs) = (Vec::new(), Vec::new(), Vec::new());
         for (data, form) in buffers {
@@ -432,7 +510,7 @@ mod tests {
         (file, plan)
     }
 
-    fn data(len: usize, seed: u8, runs: bool) -> Vec<u8> {
+    pub(in crate::arrow_ipc) fn data(len: usize, seed: u8, runs: bool) -> Vec<u8> {
         (0..len)
             .map(|i| {
                 if runs {

@@ -79,6 +79,9 @@ pub struct Layout {
     pub total: usize,
 }
 
+/// Arrow's buffer alignment: every buffer of a table starts at a multiple of 64 bytes.
+pub(crate) const ALIGN: usize = 64;
+
 /// The largest gap (padding between buffers) a read of two neighbouring ranges spans.
 const JOIN_GAP: u64 = 4096;
 

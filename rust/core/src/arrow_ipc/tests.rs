@@ -876,23 +876,83 @@ proptest! {
         let layout = Layout { offsets: offsets.clone(), total: end };
         let (reads, starts) = layout.reads(&ranges, &sizes);
         prop_assert_eq!(reads.len(), starts.len());
-        // Each read's bytes land in the table without overlapping another's.
-        let mut covered = vec![false; end];
-        for (&(_, len), &start) in reads.iter().zip(&starts) {
+        // Each read's bytes land in the table without overlapping another's: the table
+        // records which file byte each of its bytes came from.
+        let mut table: Vec<Option<u64>> = vec![None; end];
+        for (&(offset, len), &start) in reads.iter().zip(&starts) {
             prop_assert!(start + len as usize <= end);
-            for slot in &mut covered[start..start + len as usize] {
-                prop_assert!(!*slot, "a byte written twice");
-                *slot = true;
+            for (k, slot) in table[start..start + len as usize].iter_mut().enumerate() {
+                prop_assert!(slot.is_none(), "a byte written twice");
+                *slot = Some(offset + k as u64);
             }
         }
-        // Every range is read to its own place by some read. (A joined read may also
-        // carry another range's bytes across a gap in the file; they land in the table's
-        // gap between the two it joins, which no range uses.)
+        // Every range's place holds its bytes. (A joined read also copies whatever lies
+        // between its two ranges in the file, another range's bytes too, into the table's
+        // gap between them, which no range uses.)
         for (r, &(ro, rl)) in ranges.iter().enumerate() {
-            let placed = reads.iter().zip(&starts).any(|(&(o, l), &start)| {
-                ro >= o && ro + rl <= o + l && start + (ro - o) as usize == offsets[r]
-            });
-            prop_assert!(placed, "range {} is not read to its place", r);
+            for k in 0..rl {
+                prop_assert_eq!(table[offsets[r] + k as usize], Some(ro + k), "range {}", r);
+            }
         }
     }
+}
+
+/// A host table's column over several record batches joins into one array: validity
+/// bits one batch after another, offsets rebased; a list column says what to do instead.
+#[test]
+fn columns_join_over_record_batches() {
+    let batches = [sample(20, 1), sample(7, 2), sample(0, 3), sample(13, 4)];
+    let bytes = stream_bytes(&batches);
+    let file = IpcFile::read(bytes.as_slice()).unwrap();
+    let plan = file.plan(None, None).unwrap();
+    // The ranges as read, in place in the file's bytes.
+    let addresses: Vec<u64> = plan
+        .ranges
+        .iter()
+        .map(|&(o, _)| bytes.as_ptr() as u64 + o)
+        .collect();
+    let sizes: Vec<u64> = plan.ranges.iter().map(|r| r.1).collect();
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let ints = join_column(&plan, &addresses, &sizes, 0).unwrap();
+    assert_eq!(
+        (ints.length, ints.data_type.clone()),
+        (rows as i64, DataType::Int32)
+    );
+    let strings = join_column(&plan, &addresses, &sizes, 1).unwrap();
+    let mut at = 0usize;
+    for b in &batches {
+        let want = b.column(0).as_any().downcast_ref::<Int32Array>().unwrap();
+        let text = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+        for i in 0..b.num_rows() {
+            let j = at + i;
+            let valid = ints.buffers[0][j / 8] >> (j % 8) & 1 == 1;
+            assert_eq!(valid, want.is_valid(i), "row {j}");
+            if valid {
+                let v = &ints.buffers[1][j * 4..j * 4 + 4];
+                assert_eq!(i32::from_le_bytes(v.try_into().unwrap()), want.value(i));
+            }
+            let offset = |k: usize| {
+                let o = &strings.buffers[1][k * 4..k * 4 + 4];
+                i32::from_le_bytes(o.try_into().unwrap()) as usize
+            };
+            let got = &strings.buffers[2][offset(j)..offset(j + 1)];
+            assert_eq!(got, text.value(i).as_bytes(), "row {j}");
+        }
+        at += b.num_rows();
+    }
+    assert_eq!(
+        ints.null_count,
+        batches
+            .iter()
+            .map(|b| b.column(0).null_count() as i64)
+            .sum()
+    );
+    // Lists are not joined: the error says what to do.
+    let err = join_column(&plan, &addresses, &sizes, 2)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'lists'") && err.contains("column[i]"),
+        "{err}"
+    );
 }

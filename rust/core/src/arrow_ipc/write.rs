@@ -58,6 +58,45 @@ pub enum Memory {
     Device(usize),
 }
 
+impl Memory {
+    /// Copy `out.len()` bytes at `addr` of this memory to the host (a few bytes the
+    /// encoder needs: a last offset, a validity bitmap).
+    ///
+    /// # Safety
+    /// `addr..addr + out.len()` must be readable memory of this kind (host, or the GPU
+    /// named), alive until this returns.
+    pub unsafe fn peek(self, addr: u64, out: &mut [u8]) -> Result<()> {
+        match self {
+            Memory::Host => {
+                // SAFETY: (caller) `out.len()` readable host bytes at `addr`; `out` is
+                // apart from them.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len())
+                };
+                Ok(())
+            }
+            // SAFETY: (caller) as above, in device memory of GPU `ordinal`.
+            Memory::Device(ordinal) => unsafe {
+                crate::cuda::copy_device_to_host(ordinal, out.as_mut_ptr(), addr, out.len())
+            },
+        }
+    }
+
+    /// Block until a producer's `event` (a raw `CUevent` of this memory's GPU, the C device
+    /// interface's `sync_event`) has completed, before the arrays are read; nothing to wait
+    /// for in host memory.
+    ///
+    /// # Safety
+    /// `event` must be a live event of this memory's GPU.
+    pub unsafe fn wait_for(self, event: usize) -> Result<()> {
+        let Memory::Device(ordinal) = self else {
+            return Ok(());
+        };
+        let context = crate::cuda::bind(ordinal)?;
+        crate::cuda::wait_event(&context, crate::cuda::Event::from_raw(event))
+    }
+}
+
 /// What the file holds at one offset: encoded bytes, or a buffer of the arrays.
 #[derive(Debug, Clone)]
 pub enum Piece {

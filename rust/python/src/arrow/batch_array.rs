@@ -4,13 +4,15 @@
 use std::sync::Arc;
 
 use arrow_schema::DataType;
-use kvikpy_core::cuda::{DeviceAllocation, StreamEvent};
+use kvikpy_core::allocation::{Allocation, Placement};
+use kvikpy_core::cuda::StreamEvent;
 use kvikpy_macros::boundary;
 use pyo3::prelude::*;
 
-use super::c_abi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA};
-use super::capsule::{array_capsules, device_array_capsules, schema_capsule};
-use super::export::ArrayExport;
+use crate::arrow_c::{
+    array_capsules, device_array_capsules, schema_capsule, ArrayExport, ARROW_DEVICE_CPU,
+    ARROW_DEVICE_CUDA,
+};
 
 /// The schema of a batch's Arrow export (`large_binary`).
 #[boundary]
@@ -35,8 +37,8 @@ fn validity_bits(count: usize, failed: &[usize]) -> Option<Vec<u8>> {
 /// a batch never changes, so neither do they.
 #[pyclass(module = "kvikpy._lib", frozen)]
 pub struct BatchDeviceMeta {
-    /// The offsets (8-byte items), then the bitmap, in one allocation.
-    allocation: Arc<DeviceAllocation>,
+    /// The offsets (8-byte items), then the bitmap, in one allocation on the batch's GPU.
+    allocation: Arc<Allocation>,
     /// Where the bitmap starts, when some element failed.
     bitmap_at: Option<usize>,
 }
@@ -60,20 +62,9 @@ pub fn batch_device_meta(
     let validity = validity_bits(count, &failed);
     let bitmap_at = validity.as_ref().map(|_| bytes.len());
     bytes.extend(validity.iter().flatten());
-    let allocation = crate::blocking::without_gil(py, move || {
-        let allocation = DeviceAllocation::new(ordinal, bytes.len())?;
-        // SAFETY: `bytes` is live host memory and `allocation` a fresh allocation of the
-        // same size; the copy has finished when the call returns.
-        unsafe {
-            kvikpy_core::cuda::copy_host_to_device(
-                ordinal,
-                allocation.ptr(),
-                bytes.as_ptr(),
-                bytes.len(),
-            )?
-        };
-        Ok(allocation)
-    })?;
+    let placement = Placement::Device(ordinal);
+    let allocation =
+        crate::blocking::without_gil(py, move || Allocation::with_bytes(placement, &bytes))?;
     Ok(BatchDeviceMeta {
         allocation: Arc::new(allocation),
         bitmap_at,
@@ -141,7 +132,7 @@ pub fn batch_arrow(
                     "a GPU batch's export needs its offsets on the GPU (batch_device_meta)",
                 )
             })?;
-            let base = meta.allocation.ptr();
+            let base = meta.allocation.base();
             let event = crate::blocking::without_gil(py, move || {
                 StreamEvent::record(ordinal, kvikpy_core::cuda::Stream::LEGACY)
             })?;

@@ -1,37 +1,30 @@
-//! `kvikpy.arrow.read_ipc`'s engine side: an Arrow IPC file or stream planned by the
-//! engine (`kvikpy_core::arrow_ipc`), its chosen buffers read in one batch into one
-//! allocation, and the record batches exported as Arrow (device) arrays over it.
+//! `kvikpy.arrow.read_ipc`'s binding: the engine reads the table into one allocation
+//! (`kvikpy_core::arrow_ipc::read_table`: route, placement, reads, decoding, fallbacks);
+//! this module converts its arguments, hands back the work left for nvCOMP, and exports
+//! the record batches as Arrow (device) arrays over the allocation.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow_schema::{DataType, Fields};
 use kvikpy_core::allocation::Placement;
 use kvikpy_core::arrow_ipc::{
-    decode_to_host, plan_gpu_decode, Column, Decoded, GpuDecodePlan, IpcFile, ReadPlan,
-    SourceReader, Step,
+    addresses, build, join_column, plan_file_decode, read_table, BuiltArrays, Column, GpuWork,
+    Placed, ReadPlan, Step, Table, TableRequest,
 };
-use kvikpy_core::batch_plan::{plan_ranges_aligned, plan_ranges_placed};
 use kvikpy_core::cancel::CancelToken;
-use kvikpy_core::cuda::{copy_host_to_device, zero_device};
-use kvikpy_core::settings::Settings;
 use kvikpy_macros::boundary;
-use pyo3::exceptions::{PyBufferError, PyIndexError, PyRuntimeError};
+use pyo3::exceptions::{PyBufferError, PyIndexError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::built::{build, BuiltArrays};
-use super::c_abi::{ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA};
-use super::capsule::{array_capsules, device_array_capsules, ffi_schema_capsule};
-use super::export::{view_sizes, ArrayExport};
-use super::types::{ffi_field, ffi_schema};
-use crate::batch::read_plan;
+use crate::arrow_c::{
+    array_capsules, device_array_capsules, ffi_field, ffi_schema, ffi_schema_capsule, ArrayExport,
+    ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA,
+};
 use crate::blocking::{interruptible_alone, without_gil};
 use crate::buffer::{Buffer, Storage};
-use crate::errors::BindResult;
-
-/// Arrow's buffer alignment: every buffer starts at a multiple of 64 bytes.
-const ALIGN: usize = 64;
+use crate::errors::{BindResult, UnsupportedOperationError};
 
 /// Where a column's values lie for DLPack: `(offset in the allocation, shape, typestr,
 /// DLPack code, bits)`.
@@ -41,6 +34,8 @@ type ValuesView = (usize, Vec<i64>, String, u8, u8);
 #[pyclass(module = "kvikpy._lib", frozen)]
 pub struct IpcTable {
     plan: ReadPlan,
+    /// The allocation's first address.
+    base: u64,
     /// Each range's address in the allocation.
     addresses: Vec<u64>,
     /// Each range's offset in the allocation.
@@ -54,206 +49,138 @@ pub struct IpcTable {
     ordinal: Option<usize>,
 }
 
-/// The IPC file or stream at `path` opened, its metadata read and checked, and the plan
-/// of the chosen `columns` (names; all when None) of the chosen record `batches`.
-fn open_plan(
-    path: &std::path::Path,
-    settings: &Settings,
-    columns: Option<Vec<String>>,
-    batches: Option<Vec<i64>>,
-) -> kvikpy_core::Result<(SourceReader, ReadPlan)> {
-    let reader = SourceReader::open(path, settings)?;
-    let file = IpcFile::read(&reader)?;
-    let columns = columns.map(|c| file.column_indices(&c)).transpose()?;
-    let plan = file.plan(columns.as_deref(), batches.as_deref())?;
-    Ok((reader, plan))
+/// One piece of GPU work for Python's nvCOMP call: `(step, source, source bytes,
+/// destination, destination bytes, range)`, step 0 a copy, 1 a ZSTD frame, 2 a raw LZ4
+/// block.
+type GpuPiece = (u8, u64, u64, u64, u64, usize);
+
+fn gpu_piece(p: &Placed) -> GpuPiece {
+    let step = match p.step {
+        Step::Copy => 0,
+        Step::Zstd => 1,
+        Step::Lz4 => 2,
+    };
+    (step, p.src, p.src_len, p.dst, p.dst_len, p.range)
+}
+
+/// A table read by [`read_ipc_table`], and the work it leaves for nvCOMP, if any: taken
+/// once, as an [`IpcTable`], when that work is done ([`IpcRead::table`]).
+#[pyclass(module = "kvikpy._lib", frozen)]
+pub struct IpcRead {
+    read: Mutex<Option<(Table, Option<GpuWork>)>>,
 }
 
 /// Read the chosen `columns` (names; all when None) of the chosen record `batches`
 /// (indices; all when None) of the IPC file or stream at `path` onto device `ordinal`
-/// (the host when None).
+/// (the host when None). With `gpu_decoder` (nvCOMP is installed), a GPU table's
+/// compressed buffers may be left for it: see [`IpcRead`].
 #[boundary]
 #[pyfunction]
-#[pyo3(signature = (path, columns, batches, ordinal))]
+#[pyo3(signature = (path, columns, batches, ordinal, gpu_decoder))]
 pub fn read_ipc_table(
     py: Python<'_>,
     path: PathBuf,
     columns: Option<Vec<String>>,
     batches: Option<Vec<i64>>,
     ordinal: Option<usize>,
-) -> BindResult<IpcTable> {
+    gpu_decoder: bool,
+) -> BindResult<IpcRead> {
     let settings = kvikpy_core::settings::current()?;
-    let meta_path = path.clone();
-    let (plan, decoded) = interruptible_alone(py, &CancelToken::new(), move || {
-        let (reader, plan) = open_plan(&meta_path, &settings, columns, batches)?;
-        // Compressed buffers are decoded on the host, into the table's memory when that is
-        // host memory, else then moved in one copy.
-        let decoded = if plan.is_compressed() {
-            Some(decode_to_host(&reader, &plan, ALIGN)?)
-        } else {
-            None
-        };
-        Ok((plan, decoded))
-    })?;
-    if let Some(decoded) = decoded {
-        return from_host_decoded(py, plan, decoded, ordinal);
-    }
-    read_uncompressed(py, &settings, path, plan, ordinal)
-}
-
-/// The table of a compressed `plan` whose buffers the host decoded ([`decode_to_host`]):
-/// that memory itself for a host table, else moved onto GPU `ordinal` in one copy.
-fn from_host_decoded(
-    py: Python<'_>,
-    plan: ReadPlan,
-    decoded: Decoded,
-    ordinal: Option<usize>,
-) -> BindResult<IpcTable> {
-    let Decoded {
-        memory,
-        offsets,
-        sizes,
-    } = decoded;
-    let buffer = match ordinal {
-        None => Buffer::from_allocation(memory),
-        Some(ordinal) => {
-            let size = memory.size();
-            let buffer = Buffer::allocate_at(py, size, Placement::Device(ordinal), false)?;
-            let (base, _, _) = buffer.parts();
-            if size > 0 {
-                let source = memory.base();
-                without_gil(py, move || {
-                    // SAFETY: the new buffer holds `size` bytes on GPU `ordinal` at `base`;
-                    // `memory` is `size` bytes of host memory at `source`, alive until
-                    // this returns.
-                    unsafe { copy_host_to_device(ordinal, base, source as *const u8, size) }
-                })?;
-            }
-            buffer
-        }
+    let request = TableRequest {
+        path,
+        columns,
+        batches,
+        placement: Placement::from_ordinal(ordinal),
+        gpu_decoder,
     };
-    let sizes = sizes.iter().map(|&s| s as u64).collect();
-    table(py, plan, buffer, offsets, sizes, ordinal)
-}
-
-/// The table of an uncompressed `plan`: its buffers read straight into their places in
-/// one allocation ([`ReadPlan::layout`]), neighbouring buffers as one read where they
-/// follow each other both in the file and in the table.
-fn read_uncompressed(
-    py: Python<'_>,
-    settings: &Settings,
-    path: PathBuf,
-    plan: ReadPlan,
-    ordinal: Option<usize>,
-) -> BindResult<IpcTable> {
-    let sizes = plan.read_sizes();
-    let layout = plan.layout(&sizes, ALIGN)?;
-    let (reads, starts) = layout.reads(&plan.ranges, &sizes);
-    let (plan_settings, total) = (*settings, layout.total);
-    let batch = interruptible_alone(py, &CancelToken::new(), move || {
-        plan_ranges_placed(&plan_settings, &path, &reads, &starts, total)
+    let read = interruptible_alone(py, &CancelToken::new(), move || {
+        read_table(&settings, request)
     })?;
-    let (buffer, _, _, _) = read_plan(py, settings, batch, ordinal, None)?;
-    table(py, plan, buffer, layout.offsets, sizes, ordinal)
+    Ok(IpcRead {
+        read: Mutex::new(Some(read)),
+    })
 }
 
-/// One piece of GPU work for Python's nvCOMP call: `(step, source address, source
-/// bytes, destination address, destination bytes, range)`, step 0 a copy, 1 a ZSTD frame,
-/// 2 a raw LZ4 block.
-type GpuPiece = (u8, u64, u64, u64, u64, usize);
+impl IpcRead {
+    fn taken() -> PyErr {
+        PyRuntimeError::new_err("this read's table was already taken")
+    }
+}
 
-/// What is left to do on the GPU after [`read_ipc_table_gpu`]: the buffers as read (kept
-/// until decoded), the pieces, and each range's name for messages.
-type GpuWork = (Py<Buffer>, Vec<GpuPiece>, Vec<String>);
-
-/// [`read_ipc_table`] onto GPU `ordinal` with compressed buffers left for the GPU to
-/// decode: the buffers are read as they are in the file in one batch read onto the GPU,
-/// the table's allocation is sized by the engine's checked plan, buffers the GPU cannot
-/// decode are decoded on the host and copied into place, and the rest is returned as
-/// work for nvCOMP (None when nothing is compressed: the table is then complete).
 #[boundary]
-#[pyfunction]
-#[pyo3(signature = (path, columns, batches, ordinal))]
-pub fn read_ipc_table_gpu(
-    py: Python<'_>,
-    path: PathBuf,
-    columns: Option<Vec<String>>,
-    batches: Option<Vec<i64>>,
-    ordinal: usize,
-) -> BindResult<(IpcTable, Option<GpuWork>)> {
-    let settings = kvikpy_core::settings::current()?;
-    let meta_path = path.clone();
-    let (plan, gpu, host) = interruptible_alone(py, &CancelToken::new(), move || {
-        let (reader, plan) = open_plan(&meta_path, &settings, columns, batches)?;
-        // Dictionaries extended by deltas are joined from the decoded bytes when the
-        // table is made, before nvCOMP could run: such a read decodes on the host.
-        let (gpu, host) = match (plan.is_compressed(), plan.built.is_empty()) {
-            (true, true) => (Some(plan_gpu_decode(&reader, &plan, ALIGN)?), None),
-            (true, false) => (None, Some(decode_to_host(&reader, &plan, ALIGN)?)),
-            (false, _) => (None, None),
-        };
-        Ok((plan, gpu, host))
-    })?;
-    if let Some(decoded) = host {
-        return Ok((from_host_decoded(py, plan, decoded, Some(ordinal))?, None));
+#[pymethods]
+impl IpcRead {
+    /// The work left for nvCOMP, at its addresses on the table's GPU (empty when none):
+    /// `(step, source, source bytes, destination, destination bytes, range)`, step 0 a
+    /// copy, 1 a ZSTD frame, 2 a raw LZ4 block. The memory lives as long as this object.
+    #[getter]
+    fn gpu_pieces(&self) -> PyResult<Vec<GpuPiece>> {
+        let guard = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        let (table, work) = guard.as_ref().ok_or_else(Self::taken)?;
+        Ok(work.as_ref().map_or_else(Vec::new, |w| {
+            w.pieces(table).iter().map(gpu_piece).collect()
+        }))
     }
-    let Some(gpu) = gpu else {
-        return Ok((
-            read_uncompressed(py, &settings, path, plan, Some(ordinal))?,
-            None,
-        ));
-    };
-    let ranges = plan.ranges.clone();
-    let batch = interruptible_alone(py, &CancelToken::new(), move || {
-        plan_ranges_aligned(&settings, &path, &ranges, ALIGN)
-    })?;
-    let (read, read_offsets, _, _) = read_plan(py, &settings, batch, Some(ordinal), None)?;
-    let buffer = Buffer::allocate_at(py, gpu.total, Placement::Device(ordinal), false)?;
-    let (base, _, _) = buffer.parts();
-    let (read_base, _, _) = read.parts();
-    let GpuDecodePlan {
-        offsets,
-        sizes,
-        pieces,
-        host,
-        labels,
-        ..
-    } = gpu;
-    let host_offsets = offsets.clone();
-    let total = gpu.total;
-    without_gil(py, move || {
-        // The gaps between buffers (their 64-byte alignment) are zero, as on the host
-        // routes: the decoders write only the buffers.
-        if total > 0 {
-            // SAFETY: the new buffer holds `total` bytes on GPU `ordinal` at `base`,
-            // unused yet.
-            unsafe { zero_device(ordinal, base, total)? };
+
+    /// Each range's name in messages (its record batch, column and buffer); empty when no
+    /// work is left for nvCOMP.
+    #[getter]
+    fn labels(&self) -> PyResult<Vec<String>> {
+        let guard = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, work) = guard.as_ref().ok_or_else(Self::taken)?;
+        Ok(work.as_ref().map_or_else(Vec::new, |w| w.labels().to_vec()))
+    }
+
+    /// The engine decodes the work left for nvCOMP on the host instead, from the bytes
+    /// already read (the fallback where nvCOMP is missing or fails; a malformed buffer is
+    /// named). Nothing may still be writing the table.
+    fn decode_on_host(&self, py: Python<'_>) -> BindResult<()> {
+        let mut guard = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        let (table, work) = guard.as_mut().ok_or_else(Self::taken)?;
+        if let Some(work) = work.take() {
+            without_gil(py, move || work.decode_on_host(table))?;
         }
-        for (range, bytes) in &host {
-            let at = base + host_offsets[*range] as u64;
-            // SAFETY: the plan placed range `range` (its decoded size, `bytes.len()`) at
-            // `at` inside the new buffer of `gpu.total` bytes on GPU `ordinal`.
-            unsafe { copy_host_to_device(ordinal, at, bytes.as_ptr(), bytes.len())? };
-        }
-        Ok::<(), kvikpy_core::Error>(())
-    })?;
-    let work = pieces
-        .iter()
-        .map(|p| {
-            let step = step_code(p.step);
-            let src = read_base + read_offsets[p.range] as u64 + p.src;
-            let dst = base + offsets[p.range] as u64 + p.dst;
-            (step, src, p.src_len, dst, p.dst_len, p.range)
+        Ok(())
+    }
+
+    /// The table, once the work left for nvCOMP is done (by nvCOMP, or by
+    /// [`IpcRead::decode_on_host`]).
+    fn table(&self, py: Python<'_>) -> PyResult<IpcTable> {
+        let (table, _) = self
+            .read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(Self::taken)?;
+        let Table {
+            plan,
+            memory,
+            offsets,
+            sizes,
+            built,
+        } = table;
+        let ordinal = memory.placement().ordinal();
+        let buffer = Buffer::from_allocation(memory);
+        let (_, storage) = buffer.span();
+        let (base, _, _) = buffer.parts();
+        Ok(IpcTable {
+            plan,
+            base,
+            addresses: addresses(base, &offsets),
+            offsets,
+            sizes,
+            built: Arc::new(built),
+            storage,
+            buffer: Py::new(py, buffer)?,
+            ordinal,
         })
-        .collect();
-    let table = table(py, plan, buffer, offsets, sizes, Some(ordinal))?;
-    Ok((table, Some((Py::new(py, read)?, work, labels))))
+    }
 }
 
-/// The GPU decode plan of a read, as [`read_ipc_table_gpu`] would run it, with file
-/// offsets for sources and allocation offsets for destinations: `(pieces, host-decoded
-/// ranges as (allocation offset, bytes), allocation size, range names)`. For tests that
-/// run the plan with a host stand-in for nvCOMP.
+/// The GPU decode plan of a read, as [`read_ipc_table`] would leave it for nvCOMP, with
+/// file offsets for sources and allocation offsets for destinations: `(pieces,
+/// host-decoded ranges as (allocation offset, bytes), allocation size, range names)`. For
+/// tests that run the plan with a host stand-in for nvCOMP, and benchmarks.
 #[boundary]
 #[pyfunction]
 #[pyo3(signature = (path, columns, batches))]
@@ -265,66 +192,16 @@ pub fn ipc_decode_plan(
     batches: Option<Vec<i64>>,
 ) -> BindResult<(Vec<GpuPiece>, Vec<(usize, Py<PyBytes>)>, usize, Vec<String>)> {
     let settings = kvikpy_core::settings::current()?;
-    let (plan, gpu) = interruptible_alone(py, &CancelToken::new(), move || {
-        let reader = SourceReader::open(&path, &settings)?;
-        let file = IpcFile::read(&reader)?;
-        let columns = columns.map(|c| file.column_indices(&c)).transpose()?;
-        let plan = file.plan(columns.as_deref(), batches.as_deref())?;
-        let gpu = plan_gpu_decode(&reader, &plan, ALIGN)?;
-        Ok((plan, gpu))
+    let plan = interruptible_alone(py, &CancelToken::new(), move || {
+        plan_file_decode(&settings, &path, columns.as_deref(), batches.as_deref())
     })?;
-    let pieces = gpu
-        .pieces
-        .iter()
-        .map(|p| {
-            let src = plan.ranges[p.range].0 + p.src;
-            let dst = gpu.offsets[p.range] as u64 + p.dst;
-            (step_code(p.step), src, p.src_len, dst, p.dst_len, p.range)
-        })
-        .collect();
-    let host = gpu
+    let pieces = plan.pieces.iter().map(gpu_piece).collect();
+    let host = plan
         .host
         .into_iter()
-        .map(|(r, bytes)| (gpu.offsets[r], PyBytes::new(py, &bytes).unbind()))
+        .map(|(at, bytes)| (at, PyBytes::new(py, &bytes).unbind()))
         .collect();
-    Ok((pieces, host, gpu.total, gpu.labels))
-}
-
-fn step_code(step: Step) -> u8 {
-    match step {
-        Step::Copy => 0,
-        Step::Zstd => 1,
-        Step::Lz4 => 2,
-    }
-}
-
-fn table(
-    py: Python<'_>,
-    plan: ReadPlan,
-    buffer: Buffer,
-    offsets: Vec<usize>,
-    sizes: Vec<u64>,
-    ordinal: Option<usize>,
-) -> BindResult<IpcTable> {
-    let (_, storage) = buffer.span();
-    let (base, _, _) = buffer.parts();
-    let addresses: Vec<u64> = offsets.iter().map(|&o| base + o as u64).collect();
-    let built = if plan.built.is_empty() {
-        BuiltArrays::none()
-    } else {
-        let (plan, addresses, sizes) = (&plan, &addresses, &sizes);
-        without_gil(py, move || build(plan, addresses, sizes, ordinal))?
-    };
-    Ok(IpcTable {
-        plan,
-        addresses,
-        offsets,
-        sizes,
-        built: Arc::new(built),
-        storage,
-        buffer: Py::new(py, buffer)?,
-        ordinal,
-    })
+    Ok((pieces, host, plan.total, plan.labels))
 }
 
 impl IpcTable {
@@ -444,6 +321,62 @@ impl IpcTable {
         )))
     }
 
+    /// Column `column` over every record batch as one array over the table's memory, where
+    /// its values lie end to end ([`IpcTable::joined_values`]); None otherwise.
+    fn joined_view(&self, column: usize) -> PyResult<Option<ArrayExport>> {
+        let Some((offset, shape, ..)) = self.joined_values(column)? else {
+            return Ok(None);
+        };
+        let Some(field) = self.plan.schema.fields().get(column) else {
+            return Ok(None);
+        };
+        let address = self.base + offset as u64;
+        let level = |format: DataType, length: i64, buffers: Vec<u64>, children| ArrayExport {
+            format,
+            length,
+            null_count: 0,
+            buffers,
+            children,
+            dictionary: None,
+            owner: Box::new(Arc::clone(&self.storage)),
+        };
+        let rows = shape[0];
+        Ok(Some(match (field.data_type(), shape.get(1)) {
+            (DataType::FixedSizeList(child, _), Some(&n)) => {
+                let values = level(
+                    child.data_type().clone(),
+                    rows * n,
+                    vec![0, address],
+                    vec![],
+                );
+                level(field.data_type().clone(), rows, vec![0], vec![values])
+            }
+            (t, _) => level(t.clone(), rows, vec![0, address], Vec::new()),
+        }))
+    }
+
+    /// Column `column` over every record batch as one array in new host memory, joined by
+    /// the engine ([`join_column`]: validity bitmaps joined, offsets rebased).
+    fn joined_copy(&self, py: Python<'_>, column: usize) -> BindResult<ArrayExport> {
+        let (plan, addresses, sizes) = (&self.plan, &self.addresses, &self.sizes);
+        let joined = without_gil(py, move || join_column(plan, addresses, sizes, column))?;
+        let buffers = joined
+            .buffers
+            .iter()
+            .map(|b| if b.is_empty() { 0 } else { b.as_ptr() as u64 })
+            .collect();
+        Ok(ArrayExport {
+            format: joined.data_type,
+            length: joined.length,
+            null_count: joined.null_count,
+            buffers,
+            children: Vec::new(),
+            dictionary: None,
+            // A Vec's bytes stay where they are when the Vec moves.
+            owner: Box::new(joined.buffers),
+        })
+    }
+
     /// [`IpcTable::column_values`] over every record batch: each batch's values (zero-row
     /// batches aside) must follow the previous one's directly in the allocation.
     fn joined_values(&self, column: usize) -> PyResult<Option<ValuesView>> {
@@ -547,6 +480,43 @@ impl IpcTable {
         self.batch_values(batch, column)
     }
 
+    /// `(schema, array)` capsules of column `column` over every record batch as one array:
+    /// over the table's memory where its values lie end to end (a fixed-width column
+    /// without nulls, as for DLPack), else, for a host table, in new host memory joined by
+    /// the engine (validity bitmaps joined, offsets rebased: a copy). A GPU table's other
+    /// columns are an error saying what to do.
+    fn joined_column_capsules(
+        &self,
+        py: Python<'_>,
+        column: usize,
+        device: bool,
+    ) -> BindResult<(Py<PyAny>, Py<PyAny>)> {
+        if self.ordinal.is_some() && !device {
+            return Err(host_only().into());
+        }
+        let export = match self.joined_view(column)? {
+            Some(export) => export,
+            None if self.ordinal.is_none() => self.joined_copy(py, column)?,
+            None => {
+                let field = self.plan.schema.fields().get(column).ok_or_else(|| {
+                    PyIndexError::new_err(format!("column {column} is out of range"))
+                })?;
+                return Err(UnsupportedOperationError::new_err(format!(
+                    "column '{}' ({}) spans {} record batches whose buffers do not lie end to \
+                     end in GPU memory (it has nulls, offsets or a padded compressed \
+                     buffer), so they are not one Arrow array there, and kvikpy joins them \
+                     only in host memory; export each record batch's chunk (column[i]), or \
+                     join them on the host (table.to_host().column(name))",
+                    field.name(),
+                    field.data_type(),
+                    self.plan.batches.len()
+                ))
+                .into());
+            }
+        };
+        Ok(self.capsules(py, export, device)?)
+    }
+
     /// An Arrow C device stream (with `device`) or C stream capsule of the table over
     /// `iterator`, a Python iterator of its record batches (objects exporting them).
     fn stream_capsule(
@@ -575,21 +545,20 @@ impl IpcTable {
         let (span, storage) = host.borrow(py).span();
         let size = self.buffer.borrow(py).span().0.len();
         if ordinal.is_some() || span.len() != size {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            return Err(PyValueError::new_err(format!(
                 "a copy of the table's allocation must be {size} bytes of host memory"
             )));
         }
-        let addresses: Vec<u64> = self.offsets.iter().map(|&o| base + o as u64).collect();
+        let addresses = addresses(base, &self.offsets);
         // The built arrays again, from the host copy.
-        let built = if self.plan.built.is_empty() {
-            BuiltArrays::none()
-        } else {
+        let built = {
             let (plan, addresses, sizes) = (&self.plan, &addresses, &self.sizes);
             without_gil(py, move || build(plan, addresses, sizes, None))?
         };
         Ok(IpcTable {
             built: Arc::new(built),
             plan: self.plan.clone(),
+            base,
             addresses,
             offsets: self.offsets.clone(),
             sizes: self.sizes.clone(),
@@ -657,5 +626,25 @@ fn host_only() -> PyErr {
         "this table is in GPU memory, which the Arrow C data interface cannot describe; use \
          __arrow_c_device_stream__ (or column(...).__arrow_c_device_array__), or read with \
          device=\"cpu\"",
+    )
+}
+
+/// The last buffer of a view-typed (`string_view`, `binary_view`) array: the sizes of its
+/// data buffers (its buffers after the validity and the views), as `int64`, taken from
+/// `range_sizes` (each planned range's size). It lives in host memory for host and
+/// device arrays alike: consumers read it on the host to learn the sizes before touching
+/// the data (Arrow C++'s importer and nanoarrow's array view do). None for other types.
+pub fn view_sizes(column: &Column, range_sizes: &[u64]) -> Option<Box<[i64]>> {
+    if !matches!(column.data_type, DataType::Utf8View | DataType::BinaryView) {
+        return None;
+    }
+    let data = column.buffers.get(2..).unwrap_or_default();
+    Some(
+        data.iter()
+            .map(|b| {
+                b.and_then(|i| range_sizes.get(i))
+                    .map_or(0, |&s| i64::try_from(s).unwrap_or(i64::MAX))
+            })
+            .collect(),
     )
 }

@@ -13,42 +13,11 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::c_abi::{
-    ArrowArray, ArrowArrayStream, ArrowDeviceArray, ArrowDeviceArrayStream, ARRAY,
-    ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, DEVICE_ARRAY, DEVICE_STREAM, SCHEMA, STREAM,
+use crate::arrow_c::{
+    build_array, capsule, ffi_type, ArrayExport, ArrowArray, ArrowArrayStream, ArrowDeviceArray,
+    ArrowDeviceArrayStream, StreamStruct, ARRAY, ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, DEVICE_ARRAY,
+    SCHEMA,
 };
-use super::capsule::capsule;
-use super::export::{build_array, ArrayExport};
-
-/// What the two stream structs share, for the callbacks written once for both.
-trait StreamStruct: Sized {
-    /// The capsule name.
-    const NAME: &'static CStr;
-    fn private_data(&mut self) -> &mut *mut c_void;
-    fn is_released(&self) -> bool;
-    fn mark_released(&mut self);
-}
-
-/// Both stream structs keep `private_data` and `release` under the same names.
-macro_rules! stream_struct {
-    ($type:ty, $name:expr) => {
-        impl StreamStruct for $type {
-            const NAME: &'static CStr = $name;
-            fn private_data(&mut self) -> &mut *mut c_void {
-                &mut self.private_data
-            }
-            fn is_released(&self) -> bool {
-                self.release.is_none()
-            }
-            fn mark_released(&mut self) {
-                self.release = None;
-            }
-        }
-    };
-}
-
-stream_struct!(ArrowDeviceArrayStream, DEVICE_STREAM);
-stream_struct!(ArrowArrayStream, STREAM);
 
 /// What a stream owns: the Python iterator of buffers, the stream's schema, and the last
 /// error's text.
@@ -85,7 +54,7 @@ unsafe extern "C" fn stream_get_schema<S: StreamStruct>(
         if out.is_null() {
             return EINVAL;
         }
-        let schema = super::types::ffi_type(&private.schema);
+        let schema = ffi_type(&private.schema);
         let schema = match &private.metadata {
             m if m.is_empty() => schema,
             m => schema.and_then(|s| s.with_metadata(m.clone())),
@@ -303,13 +272,7 @@ pub fn typed_stream_capsule(
         })
     } else {
         stream_capsule(py, iterator, schema, metadata, |private_data| {
-            ArrowArrayStream {
-                get_schema: Some(stream_get_schema::<ArrowArrayStream>),
-                get_next: Some(table_stream_get_next),
-                get_last_error: Some(stream_get_last_error::<ArrowArrayStream>),
-                release: Some(stream_release::<ArrowArrayStream>),
-                private_data,
-            }
+            host_stream(private_data, table_stream_get_next)
         })
     }
 }
@@ -461,18 +424,26 @@ pub fn host_stream_capsule(
         _ => chunk_struct(),
     };
     stream_capsule(py, iterator, schema, HashMap::new(), |private_data| {
-        ArrowArrayStream {
-            get_schema: Some(stream_get_schema::<ArrowArrayStream>),
-            get_next: Some(host_stream_get_next),
-            get_last_error: Some(stream_get_last_error::<ArrowArrayStream>),
-            release: Some(stream_release::<ArrowArrayStream>),
-            private_data,
-        }
+        host_stream(private_data, host_stream_get_next)
     })
 }
 
+/// A host stream over `private_data` whose arrays `get_next` hands out.
+fn host_stream(
+    private_data: *mut c_void,
+    get_next: unsafe extern "C" fn(*mut ArrowArrayStream, *mut ArrowArray) -> c_int,
+) -> ArrowArrayStream {
+    ArrowArrayStream {
+        get_schema: Some(stream_get_schema::<ArrowArrayStream>),
+        get_next: Some(get_next),
+        get_last_error: Some(stream_get_last_error::<ArrowArrayStream>),
+        release: Some(stream_release::<ArrowArrayStream>),
+        private_data,
+    }
+}
+
 /// A device stream over `private_data` whose arrays live on the GPU (`on_gpu`) or the host.
-fn device_stream(private_data: *mut std::ffi::c_void, on_gpu: bool) -> ArrowDeviceArrayStream {
+fn device_stream(private_data: *mut c_void, on_gpu: bool) -> ArrowDeviceArrayStream {
     ArrowDeviceArrayStream {
         device_type: if on_gpu {
             ARROW_DEVICE_CUDA

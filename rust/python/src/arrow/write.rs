@@ -15,9 +15,9 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::c_abi::{
-    ArrowArray, ArrowArrayStream, ArrowDeviceArray, ArrowDeviceArrayStream, ARRAY, DEVICE_ARRAY,
-    DEVICE_STREAM, SCHEMA, STREAM,
+use crate::arrow_c::{
+    ArrowArray, ArrowArrayStream, ArrowDeviceArray, ArrowDeviceArrayStream, StreamStruct, ARRAY,
+    ARROW_DEVICE_CPU, ARROW_DEVICE_CUDA, DEVICE_ARRAY, DEVICE_STREAM, SCHEMA, STREAM,
 };
 use crate::blocking::interruptible_alone;
 use crate::errors::{BindResult, UnsupportedOperationError};
@@ -138,8 +138,8 @@ fn struct_schema(schema: &FFI_ArrowSchema) -> PyResult<Schema> {
 /// The memory of a device array of `device_type` on `device_id`.
 fn memory_of(device_type: i32, device_id: i64) -> PyResult<Memory> {
     match device_type {
-        super::c_abi::ARROW_DEVICE_CPU | ARROW_DEVICE_CUDA_HOST => Ok(Memory::Host),
-        super::c_abi::ARROW_DEVICE_CUDA | ARROW_DEVICE_CUDA_MANAGED => usize::try_from(device_id)
+        ARROW_DEVICE_CPU | ARROW_DEVICE_CUDA_HOST => Ok(Memory::Host),
+        ARROW_DEVICE_CUDA | ARROW_DEVICE_CUDA_MANAGED => usize::try_from(device_id)
             .map(Memory::Device)
             .map_err(|_| PyValueError::new_err(format!("a CUDA array on device {device_id}"))),
         other => Err(PyTypeError::new_err(format!(
@@ -150,17 +150,14 @@ fn memory_of(device_type: i32, device_id: i64) -> PyResult<Memory> {
 
 /// Wait for a device array's `sync_event` (a pointer to a `CUevent`), if it has one.
 fn wait_for(memory: Memory, sync_event: *mut std::ffi::c_void) -> PyResult<()> {
-    let Memory::Device(ordinal) = memory else {
-        return Ok(());
-    };
-    if sync_event.is_null() {
+    if memory == Memory::Host || sync_event.is_null() {
         return Ok(());
     }
     // SAFETY: the device interface's CUDA `sync_event` points at a `CUevent`.
     let handle = unsafe { *sync_event.cast::<usize>() };
-    let context = kvikpy_core::cuda::bind(ordinal).map_err(py_err)?;
-    kvikpy_core::cuda::wait_event(&context, kvikpy_core::cuda::Event::from_raw(handle))
-        .map_err(py_err)
+    // SAFETY: the producer's event, of the GPU its array's memory is on, live while the
+    // array is held (it is: the caller holds it).
+    unsafe { memory.wait_for(handle) }.map_err(py_err)
 }
 
 /// Encode and write `held` (record batches of `schema` in `memory`) to `path`.
@@ -181,23 +178,9 @@ fn write(
         let _owner = held; // the memory stays alive until the writes have stopped
         let mut encoder = FileEncoder::new(&schema, memory)?;
         let mut peek = |addr: u64, out: &mut [u8]| -> kvikpy_core::Result<()> {
-            match memory {
-                // SAFETY: `addr` is inside a buffer of a held array (an offsets buffer's
-                // last value, a validity bitmap), `out.len()` bytes long.
-                Memory::Host => unsafe {
-                    std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len());
-                    Ok(())
-                },
-                // SAFETY: as above, in device memory of GPU `ordinal`.
-                Memory::Device(ordinal) => unsafe {
-                    kvikpy_core::cuda::copy_device_to_host(
-                        ordinal,
-                        out.as_mut_ptr(),
-                        addr,
-                        out.len(),
-                    )
-                },
-            }
+            // SAFETY: `addr` is inside a buffer of a held array (an offsets buffer's last
+            // value, a validity bitmap) in `memory`, `out.len()` bytes long.
+            unsafe { memory.peek(addr, out) }
         };
         for b in &batches {
             encoder.batch(b, &mut peek)?;
@@ -258,36 +241,33 @@ pub fn write_ipc_stream(
 ) -> BindResult<u64> {
     let name = capsule_name(&stream, "stream")?;
     if name == DEVICE_STREAM {
-        let p = capsule_pointer(&stream, DEVICE_STREAM)?.cast::<ArrowDeviceArrayStream>();
-        // SAFETY: the capsule holds a live stream; it is taken over (the original's
-        // release cleared) and released below, once.
-        let mut s = unsafe { std::ptr::read(p) };
-        // SAFETY: as above.
-        unsafe { (*p).release = None };
-        let out = device_stream(py, path, &mut s);
-        if let Some(release) = s.release {
-            // SAFETY: the stream's one owner releases it once.
-            unsafe { release(&mut s) };
-        }
-        return out;
+        return taken(&stream, |s| device_stream(py, path, s));
     }
     if name == STREAM {
-        let p = capsule_pointer(&stream, STREAM)?.cast::<ArrowArrayStream>();
-        // SAFETY: as for the device stream above.
-        let mut s = unsafe { std::ptr::read(p) };
-        // SAFETY: as above.
-        unsafe { (*p).release = None };
-        let out = host_stream(py, path, &mut s);
-        if let Some(release) = s.release {
-            // SAFETY: the stream's one owner releases it once.
-            unsafe { release(&mut s) };
-        }
-        return out;
+        return taken(&stream, |s| host_stream(py, path, s));
     }
     Err(PyTypeError::new_err(format!(
         "write_ipc takes an arrow_device_array_stream or arrow_array_stream capsule, not {name:?}"
     ))
     .into())
+}
+
+/// `write` run on the stream in capsule `stream` (named `S::NAME`), taken over: its struct
+/// read out and the original's release cleared, so that this copy is its one owner, and
+/// released once after.
+fn taken<S: StreamStruct>(
+    stream: &Bound<'_, PyAny>,
+    write: impl FnOnce(&mut S) -> BindResult<u64>,
+) -> BindResult<u64> {
+    let p = capsule_pointer(stream, S::NAME)?.cast::<S>();
+    // SAFETY: the capsule holds a live stream of type `S` (its name was checked); it is
+    // taken over and released below, once.
+    let mut s = unsafe { std::ptr::read(p) };
+    // SAFETY: as above; the capsule's copy, released, is left alone by its destructor.
+    unsafe { (*p).mark_released() };
+    let out = write(&mut s);
+    s.release();
+    out
 }
 
 fn device_stream(py: Python<'_>, path: PathBuf, s: &mut ArrowDeviceArrayStream) -> BindResult<u64> {

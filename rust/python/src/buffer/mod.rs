@@ -144,11 +144,6 @@ impl Buffer {
             Box::new(Arc::clone(&self.storage)),
         )
     }
-
-    /// The typed Arrow export of the memory (see `arrow::buffer_export`), no copy.
-    pub fn arrow_export(&self) -> PyResult<crate::arrow::ArrayExport> {
-        crate::arrow::buffer_export(self.ptr(), &self.dtype, &self.shape, &self.storage)
-    }
 }
 
 #[boundary]
@@ -275,7 +270,7 @@ impl Buffer {
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> BindResult<(Py<PyAny>, Py<PyAny>)> {
         let _ = requested_schema;
-        crate::arrow::check_device_kwargs("__arrow_c_device_array__", kwargs)?;
+        crate::arrow_c::check_device_kwargs("__arrow_c_device_array__", kwargs)?;
         self.arrow_device_array(py)
     }
 

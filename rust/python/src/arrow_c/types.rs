@@ -1,70 +1,13 @@
-//! Arrow types: the type of a kvikpy buffer (its element type from the parsed dtype, nested
-//! in fixed-size lists for 2-D and higher shapes), and the C schema of any type kvikpy
-//! exports (arrow-rs's, completed with the list views it cannot describe).
+//! Arrow types: the type of an n-dimensional buffer of one element type (nested in
+//! fixed-size lists for 2-D and higher shapes), and the C schema of any type kvikpy exports
+//! (arrow-rs's, completed with the list views it cannot describe).
 
 use std::sync::Arc;
 
 use arrow_schema::ffi::{FFI_ArrowSchema, Flags};
 use arrow_schema::{ArrowError, DataType, Field, Schema, UnionMode};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-
-use crate::buffer::Dtype;
-
-/// The Arrow type of one element of a buffer, from its dtype's DLPack type code, bit width
-/// and byte order. Booleans (one byte each) export as `uint8`: Arrow's boolean is
-/// bit-packed, which would need a copy.
-pub fn element_type(dtype: &Dtype) -> PyResult<DataType> {
-    let (code, bits, typestr) = (dtype.code(), dtype.bits(), dtype.typestr());
-    let order = if cfg!(target_endian = "little") {
-        "little"
-    } else {
-        "big"
-    };
-    if dtype.is_foreign_order() {
-        return Err(PyTypeError::new_err(format!(
-            "the buffer's items ({typestr:?}) are not in this machine's byte order, and \
-             Arrow arrays hold items in it ({order}-endian); read with the native dtype \
-             and swap the bytes (numpy's byteswap), or read with dtype='uint8' to export \
-             the bytes"
-        )));
-    }
-    Ok(match (code, bits) {
-        (0, 8) => DataType::Int8,
-        (0, 16) => DataType::Int16,
-        (0, 32) => DataType::Int32,
-        (0, 64) => DataType::Int64,
-        (1, 8) | (6, 8) => DataType::UInt8,
-        (1, 16) => DataType::UInt16,
-        (1, 32) => DataType::UInt32,
-        (1, 64) => DataType::UInt64,
-        (2, 16) => DataType::Float16,
-        (2, 32) => DataType::Float32,
-        (2, 64) => DataType::Float64,
-        (5, bits) => {
-            return Err(PyTypeError::new_err(format!(
-                "complex{bits} has no Arrow type (Arrow has no complex numbers); read with \
-                 dtype='float{}' and a shape ending in 2 to export (real, imaginary) \
-                 pairs as a fixed-size list, or with dtype='uint8' to export the bytes",
-                bits / 2
-            )))
-        }
-        (code, bits) => {
-            let kind = match code {
-                0 => "int".to_owned(),
-                1 => "uint".to_owned(),
-                2 => "float".to_owned(),
-                4 => "bfloat".to_owned(),
-                6 => "bool".to_owned(),
-                _ => format!("DLPack type code {code}, bits "),
-            };
-            return Err(PyTypeError::new_err(format!(
-                "{kind}{bits} ({typestr:?}) has no Arrow type; read with dtype='uint8' to \
-                 export the bytes"
-            )));
-        }
-    })
-}
 
 /// The Arrow type of a buffer of `element`s with `shape`: the element type for 0-D and
 /// 1-D buffers (a 0-D buffer is one element long), nested fixed-size lists of it for

@@ -1,13 +1,14 @@
 //! Arrays built after an IPC read: dictionaries extended by delta batches, concatenated on
 //! the host from their parts in the table's allocation (copied from the GPU first for a
-//! GPU table), and placed beside it: in host memory, or in one GPU allocation.
+//! GPU table), and placed beside it: in host memory, or in one GPU allocation; and a host
+//! table's column joined over its record batches into one array ([`join_column`]).
 
-use kvikpy_core::arrow_ipc::{concat, Part, ReadPlan};
-use kvikpy_core::cuda::{copy_device_to_host, copy_host_to_device, DeviceAllocation};
-use kvikpy_core::Result;
+use arrow_schema::DataType;
 
-/// Arrow's buffer alignment.
-const ALIGN: usize = 64;
+use super::concat::{concat, concatenable, Part};
+use super::plan::{Column, ReadPlan, ALIGN};
+use crate::cuda::{copy_device_to_host, copy_host_to_device, DeviceAllocation};
+use crate::error::{Error, Result};
 
 /// The built arrays of a table, and the memory holding them.
 pub struct BuiltArrays {
@@ -164,4 +165,95 @@ pub fn build(
             })
         }
     }
+}
+
+/// A column's record batches joined into one array, in host memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinedColumn {
+    /// Its Arrow type.
+    pub data_type: DataType,
+    /// Elements in all.
+    pub length: i64,
+    /// Nulls in all.
+    pub null_count: i64,
+    /// Its buffers in the C data interface's order: validity (empty without nulls), then
+    /// values, or offsets and data.
+    pub buffers: Vec<Vec<u8>>,
+}
+
+/// The bytes of a column's buffers (empty for a buffer not read), at `addresses` of a
+/// host table.
+fn part_bytes(column: &Column, addresses: &[u64], sizes: &[u64]) -> Result<Vec<Vec<u8>>> {
+    column
+        .buffers
+        .iter()
+        .map(|b| b.map_or(Ok(Vec::new()), |i| range_bytes(addresses, sizes, i, None)))
+        .collect()
+}
+
+/// Column `column` of every record batch of a host table (its ranges at `addresses`,
+/// `sizes` long) joined into one array on the host: validity bitmaps joined bit by bit,
+/// values one after the other, offsets rebased. Fixed-width (boolean included), string and
+/// binary columns; another type is an [`Error::UnsupportedOperation`] that says what to do.
+pub fn join_column(
+    plan: &ReadPlan,
+    addresses: &[u64],
+    sizes: &[u64],
+    column: usize,
+) -> Result<JoinedColumn> {
+    let field = plan.schema.fields().get(column).ok_or_else(|| {
+        Error::OutOfRange(format!(
+            "column {column} is out of range: the table has {}",
+            plan.schema.fields().len()
+        ))
+    })?;
+    let (name, data_type) = (field.name(), field.data_type());
+    let columns: Vec<&Column> = plan
+        .batches
+        .iter()
+        .filter_map(|b| b.columns.get(column))
+        .collect();
+    let batches = columns.len();
+    if !concatenable(data_type) || columns.iter().any(|c| c.built.is_some()) {
+        return Err(Error::UnsupportedOperation(format!(
+            "column '{name}' ({data_type}) spans {batches} record batches, which kvikpy joins \
+             into one Arrow array only for fixed-width, string and binary columns; export \
+             each record batch's chunk (column[i]), or the whole table (pyarrow.table(t), \
+             whose column is a chunked array)"
+        )));
+    }
+    if matches!(data_type, DataType::Utf8 | DataType::Binary) {
+        let data: u64 = columns
+            .iter()
+            .filter_map(|c| c.buffers.get(2).copied().flatten())
+            .map(|i| sizes[i])
+            .sum();
+        if data > i32::MAX as u64 {
+            return Err(Error::UnsupportedOperation(format!(
+                "column '{name}' ({data_type}) holds {data} bytes of values over its \
+                 {batches} record batches, more than one array's 32-bit offsets address; \
+                 export each record batch's chunk (column[i])"
+            )));
+        }
+    }
+    let bytes = columns
+        .iter()
+        .map(|c| part_bytes(c, addresses, sizes))
+        .collect::<Result<Vec<_>>>()?;
+    let parts: Vec<Part<'_>> = columns
+        .iter()
+        .zip(&bytes)
+        .map(|(c, b)| Part {
+            length: c.length,
+            null_count: c.null_count,
+            buffers: b.iter().map(Vec::as_slice).collect(),
+        })
+        .collect();
+    let buffers = concat(data_type, &parts, &format!("column '{name}'"))?;
+    Ok(JoinedColumn {
+        data_type: data_type.clone(),
+        length: columns.iter().map(|c| c.length).sum(),
+        null_count: columns.iter().map(|c| c.null_count).sum(),
+        buffers,
+    })
 }

@@ -91,3 +91,46 @@ const _: () = {
     assert!(std::mem::offset_of!(ArrowArrayStream, release) == 24);
     assert!(std::mem::offset_of!(ArrowArrayStream, private_data) == 32);
 };
+
+/// What the two stream structs share, for code written once for both: the producer's
+/// callbacks (`arrow/stream.rs`) and the consumer's taking over (`arrow/write.rs`).
+pub trait StreamStruct: Sized {
+    /// The capsule name.
+    const NAME: &'static CStr;
+    /// The producer's private data.
+    fn private_data(&mut self) -> &mut *mut c_void;
+    /// Whether the stream was released (its `release` cleared).
+    fn is_released(&self) -> bool;
+    /// Mark the stream released (a consumer took it over, or its release ran).
+    fn mark_released(&mut self);
+    /// Release the stream, once: its `release` callback runs if it is still set.
+    fn release(&mut self);
+}
+
+/// Both stream structs keep `private_data` and `release` under the same names.
+macro_rules! stream_struct {
+    ($type:ty, $name:expr) => {
+        impl StreamStruct for $type {
+            const NAME: &'static CStr = $name;
+            fn private_data(&mut self) -> &mut *mut c_void {
+                &mut self.private_data
+            }
+            fn is_released(&self) -> bool {
+                self.release.is_none()
+            }
+            fn mark_released(&mut self) {
+                self.release = None;
+            }
+            fn release(&mut self) {
+                if let Some(release) = self.release {
+                    // SAFETY: a live stream's release callback, called by its one owner
+                    // once (the callback clears `release`, as the interface requires).
+                    unsafe { release(self) };
+                }
+            }
+        }
+    };
+}
+
+stream_struct!(ArrowDeviceArrayStream, DEVICE_STREAM);
+stream_struct!(ArrowArrayStream, STREAM);

@@ -4,17 +4,11 @@
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
 
 use arrow_schema::DataType;
-use kvikpy_core::arrow_ipc::Column;
 use kvikpy_core::cuda::StreamEvent;
-use pyo3::exceptions::PyValueError;
-use pyo3::prelude::*;
 
 use super::c_abi::ArrowArray;
-use super::types::{buffer_type, element_type};
-use crate::buffer::Dtype;
 
 /// What an exported array owns until its release callback runs.
 struct ArrayPrivate {
@@ -61,50 +55,6 @@ pub struct ArrayExport {
     /// The dictionary of a dictionary-encoded array (`format` is its index type then).
     pub dictionary: Option<Box<ArrayExport>>,
     pub owner: Box<dyn std::any::Any + Send>,
-}
-
-/// The export of `length` values of type `format` whose elements start at `ptr`: a
-/// primitive array, or a fixed-size list whose child holds `length * size` values. Every
-/// level owns a reference to `owner`.
-fn typed_level<T: Send + Sync + 'static>(
-    format: &DataType,
-    length: i64,
-    ptr: u64,
-    owner: &Arc<T>,
-) -> PyResult<ArrayExport> {
-    let (buffers, children) = match format {
-        DataType::FixedSizeList(field, size) => {
-            let values = length.checked_mul(i64::from(*size)).ok_or_else(|| {
-                PyValueError::new_err(format!("{length} lists of {size} values overflow"))
-            })?;
-            (
-                vec![0],
-                vec![typed_level(field.data_type(), values, ptr, owner)?],
-            )
-        }
-        _ => (vec![0, ptr], Vec::new()),
-    };
-    Ok(ArrayExport {
-        format: format.clone(),
-        length,
-        null_count: 0,
-        buffers,
-        children,
-        dictionary: None,
-        owner: Box::new(Arc::clone(owner)),
-    })
-}
-
-/// The typed Arrow export of a buffer's memory at `ptr` (see [`element_type`] and
-/// [`buffer_type`]), kept alive by `owner`; no copy.
-pub fn buffer_export<T: Send + Sync + 'static>(
-    ptr: u64,
-    dtype: &Dtype,
-    shape: &[i64],
-    owner: &Arc<T>,
-) -> PyResult<ArrayExport> {
-    let format = buffer_type(element_type(dtype)?, shape)?;
-    typed_level(&format, shape.first().copied().unwrap_or(1), ptr, owner)
 }
 
 /// The release callback of every array kvikpy exports (idempotent).
@@ -172,24 +122,4 @@ pub fn build_array(export: ArrayExport, event: Option<StreamEvent>) -> (ArrowArr
         private_data: Box::into_raw(private).cast(),
     };
     (array, sync_event)
-}
-
-/// The last buffer of a view-typed (`string_view`, `binary_view`) array: the sizes of its
-/// data buffers (its buffers after the validity and the views), as `int64`, taken from
-/// `range_sizes` (each planned range's size). It lives in host memory for host and
-/// device arrays alike: consumers read it on the host to learn the sizes before touching
-/// the data (Arrow C++'s importer and nanoarrow's array view do). None for other types.
-pub fn view_sizes(column: &Column, range_sizes: &[u64]) -> Option<Box<[i64]>> {
-    if !matches!(column.data_type, DataType::Utf8View | DataType::BinaryView) {
-        return None;
-    }
-    let data = column.buffers.get(2..).unwrap_or_default();
-    Some(
-        data.iter()
-            .map(|b| {
-                b.and_then(|i| range_sizes.get(i))
-                    .map_or(0, |&s| i64::try_from(s).unwrap_or(i64::MAX))
-            })
-            .collect(),
-    )
 }
