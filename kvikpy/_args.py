@@ -6,7 +6,8 @@ Whatever ``operator.index`` takes is an integer (``int``, numpy integers, object
 ``TypeError``. A negative value where none is allowed is a ``ValueError``, one above
 ``2**63 - 1`` (the largest file offset) an ``OverflowError``. The extension's entry points
 (``CuFile.read`` and the rest) apply the same rule in their own argument conversion
-(``intake::Int``), so both routes answer alike.
+(``intake::Int``), so both routes answer alike
+(``tests/test_read_api.py`` checks it).
 """
 
 from __future__ import annotations

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import crossings, random_bytes
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kvikpy
+from kvikpy import _args
 from kvikpy._cuda_streams import stream_handle
 
 
@@ -231,3 +235,36 @@ def test_a_host_read_crosses_into_the_engine_once(tmp_path: Path) -> None:
         read = functools.partial(kvikpy.read, path, device="cpu", dtype="u2", **kwargs)
         calls = crossings(read)
         assert calls == ["read_file"], calls
+
+
+_INTEGER_LIKE = st.one_of(
+    st.integers(min_value=-(2**66), max_value=2**66),
+    st.booleans(),
+    st.floats(allow_nan=False),
+    st.text(max_size=3),
+    st.none(),
+    st.complex_numbers(max_magnitude=10),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1).map(np.int64),
+    st.integers(min_value=0, max_value=2**64 - 1).map(np.uint64),
+    st.booleans().map(np.bool_),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_INTEGER_LIKE)
+def test_the_python_api_and_the_extension_take_integers_alike(value: object) -> None:
+    """The integer rule is written twice, once per side of the boundary (``kvikpy._args``
+    for the pure-Python APIs, the extension's argument conversion for ``CuFile`` and the
+    rest): both take the same values and refuse the others with the same exception."""
+
+    def outcome(check: Callable[[], object]) -> str:
+        try:
+            check()
+        except (TypeError, ValueError, OverflowError) as e:
+            return type(e).__name__
+        return "taken"
+
+    python = outcome(lambda: _args.non_negative("offset", value))
+    with kvikpy.CuFile(Path(__file__)) as f:
+        extension = outcome(lambda: f.read(bytearray(0), file_offset=value))
+    assert python == extension, (value, python, extension)
