@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import crossings, random_bytes
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import kvikpy
@@ -252,6 +252,9 @@ _INTEGER_LIKE = st.one_of(
 
 @settings(max_examples=300, deadline=None)
 @given(value=_INTEGER_LIKE)
+@example(value=-(2**63) - 1)  # negative before it is out of range
+@example(value=2**63)
+@example(value=np.bool_(True))
 def test_the_python_api_and_the_extension_take_integers_alike(value: object) -> None:
     """The integer rule is written twice, once per side of the boundary (``kvikpy._args``
     for the pure-Python APIs, the extension's argument conversion for ``CuFile`` and the

@@ -806,6 +806,12 @@ pub fn int_arg(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     }
     match obj.extract::<i64>() {
         Ok(value) => Ok(value),
+        // Below -2**63 is negative before it is out of range, as `kvikpy._args` says.
+        Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) && obj.lt(0)? => {
+            Err(PyValueError::new_err(format!(
+                "{obj} is negative: offsets, sizes and counts must be non-negative"
+            )))
+        }
         Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
             Err(PyOverflowError::new_err(format!(
                 "{obj} is out of range: offsets, sizes and counts are at most 2**63 - 1 ({})",
