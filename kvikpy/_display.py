@@ -80,9 +80,11 @@ def io_threads(num_threads: int, per_gpu: int, device_count: int, budget: int = 
     most ``budget`` of them copying at once (0: no bound)."""
     rule = f"{num_threads} for host transfers"
     if device_count:
+        total = num_threads + per_gpu * device_count
+        gpus = "its GPU" if device_count == 1 else f"all {device_count} GPUs"
         rule += (
             f", and {per_gpu} per GPU for transfers to and from it (one pool each; up to "
-            f"{num_threads + per_gpu * device_count} with all {device_count} GPU(s) in use"
+            f"{total} in all with {gpus} in use"
         )
         if budget and budget < per_gpu * device_count:
             rule += f", at most {budget} of the GPUs' threads copying at once"
