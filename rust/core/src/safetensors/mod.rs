@@ -255,7 +255,20 @@ fn utf8_reason(raw: &[u8], e: &std::str::Utf8Error) -> String {
     let at = e.valid_up_to();
     let byte = raw.get(at).copied().unwrap_or(0);
     let why = match e.error_len() {
+        None if raw.len() - at > 1 => {
+            let last = raw.len() - 1;
+            return format!(
+                "'utf-8' codec can't decode bytes in position {at}-{last}: unexpected end of data"
+            );
+        }
         None => "unexpected end of data",
+        Some(n) if n > 1 => {
+            let last = at + n - 1;
+            return format!(
+                "'utf-8' codec can't decode bytes in position {at}-{last}: invalid \
+                 continuation byte"
+            );
+        }
         Some(_) if (0x80..0xC2).contains(&byte) || byte > 0xF4 => "invalid start byte",
         Some(_) => "invalid continuation byte",
     };

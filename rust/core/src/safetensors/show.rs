@@ -61,7 +61,8 @@ pub fn quoted(s: &str) -> String {
 }
 
 /// Whether Python's `str.isprintable` holds for `c` (control, format, separator and
-/// private-use characters are not printable; the space is).
+/// private-use characters are not printable; the space is), with the planes no version
+/// of Unicode has assigned yet as unassigned (also not printable).
 fn printable(c: char) -> bool {
     let n = c as u32;
     !(c.is_control()
@@ -74,7 +75,8 @@ fn printable(c: char) -> bool {
         || (0x2060..=0x206F).contains(&n)
         || (0xD800..=0xF8FF).contains(&n)
         || (0xFFF9..=0xFFFB).contains(&n)
-        || n >= 0xF0000
+        || (0x323B0..=0xDFFFF).contains(&n)
+        || n >= 0xE0080
         || (0xE0000..=0xE007F).contains(&n))
 }
 
