@@ -104,13 +104,17 @@ def read_header(path: _paths.StrPath) -> tuple[int, dict[str, Any], dict[str, st
         for a malformed header.
     """
     name = _paths.fspath(path)
-    shown = _paths.redact_url(name) if _paths.is_url(name) else name  # for messages
-    data_start, tensors, metadata = _lib.safetensors_header(name, shown)
+    data_start, tensors, metadata = _lib.safetensors_header(name, _shown(name))
     header = {
         tensor: {"dtype": dtype, "shape": shape, "data_offsets": [begin, end]}
         for tensor, dtype, shape, begin, end in tensors
     }
     return data_start, header, dict(metadata)
+
+
+def _shown(name: str) -> str:
+    """File ``name`` as messages show it: a URL with its credentials hidden."""
+    return _paths.redact_url(name) if _paths.is_url(name) else name
 
 
 def _spans(
@@ -129,8 +133,9 @@ def _spans(
         ordered = sorted(header.items(), key=lambda item: item[1]["data_offsets"][0])
         for tensor, info in ordered:
             if tensor in where:
+                first, second = (_shown(p) for p in (where[tensor], path))
                 raise ValueError(
-                    f"tensor {tensor!r} is in both {where[tensor]!r} and {path!r}; the "
+                    f"tensor {tensor!r} is in both {first!r} and {second!r}; the "
                     "shards of one checkpoint hold each tensor once"
                 )
             where[tensor] = path
@@ -191,7 +196,8 @@ def load_file(
     ----------
     path
         The ``.safetensors`` file, or a list of the files of a sharded checkpoint (each
-        tensor name in one file only).
+        tensor name in one file only): local paths, or ``http(s)://``, ``s3://`` or
+        ``webhdfs://`` URLs, whose headers and tensors are read with ranged requests.
     device
         ``"cuda"``, ``"cuda:N"``, ``N`` or ``"cpu"`` (host memory), as for
         :func:`kvikpy.read`; by default ``"cuda"`` for torch and ``"cpu"`` for numpy.
