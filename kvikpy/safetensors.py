@@ -71,7 +71,9 @@ def read_header(path: _paths.StrPath) -> tuple[int, dict[str, Any], dict[str, st
       checked before the header is read;
     * the header is UTF-8 JSON starting with ``{``, an object, with arrays and objects
       nested at most 64 deep (checked before parsing: deeper nesting is a ``ValueError``,
-      never a ``RecursionError`` or a crash), with no key given twice in any object;
+      never a ``RecursionError`` or a crash), with no key given twice in any object and
+      no lone UTF-16 surrogate escape (``"\\ud800"``: the reference implementation
+      refuses them too);
     * ``__metadata__``, if present and not ``null``, is an object of string values;
     * every other key is a tensor: an object with ``dtype`` (a string naming a known
       dtype), ``shape`` (a list of at most 64 integers from 0 to 2**63 - 1) and

@@ -102,6 +102,8 @@ def test_each_field_of_the_wrong_type_is_a_value_error(
         (b'{"t": NaN}', "must be an object"),
         (b"{", "not valid JSON"),
         (b" {}", "does not start with"),
+        # a lone surrogate escape: no character (the reference implementation refuses it)
+        (b'{"\\ud800": 1}', "Lone surrogate"),
     ],
 )
 def test_malformed_json_is_a_value_error(tmp_path: Path, text: bytes, match: str) -> None:

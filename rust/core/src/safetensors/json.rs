@@ -1,5 +1,6 @@
 //! The JSON of a safetensors header, parsed as Python's `json` module parses it (`NaN` and
-//! `Infinity` are numbers, integers are exact whatever their size up to 4300 digits), with
+//! `Infinity` are numbers, integers are exact whatever their size up to 4300 digits; but
+//! a lone UTF-16 surrogate escape is refused, as the reference implementation does), with
 //! nesting bounded before parsing and no key given twice in any object.
 
 /// A parsed JSON value.
@@ -257,8 +258,11 @@ impl Parser<'_> {
                         return Ok(char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER));
                     }
                 }
-                // A lone surrogate (Python keeps it; a Rust string cannot hold it).
-                return Ok(char::from_u32(first).unwrap_or(char::REPLACEMENT_CHARACTER));
+                // A lone surrogate: Python's json keeps it, but it is no character (the
+                // reference implementation refuses it, and a Rust string cannot hold it).
+                return char::from_u32(first).ok_or_else(|| {
+                    self.fail(&format!("Lone surrogate \\u{first:04x} in string"), at)
+                });
             }
             None => return Err(self.fail("Unterminated string starting at", at)),
             Some(_) => return Err(self.fail("Invalid \\escape", at)),

@@ -106,6 +106,7 @@ fn each_refusal_says_what_is_wrong() {
         (br#"{"a": {"dtype": "U8", "shape": [4], "data_offsets": [2, 6]}}"#, 6, "the start of the data and 'a' leave a hole"),
         (br#"{"a": {"dtype": "U8", "shape": [6], "data_offsets": [0, 6]}, "b": {"dtype": "U8", "shape": [6], "data_offsets": [4, 10]}}"#, 10, "tensors 'a' and 'b' overlap (bytes [6, 4))"),
         (br#"{"a": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]}}"#, 10, "the tensors end at byte 8 of a 10-byte data section"),
+        (br#"{"\ud800": 1, "\udbff": 2}"#, 0, "not valid JSON (Lone surrogate \\ud800 in string: line 1 column 3 (char 2))"),
         (deep.as_bytes(), 0, "nests arrays or objects more than 64 deep"),
         (digits.as_bytes(), 0, "not valid JSON (Exceeds the limit (4300 digits)"),
     ];
