@@ -64,6 +64,7 @@ __all__ = [
     "read_ipc_table",
     "read_ranges_batch",
     "read_scattered",
+    "safetensors_header",
     "set_settings",
     "setting_names",
     "setting_variables",
@@ -288,6 +289,9 @@ def read_file(
     wait: bool = True,
     shown: str | None = None,
 ) -> tuple[Buffer, Future | None]: ...
+def safetensors_header(
+    path: str, name: str
+) -> tuple[int, list[tuple[str, str, list[int], int, int]], list[tuple[str, str]]]: ...
 def page_cache_dma_bytes() -> int: ...
 def live_buffers() -> int: ...
 def item_types() -> list[tuple[str, int, int]]: ...

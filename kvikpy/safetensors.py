@@ -14,13 +14,11 @@ as transformers writes it.
 
 from __future__ import annotations
 
-import json
 import os
-import reprlib
-import struct
 from collections.abc import Sequence
 from typing import Any, cast
 
+import kvikpy._lib as _lib
 from kvikpy import _paths
 from kvikpy._api import read
 from kvikpy._load_into import LoadIntoError, LoadResult, Source
@@ -61,91 +59,21 @@ _DTYPES: dict[str, tuple[str, str | None, int]] = {
     "C64": ("complex64", "complex64", 8),
 }
 
-# Dtypes the safetensors format defines that kvikpy does not read: floats narrower than a
-# byte, packed (a tensor's bytes are not whole items, and torch has no matching dtype).
-_SUB_BYTE = ("F4", "F6_E2M3", "F6_E3M2")
-
-# The format caps the header at 100 MB; anything larger is a corrupt or hostile file.
-_MAX_HEADER = 100_000_000
-# numpy's limit on dimensions (torch has none lower); a dimension fits a signed 64-bit
-# integer, as numpy and torch sizes do.
-_MAX_NDIM = 64
-_MAX_DIM = 2**63 - 1
-
-# Bounded reprs of untrusted values for error messages (a header may hold 100 MB strings
-# or values nested hundreds deep).
-_SHORT = reprlib.Repr()
-_SHORT.maxstring = 80
-_SHORT.maxother = 80
-_SHORT.maxlevel = 2
-
-
-def _short(value: object) -> str:
-    return _SHORT.repr(value)
-
-
-# JSON nesting deeper than this is refused before parsing: a header needs 3 levels, and
-# json's C parser recurses once per level (with a raised recursion limit, deep enough input
-# would overflow the C stack instead of raising RecursionError).
-_MAX_DEPTH = 64
-_SCAN_CHUNK = 1 << 22
-
-
-def _nesting(raw: bytes, limit: int) -> int:
-    """How deeply arrays and objects nest in JSON text ``raw`` (brackets inside strings do
-    not count), stopping once past ``limit``; linear time, bounded memory (numpy, 4 MiB at
-    a time). Exact up to the point where the text stops being valid JSON, which is as far
-    as ``json`` would recurse."""
-    import numpy as np
-
-    if b"\\" in raw:  # escaped backslashes, then escaped quotes: every quote left delimits
-        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
-    text = np.frombuffer(raw, np.uint8)
-    depth = deepest = in_string = 0
-    for at in range(0, len(text), _SCAN_CHUNK):
-        c = text[at : at + _SCAN_CHUNK]
-        quotes = np.cumsum(c == ord('"'), dtype=np.uint8)  # only its parity is used
-        outside = ((quotes + in_string) & 1) == 0
-        in_string = (int(quotes[-1]) + in_string) & 1
-        step = (c == ord("[")).view(np.int8) + (c == ord("{")).view(np.int8)
-        step -= (c == ord("]")).view(np.int8) + (c == ord("}")).view(np.int8)
-        step *= outside
-        levels = np.cumsum(step, dtype=np.int64)
-        deepest = max(deepest, depth + int(levels.max()))
-        if deepest > limit:
-            break
-        depth += int(levels[-1])
-    return deepest
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json.loads`` object hook: a JSON object as a dict, refusing a key given twice
-    (``json`` would keep the last one silently)."""
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
-    return out
-
-
-class _DuplicateKey(ValueError):
-    """A key given twice in one JSON object of a header."""
-
 
 def read_header(path: _paths.StrPath) -> tuple[int, dict[str, Any], dict[str, str]]:
     """Parse and validate a safetensors header.
 
     Everything in the header is checked here, once, before any of it is used (the numpy
-    and torch loaders both go through this function):
+    and torch loaders both go through this function), by kvikpy's engine with the GIL
+    released:
 
     * the 8-byte length is at most 100 MB (the format's limit) and fits in the file,
       checked before the header is read;
     * the header is UTF-8 JSON starting with ``{``, an object, with arrays and objects
       nested at most 64 deep (checked before parsing: deeper nesting is a ``ValueError``,
-      never a ``RecursionError`` or a crash), with no key given twice in any object;
+      never a ``RecursionError`` or a crash), with no key given twice in any object and
+      no lone UTF-16 surrogate escape (``"\\ud800"``: the reference implementation
+      refuses them too);
     * ``__metadata__``, if present and not ``null``, is an object of string values;
     * every other key is a tensor: an object with ``dtype`` (a string naming a known
       dtype), ``shape`` (a list of at most 64 integers from 0 to 2**63 - 1) and
@@ -161,7 +89,9 @@ def read_header(path: _paths.StrPath) -> tuple[int, dict[str, Any], dict[str, st
     Parameters
     ----------
     path
-        The ``.safetensors`` file.
+        The ``.safetensors`` file: a local path, or an ``http(s)://``, ``s3://`` or
+        ``webhdfs://`` URL. The header comes in one read of the file's first 64 KiB (one
+        ranged request for a URL), and a second read only for a longer header.
 
     Returns
     -------
@@ -176,153 +106,17 @@ def read_header(path: _paths.StrPath) -> tuple[int, dict[str, Any], dict[str, st
         for a malformed header.
     """
     name = _paths.fspath(path)
-    with open(name, "rb") as fh:
-        file_size = os.fstat(fh.fileno()).st_size
-        prefix = fh.read(8)
-        if len(prefix) < 8:
-            raise ValueError(
-                f"{name!r} is not a safetensors file: it has only {len(prefix)} bytes, "
-                "fewer than the 8 of the header length"
-            )
-        (header_size,) = struct.unpack("<Q", prefix)
-        if header_size > _MAX_HEADER:
-            raise ValueError(
-                f"{name!r} is not a valid safetensors file: its header claims {header_size} "
-                f"bytes, more than the format's limit of {_MAX_HEADER}"
-            )
-        if header_size > file_size - 8:
-            raise ValueError(
-                f"{name!r} is not a valid safetensors file: its header claims {header_size} "
-                f"bytes, but the file has {file_size}"
-            )
-        raw = fh.read(header_size)
-    if len(raw) != header_size:
-        raise ValueError(
-            f"{name!r}: the file was cut while its safetensors header was read "
-            f"({len(raw)} of {header_size} bytes)"
-        )
-    data_start = 8 + header_size
-    header, metadata = _parse_header(name, raw, file_size - data_start)
-    return data_start, header, metadata
+    data_start, tensors, metadata = _lib.safetensors_header(name, _shown(name))
+    header = {
+        tensor: {"dtype": dtype, "shape": shape, "data_offsets": [begin, end]}
+        for tensor, dtype, shape, begin, end in tensors
+    }
+    return data_start, header, dict(metadata)
 
 
-def _parse_header(name: str, raw: bytes, data_size: int) -> tuple[dict[str, Any], dict[str, str]]:
-    """The tensors and metadata of header bytes ``raw``, validated (see
-    :func:`read_header`); ``data_size`` is the length of the data section."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{name!r}: the safetensors header is not UTF-8 ({e})") from None
-    if not text.startswith("{"):
-        raise ValueError(
-            f"{name!r}: the safetensors header does not start with '{{' (it starts with "
-            f"{_short(text[:8])}); the file is not safetensors or is corrupt"
-        )
-    if _nesting(raw, _MAX_DEPTH) > _MAX_DEPTH:
-        raise ValueError(
-            f"{name!r}: the safetensors header nests arrays or objects more than "
-            f"{_MAX_DEPTH} deep; a header is an object of tensor objects"
-        )
-    try:
-        header = json.loads(text, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as e:
-        raise ValueError(
-            f"{name!r}: the safetensors header gives key {_short(e.args[0])} twice in one "
-            "object; a tensor name (or field) appears once"
-        ) from None
-    except RecursionError:  # below _MAX_DEPTH, under a lowered recursion limit
-        raise ValueError(
-            f"{name!r}: the safetensors header nests arrays or objects too deeply to parse "
-            "here; a header is an object of tensor objects"
-        ) from None
-    except ValueError as e:  # JSONDecodeError, and integers too long to convert
-        raise ValueError(f"{name!r}: the safetensors header is not valid JSON ({e})") from None
-    if not isinstance(header, dict):
-        raise ValueError(f"{name!r}: the safetensors header is not a JSON object")
-    metadata = header.pop("__metadata__", None)
-    if metadata is None:
-        metadata = {}
-    elif not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise ValueError(
-            f"{name!r}: the safetensors __metadata__ must be an object of strings, not "
-            f"{_short(metadata)}"
-        )
-    spans: list[tuple[int, int, str]] = []
-    for tensor, info in header.items():
-        begin, end = _check_tensor(name, tensor, info, data_size)
-        spans.append((begin, end, tensor))
-    spans.sort()
-    at, last = 0, None
-    for begin, end, tensor in spans:
-        if begin != at:
-            what = "overlap" if begin < at else "leave a hole between them"
-            first = f"the start of the data and {_short(tensor)}"
-            if last is not None:
-                first = f"tensors {_short(last)} and {_short(tensor)}"
-            raise ValueError(
-                f"{name!r}: {first} {what} (bytes [{at}, {begin})); safetensors tensors "
-                "cover the data section end to end"
-            )
-        at, last = end, tensor
-    if at != data_size:
-        raise ValueError(
-            f"{name!r}: the tensors end at byte {at} of a {data_size}-byte data section; "
-            "safetensors tensors cover the data section to the end of the file"
-        )
-    return header, metadata
-
-
-def _check_tensor(name: str, tensor: str, info: object, data_size: int) -> tuple[int, int]:
-    """``[begin, end)`` of header entry ``info`` of ``tensor``, every field checked."""
-    where = f"{name!r}: tensor {_short(tensor)}"
-    if not isinstance(info, dict):
-        raise ValueError(
-            f"{where} must be an object with dtype, shape and data_offsets, not {_short(info)}"
-        )
-    missing = [k for k in ("dtype", "shape", "data_offsets") if k not in info]
-    if missing:
-        raise ValueError(f"{where} lacks {', '.join(missing)}")
-    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
-    if isinstance(dtype, str) and dtype in _SUB_BYTE:
-        raise ValueError(
-            f"{where} has dtype {dtype}, a float narrower than a byte, which kvikpy does not "
-            f"read; supported: {', '.join(_DTYPES)}"
-        )
-    if not isinstance(dtype, str) or dtype not in _DTYPES:
-        raise ValueError(f"{where} has unknown dtype {_short(dtype)}; known: {', '.join(_DTYPES)}")
-    if (
-        not isinstance(shape, list)
-        or len(shape) > _MAX_NDIM
-        or not all(type(d) is int and 0 <= d <= _MAX_DIM for d in shape)
-    ):
-        raise ValueError(
-            f"{where} has invalid shape {_short(shape)}: a list of at most {_MAX_NDIM} "
-            f"integers from 0 to {_MAX_DIM}"
-        )
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(type(o) is int for o in offsets)
-    ):
-        raise ValueError(
-            f"{where} has invalid data_offsets {_short(offsets)}: a list of two integers "
-            "[begin, end]"
-        )
-    begin, end = offsets
-    # Element count times item size, stopping once past the data section (a hostile shape
-    # of many huge dimensions would otherwise make a product of millions of digits).
-    expected = 0 if 0 in shape else _DTYPES[dtype][2]
-    for d in shape:
-        if expected > data_size:
-            break
-        expected *= d
-    if not (0 <= begin <= end <= data_size) or end - begin != expected:
-        needs = f"{expected} bytes" if expected <= data_size else "more bytes than that"
-        raise ValueError(
-            f"{where} ({dtype}{_short(shape)}) claims bytes [{begin}, {end}) of a "
-            f"{data_size}-byte data section; it needs {needs}"
-        )
-    return begin, end
+def _shown(name: str) -> str:
+    """File ``name`` as messages show it: a URL with its credentials hidden."""
+    return _paths.redact_url(name) if _paths.is_url(name) else name
 
 
 def _spans(
@@ -341,8 +135,9 @@ def _spans(
         ordered = sorted(header.items(), key=lambda item: item[1]["data_offsets"][0])
         for tensor, info in ordered:
             if tensor in where:
+                first, second = (_shown(p) for p in (where[tensor], path))
                 raise ValueError(
-                    f"tensor {tensor!r} is in both {where[tensor]!r} and {path!r}; the "
+                    f"tensor {tensor!r} is in both {first!r} and {second!r}; the "
                     "shards of one checkpoint hold each tensor once"
                 )
             where[tensor] = path
@@ -403,7 +198,8 @@ def load_file(
     ----------
     path
         The ``.safetensors`` file, or a list of the files of a sharded checkpoint (each
-        tensor name in one file only).
+        tensor name in one file only): local paths, or ``http(s)://``, ``s3://`` or
+        ``webhdfs://`` URLs, whose headers and tensors are read with ranged requests.
     device
         ``"cuda"``, ``"cuda:N"``, ``N`` or ``"cpu"`` (host memory), as for
         :func:`kvikpy.read`; by default ``"cuda"`` for torch and ``"cpu"`` for numpy.

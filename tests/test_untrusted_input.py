@@ -102,6 +102,8 @@ def test_each_field_of_the_wrong_type_is_a_value_error(
         (b'{"t": NaN}', "must be an object"),
         (b"{", "not valid JSON"),
         (b" {}", "does not start with"),
+        # a lone surrogate escape: no character (the reference implementation refuses it)
+        (b'{"\\ud800": 1}', "Lone surrogate"),
     ],
 )
 def test_malformed_json_is_a_value_error(tmp_path: Path, text: bytes, match: str) -> None:
@@ -172,7 +174,9 @@ def json_depth(v: object) -> int:
     return 0
 
 
-@settings(max_examples=300, deadline=None)
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     value=st.recursive(
         st.none() | st.integers() | st.text(alphabet='[]{}"\\ ab\u00e9\u20ac', max_size=6),
@@ -184,9 +188,20 @@ def json_depth(v: object) -> int:
     ),
     ascii_only=st.booleans(),
 )
-def test_nesting_scan_is_exact(value: object, ascii_only: bool) -> None:
-    raw = json.dumps(value, ensure_ascii=ascii_only).encode()
-    assert kst._nesting(raw, 10**9) == json_depth(value)
+def test_nesting_scan_is_exact(tmp_path: Path, value: object, ascii_only: bool) -> None:
+    """Nested to exactly 64 levels (the header, the tensor, and ``value`` wrapped in
+    arrays in a field the loader ignores) a header is read; one level more is refused:
+    brackets inside strings, escaped quotes and backslashes do not count."""
+    inner = json.dumps(value, ensure_ascii=ascii_only)
+    for extra, ok in ((0, True), (1, False)):
+        wraps = 62 - json_depth(value) + extra
+        field = "[" * wraps + inner + "]" * wraps
+        text = '{"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "x": ' + field + "}}"
+        p = write_raw(tmp_path / "s.safetensors", text.encode())
+        if ok:
+            assert list(kst.read_header(p)[1]) == ["t"]
+        else:
+            refused(p, "more than 64 deep")
 
 
 def test_huge_shapes_are_refused_quickly(tmp_path: Path) -> None:

@@ -60,6 +60,7 @@ mod remote_cancel_tests;
 pub mod replace;
 pub mod request;
 pub(crate) mod ring;
+pub mod safetensors;
 pub mod settings;
 pub mod source;
 pub(crate) mod span;

@@ -24,6 +24,7 @@ mod page_cache;
 mod read;
 mod remote;
 mod replace;
+mod safetensors;
 mod settings;
 mod torch;
 
@@ -46,6 +47,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda::current_device, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::device_lookup, m)?)?;
     m.add_function(wrap_pyfunction!(read::read_file, m)?)?;
+    m.add_function(wrap_pyfunction!(safetensors::safetensors_header, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::page_cache_dma_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(buffer::live_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(buffer::item_types, m)?)?;
