@@ -262,3 +262,30 @@ def test_signatures_are_checked_by_the_server(checking_s3):
     # Unsigned requests are refused too: the object is not public.
     with pytest.raises(PermissionError):
         RemoteFile.open_s3_public(f"{endpoint}/{BUCKET}/a b/small.bin")
+
+
+def test_a_safetensors_checkpoint_from_s3(s3, tmp_path):
+    from test_safetensors import write_safetensors
+
+    import kvikpy.safetensors as kst
+
+    rng = np.random.default_rng(3)
+    want = {
+        "w": rng.standard_normal((64, 33)).astype(np.float32),
+        "ids": np.arange(1000, dtype=np.int64),
+    }
+    local = tmp_path / "m.safetensors"
+    write_safetensors(local, want)
+    data = local.read_bytes()
+    client = boto3.client("s3", endpoint_url=s3)
+    client.put_object(Bucket=BUCKET, Key="ckpt/model.safetensors", Body=data)
+    url = f"s3://{BUCKET}/ckpt/model.safetensors"
+    assert kst.read_header(url) == kst.read_header(local)
+    got = kst.load_file(url, device="cpu", framework="numpy")
+    assert set(got) == set(want)
+    for name, array in want.items():
+        np.testing.assert_array_equal(got[name], array)
+    # An object cut inside its data section is refused by the header's checks.
+    client.put_object(Bucket=BUCKET, Key="ckpt/cut.safetensors", Body=data[:-100])
+    with pytest.raises(ValueError, match=r"ckpt/cut\.safetensors"):
+        kst.load_file(f"s3://{BUCKET}/ckpt/cut.safetensors", device="cpu", framework="numpy")
