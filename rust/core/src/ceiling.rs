@@ -101,6 +101,11 @@ pub fn pread_ceiling(
     })
 }
 
+/// [`copy_wall`] into ordinary page-aligned memory.
+pub fn copy_wall_host(paths: &[String], threads: usize, piece: usize) -> Result<Ceiling> {
+    copy_wall(paths, threads, piece, &PageAlignedAllocator)
+}
+
 /// [`pread_ceiling`] into ordinary page-aligned memory.
 pub fn pread_ceiling_host(
     path: &str,
@@ -109,6 +114,92 @@ pub fn pread_ceiling_host(
     direct: bool,
 ) -> Result<Ceiling> {
     pread_ceiling(path, threads, piece, direct, &PageAlignedAllocator)
+}
+
+/// The page-cache copy wall: every file of `paths` read with `threads` native threads,
+/// each `pread`ing `piece`-byte pieces (the pieces of all files dealt out in turn) into a
+/// `piece`-byte buffer of `allocator`'s memory that the thread owns and reuses, as kvikpy's
+/// I/O threads do with their pinned buffers, but with no DMA after the copy. The result's
+/// `byte_sum` samples one byte a page: the bytes at file offsets that are multiples of
+/// 4096, summed over the files (a check that costs no memory traffic of its own).
+pub fn copy_wall(
+    paths: &[String],
+    threads: usize,
+    piece: usize,
+    allocator: &dyn BounceAllocator,
+) -> Result<Ceiling> {
+    const PAGE: usize = 4096;
+    if threads == 0 || piece == 0 || piece % PAGE != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "need threads > 0 and a piece that is a multiple of {PAGE} bytes, got {threads} \
+             threads and {piece}-byte pieces"
+        )));
+    }
+    let flags = OpenFlags::parse("r")?;
+    let files = paths
+        .iter()
+        .map(|p| PosixFile::open(std::path::Path::new(p), flags))
+        .collect::<Result<Vec<_>>>()?;
+    let mut pieces = Vec::new();
+    let mut bytes = 0u64;
+    for (i, file) in files.iter().enumerate() {
+        let size = file.size()? as usize;
+        bytes += size as u64;
+        pieces.extend(split_tasks(0, size, piece).map(|t| (i, t.file_offset, t.len)));
+    }
+    // Deal the pieces out file by file in turn, as reads onto several GPUs interleave.
+    pieces.sort_by_key(|&(i, offset, _)| (offset, i));
+    let buffers = (0..threads)
+        .map(|_| allocator.allocate(piece))
+        .collect::<Result<Vec<_>>>()?;
+    let spans: Vec<HostSpan> = buffers
+        .iter()
+        // SAFETY: each buffer holds `piece` bytes, exclusively its thread's until freed.
+        .map(|b| unsafe { HostSpan::new(b.as_ptr(), piece) })
+        .collect();
+    for span in &spans {
+        // SAFETY: the span is the fresh allocation of `piece` bytes; fault it in before
+        // the clock starts, as a reused staging buffer is.
+        unsafe { std::ptr::write_bytes(span.as_ptr(), 0, piece) };
+    }
+    let started = Instant::now();
+    let outcome: Result<u64> = std::thread::scope(|scope| {
+        let workers: Vec<_> = spans
+            .iter()
+            .enumerate()
+            .map(|(t, &span)| {
+                let (pieces, files) = (&pieces, &files);
+                scope.spawn(move || -> Result<u64> {
+                    let mut sum = 0u64;
+                    for &(i, offset, len) in pieces.iter().skip(t).step_by(threads) {
+                        let part = span.sub(0, len);
+                        let file = &files[i];
+                        pread_full(file.buffered_fd(), part, offset)
+                            .map_err(|e| Error::os("pread", file.path(), e))?;
+                        for at in (0..len).step_by(PAGE) {
+                            // SAFETY: `at < len <= piece`, inside this thread's buffer,
+                            // which only this thread touches.
+                            sum += u64::from(unsafe { part.as_ptr().wrapping_add(at).read() });
+                        }
+                    }
+                    Ok(sum)
+                })
+            })
+            .collect();
+        workers.into_iter().try_fold(0u64, |total, w| {
+            Ok(total + w.join().unwrap_or_else(|p| Err(Error::from_panic(p)))?)
+        })
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    for buffer in buffers {
+        // SAFETY: allocated above with this allocator and size; the threads have finished.
+        unsafe { allocator.deallocate(buffer, piece) };
+    }
+    Ok(Ceiling {
+        seconds,
+        bytes,
+        byte_sum: outcome?,
+    })
 }
 
 #[cfg(test)]
@@ -131,5 +222,29 @@ mod tests {
             assert_eq!(c.byte_sum, want);
         }
         assert!(pread_ceiling_host(p.to_str().unwrap(), 0, 4096, false).is_err());
+    }
+
+    #[test]
+    fn the_copy_wall_reads_every_piece_of_every_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut paths = Vec::new();
+        let mut want = 0u64;
+        for (k, n) in [1_000_003usize, 40_000, 0].into_iter().enumerate() {
+            let p = dir.path().join(format!("f{k}"));
+            let data: Vec<u8> = (0..n).map(|i| (i * 7 + 3 + k) as u8).collect();
+            want += data
+                .iter()
+                .step_by(4096)
+                .map(|&b| u64::from(b))
+                .sum::<u64>();
+            std::fs::write(&p, &data).unwrap();
+            paths.push(p.to_str().unwrap().to_owned());
+        }
+        for (threads, piece) in [(1, 4096), (3, 65536), (8, 1 << 20)] {
+            let c = copy_wall_host(&paths, threads, piece).unwrap();
+            assert_eq!((c.bytes, c.byte_sum), (1_040_003, want));
+        }
+        assert!(copy_wall(&paths, 2, 1000, &PageAlignedAllocator).is_err());
+        assert!(copy_wall(&paths, 0, 4096, &PageAlignedAllocator).is_err());
     }
 }

@@ -1,5 +1,5 @@
-//! `_lib.pread_ceiling`, the native-thread pread reference the benchmarks compare against, and
-//! `_lib.profile_*`, the engine's per-phase timing of device transfers.
+//! `_lib.pread_ceiling` and `_lib.copy_wall`, the native-thread pread references the
+//! benchmarks compare against, and `_lib.profile_*`, the engine's per-phase timing of device transfers.
 
 use kvikpy_macros::boundary;
 use pyo3::prelude::*;
@@ -33,6 +33,32 @@ pub fn pread_ceiling(
             )
         } else {
             kvikpy_core::ceiling::pread_ceiling_host(&path, threads, piece, direct)
+        }
+    })?;
+    Ok((c.seconds, c.bytes, c.byte_sum))
+}
+
+/// The page-cache copy wall: every file of `paths` `pread` with `threads` native threads
+/// into a `piece`-byte buffer each thread reuses (pinned when `pinned`), no DMA; returns
+/// (seconds, bytes, the sum of the bytes at file offsets that are multiples of 4096).
+#[boundary]
+#[pyfunction]
+#[pyo3(signature = (paths, threads, piece, pinned=false))]
+pub fn copy_wall(
+    py: Python<'_>,
+    paths: Vec<String>,
+    threads: usize,
+    piece: usize,
+    pinned: bool,
+) -> BindResult<(f64, u64, u64)> {
+    let c = without_gil(py, move || {
+        if pinned {
+            kvikpy_core::cuda::ensure_driver()?;
+            let ordinal = kvikpy_core::cuda::current_device()?;
+            let allocator = kvikpy_core::cuda::PinnedAllocator { ordinal };
+            kvikpy_core::ceiling::copy_wall(&paths, threads, piece, &allocator)
+        } else {
+            kvikpy_core::ceiling::copy_wall_host(&paths, threads, piece)
         }
     })?;
     Ok((c.seconds, c.bytes, c.byte_sum))

@@ -84,6 +84,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(settings::gpu_pool_threads, m)?)?;
     m.add_function(wrap_pyfunction!(blocking::_panic_for_tests, m)?)?;
     m.add_function(wrap_pyfunction!(ceiling::pread_ceiling, m)?)?;
+    m.add_function(wrap_pyfunction!(ceiling::copy_wall, m)?)?;
     m.add_function(wrap_pyfunction!(ceiling::profile_enable, m)?)?;
     m.add_function(wrap_pyfunction!(ceiling::profile_phases, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::cufile_version, m)?)?;
