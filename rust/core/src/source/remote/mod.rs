@@ -276,22 +276,40 @@ impl Endpoint {
         })
     }
 
-    /// The request for `len` (> 0) bytes at `offset`.
-    fn range_request(&self, offset: u64, len: usize, agent: &ureq::Agent) -> Result<Prepared> {
+    /// The request for `len` (> 0) bytes at `offset`, pinned to version `etag` (sent as
+    /// `If-Match`) where the file has one.
+    fn range_request(
+        &self,
+        offset: u64,
+        len: usize,
+        etag: Option<&str>,
+        agent: &ureq::Agent,
+    ) -> Result<Prepared> {
         if let Self::WebHdfs(file, _) = self {
             return self.request("GET", &file.open_url(offset, len), Vec::new(), agent);
         }
         let range = format!("bytes={offset}-{}", offset + len as u64 - 1);
-        self.request("GET", self.url(), vec![("Range".into(), range)], agent)
+        let mut headers = vec![("Range".to_string(), range)];
+        if let Some(etag) = etag {
+            headers.push((http::IF_MATCH.to_string(), etag.to_string()));
+        }
+        self.request("GET", self.url(), headers, agent)
     }
 
-    /// Ask the server for the file's size, with `agent`.
-    pub fn size(&self, agent: &ureq::Agent, settings: &Settings) -> Result<u64> {
+    /// Ask the server for the file's size, with `agent`; and its version, the strong
+    /// `ETag` of the answer, where it gives one (never for WebHDFS).
+    pub fn size(&self, agent: &ureq::Agent, settings: &Settings) -> Result<(u64, Option<String>)> {
+        let etag = |response: &ureq::http::Response<ureq::Body>| {
+            http::strong_etag(response).map(str::to_string)
+        };
         match self {
             Self::Http(_) | Self::S3Public(_) | Self::S3(_) => with_retries(
                 settings,
                 || self.request("HEAD", self.url(), Vec::new(), agent),
-                |prepared, response| length_of(prepared, http::content_length(&response)),
+                |prepared, response| {
+                    let nbytes = length_of(prepared, http::content_length(&response))?;
+                    Ok((nbytes, etag(&response)))
+                },
             ),
             // S3 refuses HEAD on a URL presigned for GET: ask for its first byte, and
             // read the size from Content-Range.
@@ -306,13 +324,17 @@ impl Endpoint {
                     )
                 },
                 |prepared, response| {
+                    let version = etag(&response);
                     if !http::is_partial(&response) {
-                        return length_of(prepared, http::content_length(&response));
+                        return Ok((
+                            length_of(prepared, http::content_length(&response))?,
+                            version,
+                        ));
                     }
                     let total = http::header(&response, "content-range")
                         .and_then(|r| r.rsplit('/').next())
                         .and_then(|total| total.trim().parse().ok());
-                    total.ok_or_else(|| {
+                    let total = total.ok_or_else(|| {
                         Error::remote(
                             RemoteFailure::Body,
                             url,
@@ -321,7 +343,8 @@ impl Endpoint {
                                  the server side (no size in Content-Range); pass nbytes="
                             ),
                         )
-                    })
+                    })?;
+                    Ok((total, version))
                 },
             ),
             Self::WebHdfs(file, _) => with_retries(
@@ -329,7 +352,7 @@ impl Endpoint {
                 || self.request("GET", &file.status_url(), Vec::new(), agent),
                 |prepared, response| {
                     let text = http::read_text(response, 1 << 20).unwrap_or_default();
-                    length_from_status(&text).ok_or_else(|| {
+                    let length = length_from_status(&text).ok_or_else(|| {
                         Error::remote(
                             RemoteFailure::Body,
                             &prepared.url,
@@ -341,7 +364,8 @@ impl Endpoint {
                                 file.url
                             ),
                         )
-                    })
+                    })?;
+                    Ok((length, None))
                 },
             ),
         }
@@ -362,11 +386,13 @@ fn length_of(prepared: &Prepared, length: Option<u64>) -> Result<u64> {
     })
 }
 
-/// An open remote file: its endpoint and size (fixed at open, as in kvikio).
+/// An open remote file: its endpoint and size (fixed at open, as in kvikio), and the
+/// version (`ETag`) the server gave with the size, to which every read is pinned.
 #[derive(Debug)]
 pub struct RemoteSource {
     endpoint: Endpoint,
     nbytes: u64,
+    etag: Option<String>,
     path: PathBuf,
     agent: ureq::Agent,
 }
@@ -374,18 +400,27 @@ pub struct RemoteSource {
 impl RemoteSource {
     /// Open `endpoint`, asking the server for the size unless `nbytes` gives it.
     /// The CA configuration (see [`tls`]) is taken now, and kept for the file's life.
+    /// Where the size answer carries a strong `ETag`, every read of the file asks for
+    /// that version only (`If-Match`): a file replaced on the server since is an error
+    /// ([`RemoteFailure::Changed`]), never a mix of two versions.
     pub fn open(endpoint: Endpoint, nbytes: Option<u64>, settings: &Settings) -> Result<Self> {
         let agent = endpoint.agent(settings)?;
-        let nbytes = match nbytes {
-            Some(n) => n,
+        let (nbytes, etag) = match nbytes {
+            Some(n) => (n, None),
             None => endpoint.size(&agent, settings)?,
         };
         Ok(Self {
             path: PathBuf::from(endpoint.url()),
             endpoint,
             nbytes,
+            etag,
             agent,
         })
+    }
+
+    /// The version (`ETag`) of the file that reads are pinned to, where the server gave one.
+    pub fn etag(&self) -> Option<&str> {
+        self.etag.as_deref()
     }
 
     /// The endpoint's type.
@@ -410,8 +445,12 @@ impl RemoteSource {
         let whole = offset == 0 && len as u64 == self.nbytes;
         with_retries(
             settings,
-            || self.endpoint.range_request(offset, len, &self.agent),
+            || {
+                self.endpoint
+                    .range_request(offset, len, self.etag.as_deref(), &self.agent)
+            },
             |prepared, response| {
+                http::check_version(prepared, &response)?;
                 if self.endpoint.uses_range_header() {
                     if http::is_partial(&response) {
                         check_content_range(prepared, &response, offset)?;
