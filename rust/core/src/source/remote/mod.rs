@@ -794,6 +794,143 @@ mod tests {
             .is_err());
     }
 
+    /// A loopback HTTP server answering HEAD with 8 bytes of size and `ETag: <etag>`,
+    /// and GET with `get(request head)`; one request per connection. It keeps each GET's
+    /// request head, lowercased.
+    fn versioned_server(
+        etag: &'static str,
+        get: fn(&str) -> String,
+    ) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/f", listener.local_addr().unwrap());
+        let gets = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&gets);
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let answer = if head.starts_with("head") {
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nETag: {etag}\r\n")
+                } else {
+                    seen.lock().unwrap().push(head.clone());
+                    get(&head)
+                };
+                let _ = write!(conn, "{answer}Connection: close\r\n\r\n");
+                if answer.contains(" 206 ") {
+                    let _ = conn.write_all(b"abcdefgh");
+                }
+            }
+        });
+        (url, gets)
+    }
+
+    fn read_all(source: &RemoteSource, settings: &Settings) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; 8];
+        source.read_host(HostSpan::from_slice(&mut buf), 0, settings)?;
+        Ok(buf)
+    }
+
+    const PARTIAL: &str =
+        "HTTP/1.1 206 Partial Content\r\nContent-Length: 8\r\nContent-Range: bytes 0-7/8\r\n";
+
+    #[test]
+    fn a_changed_file_is_refused_at_once_never_retried() {
+        let mut settings = Settings::default();
+        // Even where 412 is named as worth retrying, it is final.
+        settings.http_status_codes = crate::settings::StatusCodes::new(&[412, 503]).unwrap();
+        settings.http_max_attempts = 3;
+        let (url, gets) = versioned_server("\"v1\"", |_| {
+            "HTTP/1.1 412 Precondition Failed\r\nContent-Length: 0\r\nETag: \"v2\"\r\n".into()
+        });
+        let source = open_url(&url, EndpointType::Http, None, None, &settings).unwrap();
+        assert_eq!(source.etag(), Some("\"v1\""));
+        let err = read_all(&source, &settings).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Remote {
+                    kind: RemoteFailure::Changed,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        for part in ["\"v1\"", "\"v2\"", "bytes=0-7", "changed on the server", "again"] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        let gets = gets.lock().unwrap();
+        assert_eq!(gets.len(), 1, "{gets:?}");
+        assert!(gets[0].contains("\r\nif-match: \"v1\"\r\n"), "{}", gets[0]);
+    }
+
+    #[test]
+    fn a_server_ignoring_if_match_is_caught_by_its_etag() {
+        let settings = Settings::default();
+        let (url, _) = versioned_server("\"v1\"", |_| format!("{PARTIAL}ETag: \"v2\"\r\n"));
+        let source = open_url(&url, EndpointType::Http, None, None, &settings).unwrap();
+        let err = read_all(&source, &settings).unwrap_err().to_string();
+        assert!(
+            err.contains("its ETag was \"v1\" when it was opened and is \"v2\" now"),
+            "{err}"
+        );
+        // The same version: read as ever.
+        let (url, _) = versioned_server("\"v1\"", |_| format!("{PARTIAL}ETag: \"v1\"\r\n"));
+        let source = open_url(&url, EndpointType::Http, None, None, &settings).unwrap();
+        assert_eq!(read_all(&source, &settings).unwrap(), b"abcdefgh");
+    }
+
+    #[test]
+    fn weak_or_absent_etags_pin_nothing() {
+        let settings = Settings::default();
+        for etag in ["W/\"v1\"", "unquoted", "\"\"x"] {
+            let (url, gets) = versioned_server(etag, |_| PARTIAL.into());
+            let source = open_url(&url, EndpointType::Http, None, None, &settings).unwrap();
+            assert_eq!(source.etag(), None, "{etag}");
+            assert_eq!(read_all(&source, &settings).unwrap(), b"abcdefgh");
+            assert!(!gets.lock().unwrap()[0].contains("if-match"), "{etag}");
+        }
+        // A size given: no size request, so no version to pin.
+        let (url, gets) = versioned_server("\"v1\"", |_| PARTIAL.into());
+        let source = open_url(&url, EndpointType::Http, None, Some(8), &settings).unwrap();
+        assert_eq!(read_all(&source, &settings).unwrap(), b"abcdefgh");
+        assert!(!gets.lock().unwrap()[0].contains("if-match"));
+    }
+
+    #[test]
+    fn signed_range_requests_sign_their_if_match() {
+        let options = S3Options {
+            region: Some("us-east-1".into()),
+            access_key: Some("AKIDEXAMPLE".into()),
+            secret_key: Some("secret".into()),
+            endpoint_url: Some("http://127.0.0.1:1".into()),
+            session_token: None,
+        };
+        let endpoint = Endpoint::s3_bucket("b", "k", &options).unwrap();
+        let agent = tls::agent(&[]).unwrap();
+        let prepared = endpoint
+            .range_request(0, 8, Some("\"v1\""), &agent)
+            .unwrap();
+        let header = |name: &str| {
+            prepared
+                .headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(header("if-match").as_deref(), Some("\"v1\""));
+        let authorization = header("authorization").unwrap();
+        assert!(
+            authorization.contains("SignedHeaders=host;if-match;range;"),
+            "{authorization}"
+        );
+    }
+
     #[test]
     fn urls_are_told_from_paths() {
         assert!(as_url(Path::new("https://h/f")).is_some());
