@@ -861,7 +861,13 @@ mod tests {
             "{err:?}"
         );
         let text = err.to_string();
-        for part in ["\"v1\"", "\"v2\"", "bytes=0-7", "changed on the server", "again"] {
+        for part in [
+            "\"v1\"",
+            "\"v2\"",
+            "bytes=0-7",
+            "changed on the server",
+            "again",
+        ] {
             assert!(text.contains(part), "{part}: {text}");
         }
         let gets = gets.lock().unwrap();
