@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import random_bytes
@@ -51,12 +54,19 @@ def check_changed(info: pytest.ExceptionInfo[RemoteError], url: str, old: str) -
     assert "Open the file again and read it again" in text
 
 
-def test_a_file_replaced_after_open_is_an_error_not_mixed_bytes(path):
-    counter = Counter()
+@contextmanager
+def opened(handler: type[CountingRangeHandler], path: Path, counter: Counter) -> Iterator[Any]:
+    """A server of ``path``'s directory with ``handler``, and ``path`` opened on it:
+    yields ``(server URL, RemoteFile)``."""
     with (
-        serve(CountingRangeHandler, directory=str(path.parent), counter=counter) as server,
+        serve(handler, directory=str(path.parent), counter=counter) as server,
         RemoteFile.open_http(f"{server}/f.bin") as f,
     ):
+        yield server, f
+
+
+def test_a_file_replaced_after_open_is_an_error_not_mixed_bytes(path):
+    with opened(CountingRangeHandler, path, Counter()) as (server, f):
         old = entity_tag(path.stat())
         replace_file(path, NEW)
         new = entity_tag(path.stat())
@@ -130,10 +140,7 @@ def test_unchanged_files_read_as_before_each_get_pinned(path):
 
 def test_a_server_without_etag_reads_as_before(path):
     counter = Counter()
-    with (
-        serve(NoEtagHandler, directory=str(path.parent), counter=counter) as server,
-        RemoteFile.open_http(f"{server}/f.bin") as f,
-    ):
+    with opened(NoEtagHandler, path, counter) as (_, f):
         buf = bytearray(f.nbytes())
         assert f.read(buf, task_size=MiB) == len(OLD)
         assert bytes(buf) == OLD
