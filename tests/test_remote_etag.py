@@ -132,8 +132,10 @@ def test_unchanged_files_read_as_before_each_get_pinned(path):
             assert f.read(buf) == len(OLD)
             assert bytes(buf) == OLD
         assert bytes(kvikpy.read(f"{server}/f.bin", device="cpu")) == OLD
+        ranges = kvikpy.read_ranges(f"{server}/f.bin", [(5, 10), (2 * MiB, 100)], device="cpu")
+        assert bytes(ranges.buffer) == OLD[5:15] + OLD[2 * MiB : 2 * MiB + 100]
     gets = counter.count
-    assert gets == 2 * 4  # 3 MiB + 17 bytes in 1 MiB tasks, twice
+    assert gets == 2 * 4 + 2  # 3 MiB + 17 bytes in 1 MiB tasks, twice; two ranges
     assert counter.if_matches == [etag] * gets
     assert all(r is not None and r.startswith("bytes=") for r in counter.ranges)
 
