@@ -120,6 +120,25 @@ def test_kvikpy_read_of_a_file_replaced_between_size_and_data(path):
         assert bytes(kvikpy.read(url_of(server), device="cpu")) == NEW
 
 
+def test_read_many_of_a_file_replaced_between_size_and_data(path):
+    counter = Counter()
+    old = entity_tag(path.stat())
+    with (
+        defaults.set("task_size", MiB),
+        serve(
+            ReplacingHandler, directory=str(path.parent), counter=counter, replacement=[NEW]
+        ) as server,
+    ):
+        url = f"{server}/f.bin"
+        # Sized when the batch is planned, then opened again by each task to read: each
+        # opening is pinned to the version sized.
+        with pytest.raises(RemoteError) as info:
+            kvikpy.read_many([url], device="cpu")
+        check_changed(info, url, old)
+        assert counter.if_matches and set(counter.if_matches) == {old}
+        assert bytes(kvikpy.read_many([url], device="cpu").buffer) == NEW
+
+
 def test_unchanged_files_read_as_before_each_get_pinned(path):
     counter = Counter()
     with (
@@ -134,8 +153,11 @@ def test_unchanged_files_read_as_before_each_get_pinned(path):
         assert bytes(kvikpy.read(f"{server}/f.bin", device="cpu")) == OLD
         ranges = kvikpy.read_ranges(f"{server}/f.bin", [(5, 10), (2 * MiB, 100)], device="cpu")
         assert bytes(ranges.buffer) == OLD[5:15] + OLD[2 * MiB : 2 * MiB + 100]
+        assert counter.count == 2 * 4 + 2  # 3 MiB + 17 bytes in 1 MiB tasks, twice; 2 ranges
+        batch = kvikpy.read_many([f"{server}/f.bin"], device="cpu")
+        assert bytes(batch.buffer) == OLD
     gets = counter.count
-    assert gets == 2 * 4 + 2  # 3 MiB + 17 bytes in 1 MiB tasks, twice; two ranges
+    assert gets > 2 * 4 + 2
     assert counter.if_matches == [etag] * gets
     assert all(r is not None and r.startswith("bytes=") for r in counter.ranges)
 

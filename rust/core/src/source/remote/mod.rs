@@ -548,6 +548,10 @@ impl Source for RemoteSource {
     fn may_stall(&self) -> bool {
         true
     }
+
+    fn version(&self) -> Option<&str> {
+        self.etag()
+    }
 }
 
 fn read_only(url: &str) -> Error {
@@ -711,13 +715,18 @@ pub(crate) fn open(target: &Target<'_>) -> Option<Result<Arc<dyn Source>>> {
 }
 
 /// Open `url` with the endpoint type inferred, under `settings`; with its size where it is
-/// known already (a batch element), without asking the server.
+/// known already (a batch element), without asking the server, and then its reads pinned
+/// to `version`, the one it was sized at (its `ETag`), where it had one.
 pub(crate) fn open_sized(
     url: &str,
     nbytes: Option<u64>,
+    version: Option<&str>,
     settings: &Settings,
 ) -> Result<Arc<dyn Source>> {
-    let source = open_url(url, EndpointType::Auto, None, nbytes, settings)?;
+    let mut source = open_url(url, EndpointType::Auto, None, nbytes, settings)?;
+    if nbytes.is_some() {
+        source.etag = version.map(str::to_string);
+    }
     Ok(Arc::new(source))
 }
 
