@@ -52,25 +52,64 @@ class QuietRequestHandler(SimpleHTTPRequestHandler):
         """Log nothing (the default writes every request to stderr)."""
 
 
+def entity_tag(stat: os.stat_result) -> str:
+    """The strong ``ETag`` of a file of this ``stat``: its size and modification time in
+    nanoseconds, in hexadecimal (as nginx and Apache make theirs), so that a file
+    rewritten or replaced gets another."""
+    return f'"{stat.st_size:x}-{stat.st_mtime_ns:x}"'
+
+
+def matches(if_match: str, etag: str) -> bool:
+    """Whether an ``If-Match`` header's value admits a file whose ``ETag`` is ``etag``:
+    ``*``, or a list holding it (strong comparison: a weak tag never matches)."""
+    tags = [tag.strip() for tag in if_match.split(",")]
+    return "*" in tags or etag in tags
+
+
 class RangeRequestHandler(QuietRequestHandler):
     """Python's file server, answering a single-range ``Range`` request with 206 and the
-    range (and 416 for a range outside the file), as remote file reads need."""
+    range (and 416 for a range outside the file), as remote file reads need. Each file's
+    answers carry its ``ETag`` (see :func:`entity_tag`), and a request whose ``If-Match``
+    names another version is answered ``412 Precondition Failed``, as real servers do."""
 
     _range: tuple[int, int] | None = None
+    _etag: str | None = None
+
+    def end_headers(self) -> None:
+        """The headers, with the file's ``ETag`` where the answer is about a file."""
+        if self._etag is not None:
+            self.send_header("ETag", self._etag)
+        super().end_headers()
 
     def send_head(self) -> Any:
-        """Headers of a ranged answer where the request has a range, else the parent's."""
+        """Headers of a ranged answer where the request has a range, else the parent's;
+        412 where ``If-Match`` names another version of the file."""
         self._range = None
+        self._etag = None
         header = self.headers.get("Range")
         path = self.translate_path(self.path)
-        if header is None or os.path.isdir(path):
+        if os.path.isdir(path):
             return super().send_head()
         try:
             f = open(path, "rb")  # noqa: SIM115 - returned open, closed by the caller
         except OSError:
+            if header is None:
+                return super().send_head()
             self.send_error(HTTPStatus.NOT_FOUND, "File not found")
             return None
-        size = os.fstat(f.fileno()).st_size
+        stat = os.fstat(f.fileno())
+        self._etag = entity_tag(stat)
+        if_match = self.headers.get("If-Match")
+        if if_match is not None and not matches(if_match, self._etag):
+            f.close()
+            self.send_response(HTTPStatus.PRECONDITION_FAILED)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        if header is None:
+            f.close()
+            return super().send_head()
+        size = stat.st_size
         wanted = parse_range(header, size)
         if wanted is None:
             f.close()

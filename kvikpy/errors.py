@@ -203,8 +203,10 @@ class RemoteError(KvikpyError, OSError, RuntimeError):
 
     An ``OSError`` (``errno`` ``EIO``, ``filename`` the URL) whose message names the
     request, what the server answered and what to do: an error status after the retries
-    of ``http_max_attempts``, or a body shorter or longer than the range asked for. The
-    subclasses below cover the failures that have a builtin type of their own.
+    of ``http_max_attempts``, or a body shorter or longer than the range asked for; with
+    ``errno`` ``ESTALE``, a file that changed on the server since it was opened (its
+    ``ETag`` differs: open it again to read its new version). The subclasses below cover
+    the failures that have a builtin type of their own.
     """
 
 

@@ -7,6 +7,7 @@ and stopped by :func:`serve`."""
 from __future__ import annotations
 
 import functools
+import os
 import socket
 import threading
 import time
@@ -58,11 +59,13 @@ class Counter:
         self.lock = threading.Lock()
         self.count = 0
         self.ranges: list[str | None] = []
+        self.if_matches: list[str | None] = []
 
-    def next(self, range_header: str | None = None) -> int:
+    def next(self, range_header: str | None = None, if_match: str | None = None) -> int:
         with self.lock:
             self.count += 1
             self.ranges.append(range_header)
+            self.if_matches.append(if_match)
             return self.count
 
 
@@ -74,8 +77,45 @@ class CountingRangeHandler(RangeRequestHandler):
         super().__init__(*args, **kwargs)
 
     def do_GET(self) -> None:
-        self.counter.next(self.headers.get("Range"))
+        self.counter.next(self.headers.get("Range"), self.headers.get("If-Match"))
         super().do_GET()
+
+
+class NoEtagHandler(CountingRangeHandler):
+    """The counting range server, sending no ``ETag`` (as some servers do not)."""
+
+    def end_headers(self) -> None:
+        self._etag = None
+        super().end_headers()
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Replace the file at ``path`` with one holding ``data``, as a deployment does (a new
+    file renamed over the old one), with a modification time of its own."""
+    new = path.with_name(path.name + ".new")
+    new.write_bytes(data)
+    old_ns = path.stat().st_mtime_ns
+    os.utime(new, ns=(old_ns + 1_000_000_007, old_ns + 1_000_000_007))
+    os.replace(new, path)
+
+
+class ReplacingHandler(CountingRangeHandler):
+    """The counting range server, which replaces the file it is first asked the size of
+    (``HEAD``) with ``replacement`` (see :func:`replace_file`) once it has sized it and
+    before its answer leaves: a file that changes on the server between a reader's open
+    and its read. Later size requests see the new file, unchanged."""
+
+    def __init__(self, *args: Any, replacement: list[bytes], **kwargs: Any) -> None:
+        self.replacement = replacement
+        super().__init__(*args, **kwargs)
+
+    def end_headers(self) -> None:
+        if self.command == "HEAD":
+            with self.counter.lock:
+                data = self.replacement.pop() if self.replacement else None
+            if data is not None:
+                replace_file(Path(self.translate_path(self.path)), data)
+        super().end_headers()
 
 
 class FlakyHandler(RangeRequestHandler):

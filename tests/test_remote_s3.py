@@ -5,6 +5,7 @@ SigV4 signatures are accepted and a wrong secret is refused."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -19,7 +20,7 @@ from conftest import random_bytes
 
 import kvikpy
 from kvikpy import RemoteEndpointType, RemoteFile
-from kvikpy.errors import RemoteNotFoundError, RemoteUrlError
+from kvikpy.errors import RemoteError, RemoteNotFoundError, RemoteUrlError
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")
@@ -191,6 +192,40 @@ def test_kvikpy_read_of_s3_urls(s3):
     ranges = kvikpy.read_ranges(f"s3://{BUCKET}/dir/large.bin", [(5, 10), (MiB, 100)], device="cpu")
     data = OBJECTS["dir/large.bin"]
     assert np.from_dlpack(ranges.buffer).tobytes() == data[5:15] + data[MiB : MiB + 100]
+
+
+def test_an_object_overwritten_after_open_is_an_error(s3):
+    """Reads are pinned to the object's ETag at open (If-Match, which S3 and moto honour
+    with 412): an object overwritten meanwhile is one clear error, whatever the endpoint."""
+    from botocore.config import Config
+
+    client = boto3.client("s3", endpoint_url=s3, config=Config(signature_version="s3v4"))
+    old, new = OBJECTS["dir/large.bin"], random_bytes(len(OBJECTS["dir/large.bin"]), seed=14)
+    key = "overwritten.bin"
+    presigned = client.generate_presigned_url(
+        "get_object", Params={"Bucket": BUCKET, "Key": key}, ExpiresIn=600
+    )
+    signature = presigned.split("X-Amz-Signature=")[1].split("&")[0]
+    openers = {
+        "signed": lambda: RemoteFile.open_s3(BUCKET, key),
+        "public": lambda: RemoteFile.open_s3_public(f"s3://{BUCKET}/{key}"),
+        "presigned": lambda: RemoteFile.open_s3_presigned_url(presigned),
+    }
+    for name, open_it in openers.items():
+        etag = client.put_object(Bucket=BUCKET, Key=key, Body=old)["ETag"]
+        with open_it() as f:
+            client.put_object(Bucket=BUCKET, Key=key, Body=new)
+            with pytest.raises(RemoteError) as info:
+                read_all(f, task_size=MiB)
+        e = info.value
+        assert e.errno == errno.ESTALE, name
+        text = str(e)
+        assert "changed on the server since it was opened" in text, name
+        assert etag in text and "412 Precondition Failed" in text, name
+        assert CREDENTIALS["AWS_SECRET_ACCESS_KEY"] not in text, name
+        assert signature not in text, name
+        with open_it() as f:
+            assert read_all(f, task_size=MiB) == new, name
 
 
 @pytest.fixture(scope="module")

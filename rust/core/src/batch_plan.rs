@@ -24,8 +24,8 @@ use crate::span::Span;
 #[derive(Debug, Clone)]
 pub(crate) enum Origin {
     /// A file from this byte offset (0 for a whole file): opened, read and closed by the
-    /// task that reads it.
-    File(PathBuf, u64),
+    /// task that reads it; with the version it was sized at (a URL's `ETag`), if any.
+    File(PathBuf, u64, Option<String>),
     /// Bytes at this offset of the batch's shared file (`read_ranges`).
     Range(u64),
 }
@@ -41,9 +41,12 @@ pub(crate) struct Element {
     pub dst: usize,
 }
 
-/// The sizes of `paths` (regular files only), looked up in parallel on the pool; each
-/// failure names its path.
-fn file_sizes(settings: &Settings, paths: &[PathBuf]) -> Result<Vec<Result<u64>>> {
+/// A file's size, and the version it was sized at (a URL's `ETag`), if any.
+type Sized = (u64, Option<String>);
+
+/// The sizes of `paths` (regular files only), looked up in parallel on the pool, each
+/// with the version it was sized at; each failure names its path.
+fn file_sizes(settings: &Settings, paths: &[PathBuf]) -> Result<Vec<Result<Sized>>> {
     let pool = crate::pool::pool(settings.num_threads)?;
     let carried = cancel::carry();
     let sizes = pool.install(|| {
@@ -52,11 +55,14 @@ fn file_sizes(settings: &Settings, paths: &[PathBuf]) -> Result<Vec<Result<u64>>
             .map(|path| {
                 if source::is_remote(path) {
                     // A URL: its size, asked of the server (cancellably, as the caller is).
-                    carried.run(|| source::open_sized(path, None, settings)?.size())
+                    carried.run(|| {
+                        let file = source::open_sized(path, None, None, settings)?;
+                        Ok((file.size()?, file.version().map(str::to_string)))
+                    })
                 } else if carried.cancelled() {
                     Err(cancel::error(&path.to_string_lossy()))
                 } else {
-                    regular_file_size(path)
+                    Ok((regular_file_size(path)?, None))
                 }
             })
             .collect()
@@ -139,12 +145,14 @@ pub fn plan_files(settings: &Settings, paths: Vec<PathBuf>, skip: bool) -> Resul
     let mut failures = Vec::new();
     let mut inputs = Vec::with_capacity(paths.len());
     for (i, (path, size)) in paths.into_iter().zip(sizes).enumerate() {
-        let size = size.and_then(|s| {
-            usize::try_from(s)
-                .map_err(|_| Error::InvalidArgument(format!("'{}' is too large", path.display())))
+        let size = size.and_then(|(s, version)| {
+            let len = usize::try_from(s).map_err(|_| {
+                Error::InvalidArgument(format!("'{}' is too large", path.display()))
+            })?;
+            Ok((len, version))
         });
         match size {
-            Ok(len) => inputs.push(Some((Origin::File(path, 0), len))),
+            Ok((len, version)) => inputs.push(Some((Origin::File(path, 0, version), len))),
             Err(e) if skip => {
                 failures.push((i, e));
                 inputs.push(None); // an empty element
@@ -187,7 +195,7 @@ pub fn plan_file_ranges(
     let mut failures = Vec::new();
     let mut inputs = Vec::with_capacity(ranges.len());
     for (i, ((path, start, size), file_size)) in ranges.into_iter().zip(sizes).enumerate() {
-        let clamped = file_size.and_then(|file_size| {
+        let clamped = file_size.and_then(|(file_size, version)| {
             let offset = match start {
                 Start::Offset(o) => o.min(file_size),
                 Start::Suffix(n) => file_size.saturating_sub(n),
@@ -196,10 +204,12 @@ pub fn plan_file_ranges(
             let len = usize::try_from(len).map_err(|_| {
                 Error::InvalidArgument(format!("'{}' is too large", path.display()))
             })?;
-            Ok((offset, len))
+            Ok((offset, len, version))
         });
         match clamped {
-            Ok((offset, len)) => inputs.push(Some((Origin::File(path, offset), len))),
+            Ok((offset, len, version)) => {
+                inputs.push(Some((Origin::File(path, offset, version), len)))
+            }
             Err(e) if skip => {
                 failures.push((i, e));
                 inputs.push(None);
@@ -348,11 +358,15 @@ impl Plan {
         for element in self.elements.drain(..) {
             let (source, file_offset) = match element.origin {
                 Origin::Range(offset) => (0, offset),
-                Origin::File(path, offset) => {
+                Origin::File(path, offset, version) => {
                     // A whole file, sized when the batch was planned: a remote one opens
-                    // with no second size request.
+                    // with no second size request, pinned to the version sized.
                     let size = (offset == 0).then_some(element.len as u64);
-                    sources.push(ItemSource::Path { path, size });
+                    sources.push(ItemSource::Path {
+                        path,
+                        size,
+                        version,
+                    });
                     (sources.len() - 1, offset)
                 }
             };

@@ -147,6 +147,10 @@ pub enum RemoteFailure {
     /// The URL, endpoint type or credentials cannot make a request (a malformed URL, an
     /// unsupported scheme, an endpoint type outside the allow list, missing AWS keys).
     InvalidUrl,
+    /// The file changed on the server since it was opened: a ranged request pinned to the
+    /// `ETag` the server gave at open (`If-Match`) was answered `412 Precondition
+    /// Failed`, or with another `ETag`. Never retried: reading on would mix two versions.
+    Changed,
     /// The request was abandoned before it finished: the call waiting for it was
     /// interrupted (Ctrl-C), another request of the same read failed, or the interpreter
     /// is exiting.

@@ -173,6 +173,7 @@ fn remote_error(kind: RemoteFailure, url: String, message: String) -> PyErr {
         F::Cancelled => RemoteConnectionError::new_err(args(libc::ECONNABORTED)),
         F::Status | F::Body => RemoteError::new_err(args(libc::EIO)),
         F::NoRange => RemoteRangeError::new_err(args(libc::EIO)),
+        F::Changed => RemoteError::new_err(args(libc::ESTALE)),
         F::InvalidUrl => RemoteUrlError::new_err(message),
     }
 }

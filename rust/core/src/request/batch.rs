@@ -42,12 +42,14 @@ pub enum ItemSource {
     Open(Arc<dyn Source>),
     /// A file opened, read and closed by each task that reads it; with its size where
     /// the caller knows it (a whole file it sized: a URL then opens without a second size
-    /// request).
+    /// request, pinned to the version it was sized at).
     Path {
         /// The file's path or URL.
         path: PathBuf,
         /// Its size in bytes, if known.
         size: Option<u64>,
+        /// The version it was sized at (a URL's `ETag`, see [`Source::version`]), if any.
+        version: Option<String>,
     },
 }
 
@@ -58,8 +60,11 @@ impl ItemSource {
             Self::Path {
                 path,
                 size: Some(size),
-            } => source::open_sized(path, Some(*size), settings),
-            Self::Path { path, size: None } => FileHandle::open_with(path, "r", settings)?.get(),
+                version,
+            } => source::open_sized(path, Some(*size), version.as_deref(), settings),
+            Self::Path {
+                path, size: None, ..
+            } => FileHandle::open_with(path, "r", settings)?.get(),
         }
     }
 
@@ -615,7 +620,7 @@ mod tests {
                         let handle = FileHandle::open_with(path, "r", &settings).unwrap();
                         ItemSource::Open(handle.get().unwrap())
                     } else {
-                        ItemSource::Path { path: path.clone(), size: None }
+                        ItemSource::Path { path: path.clone(), size: None, version: None }
                     }
                 })
                 .collect();

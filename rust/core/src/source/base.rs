@@ -129,6 +129,13 @@ pub trait Source: Send + Sync + Debug {
         false
     }
 
+    /// The version of the file that its reads are pinned to (a remote file's `ETag`),
+    /// where it has one: another opening of the file may be pinned to it too
+    /// ([`super::open_sized`]).
+    fn version(&self) -> Option<&str> {
+        None
+    }
+
     /// Move the start of a device transfer without the bounce ring, where the source can
     /// (GPUDirect Storage, or DMA straight from cached pages); `lane` is the calling
     /// thread's stream on the span's device, its context current.

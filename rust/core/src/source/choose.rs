@@ -67,13 +67,16 @@ pub fn is_remote(path: &Path) -> bool {
 /// Open `path` for reading, read-only, as [`open`] does, where the caller may know its size
 /// already (a batch element it sized): a URL then opens without asking its server again.
 /// A URL's size is asked of its server otherwise (`nbytes` of `None`), under `settings`.
+/// A URL opened with its size is pinned to `version`, the one it was sized at (see
+/// [`super::Source::version`]), where it had one.
 pub fn open_sized(
     path: &Path,
     nbytes: Option<u64>,
+    version: Option<&str>,
     settings: &Settings,
 ) -> Result<Arc<dyn Source>> {
     match remote::as_url(path) {
-        Some(url) => remote::open_sized(url, nbytes, settings),
+        Some(url) => remote::open_sized(url, nbytes, version, settings),
         None => Ok(open(path, OpenFlags::READ_ONLY, settings)?.source),
     }
 }

@@ -135,6 +135,16 @@ fn retried<T>(
         }
         let outcome = send(&prepared, settings).and_then(|response| {
             let status = response.status().as_u16();
+            // The file changed since it was opened: final, whatever http_status_codes says.
+            if status == 412 {
+                if let Some(pinned) = if_match(&prepared) {
+                    return Err(Failure::Final(changed(
+                        &prepared,
+                        pinned,
+                        strong_etag(&response),
+                    )));
+                }
+            }
             if settings.http_status_codes.contains(status) {
                 return Err(Failure::Retry {
                     status: Some(status),
@@ -458,6 +468,70 @@ fn status_error(prepared: &Prepared, response: Response<Body>) -> Error {
             prepared.url,
             status.as_u16(),
             status.canonical_reason().unwrap_or(""),
+        ),
+    )
+}
+
+/// The request header that pins a ranged read to the version of the file it was opened
+/// at (the `ETag` of the size request).
+pub const IF_MATCH: &str = "If-Match";
+
+/// The strong `ETag` of `response`, where it has one: the version of the file it answers
+/// with. A weak one (`W/"..."`) is left out: `If-Match` compares strongly, so a server
+/// would refuse every request pinned to it.
+pub fn strong_etag(response: &Response<Body>) -> Option<&str> {
+    strong(header(response, "etag")?)
+}
+
+/// `etag` trimmed, where it is a strong entity tag (`"..."`, not `W/"..."`).
+fn strong(etag: &str) -> Option<&str> {
+    let etag = etag.trim();
+    (etag.len() >= 2 && etag.starts_with('"') && etag.ends_with('"')).then_some(etag)
+}
+
+/// The `If-Match` value `prepared` carries, where it is pinned to a version.
+fn if_match(prepared: &Prepared) -> Option<&str> {
+    prepared
+        .headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(IF_MATCH))
+        .map(|(_, value)| value.as_str())
+}
+
+/// Whether the answer to `prepared` is of another version of the file than the one it is
+/// pinned to: an error naming both `ETag`s where it is (a server that ignores `If-Match`
+/// and sends the file's new version), else nothing.
+pub fn check_version(prepared: &Prepared, response: &Response<Body>) -> Result<()> {
+    match (if_match(prepared), strong_etag(response)) {
+        (Some(pinned), Some(now)) if now != pinned => Err(changed(prepared, pinned, Some(now))),
+        _ => Ok(()),
+    }
+}
+
+/// The error of a read of a file that changed on the server since it was opened, at
+/// version `pinned` (an `ETag`); `now` is its version now, where the server said.
+pub fn changed(prepared: &Prepared, pinned: &str, now: Option<&str>) -> Error {
+    let range = prepared
+        .headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("range"))
+        .map(|(_, value)| format!(" ({value})"))
+        .unwrap_or_default();
+    let found = match now {
+        Some(now) => format!("its ETag was {pinned} when it was opened and is {now} now"),
+        None => format!(
+            "the server answered 412 Precondition Failed to a request pinned to the \
+             ETag it had when it was opened, {pinned}"
+        ),
+    };
+    Error::remote(
+        RemoteFailure::Changed,
+        &prepared.url,
+        format!(
+            "{} {}{range}: the file changed on the server since it was opened ({found}); \
+             the read stopped rather than mix bytes of two versions. Open the file again \
+             and read it again to get its new version",
+            prepared.method, prepared.url
         ),
     )
 }

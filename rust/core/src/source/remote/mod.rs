@@ -276,22 +276,40 @@ impl Endpoint {
         })
     }
 
-    /// The request for `len` (> 0) bytes at `offset`.
-    fn range_request(&self, offset: u64, len: usize, agent: &ureq::Agent) -> Result<Prepared> {
+    /// The request for `len` (> 0) bytes at `offset`, pinned to version `etag` (sent as
+    /// `If-Match`) where the file has one.
+    fn range_request(
+        &self,
+        offset: u64,
+        len: usize,
+        etag: Option<&str>,
+        agent: &ureq::Agent,
+    ) -> Result<Prepared> {
         if let Self::WebHdfs(file, _) = self {
             return self.request("GET", &file.open_url(offset, len), Vec::new(), agent);
         }
         let range = format!("bytes={offset}-{}", offset + len as u64 - 1);
-        self.request("GET", self.url(), vec![("Range".into(), range)], agent)
+        let mut headers = vec![("Range".to_string(), range)];
+        if let Some(etag) = etag {
+            headers.push((http::IF_MATCH.to_string(), etag.to_string()));
+        }
+        self.request("GET", self.url(), headers, agent)
     }
 
-    /// Ask the server for the file's size, with `agent`.
-    pub fn size(&self, agent: &ureq::Agent, settings: &Settings) -> Result<u64> {
+    /// Ask the server for the file's size, with `agent`; and its version, the strong
+    /// `ETag` of the answer, where it gives one (never for WebHDFS).
+    pub fn size(&self, agent: &ureq::Agent, settings: &Settings) -> Result<(u64, Option<String>)> {
+        let etag = |response: &ureq::http::Response<ureq::Body>| {
+            http::strong_etag(response).map(str::to_string)
+        };
         match self {
             Self::Http(_) | Self::S3Public(_) | Self::S3(_) => with_retries(
                 settings,
                 || self.request("HEAD", self.url(), Vec::new(), agent),
-                |prepared, response| length_of(prepared, http::content_length(&response)),
+                |prepared, response| {
+                    let nbytes = length_of(prepared, http::content_length(&response))?;
+                    Ok((nbytes, etag(&response)))
+                },
             ),
             // S3 refuses HEAD on a URL presigned for GET: ask for its first byte, and
             // read the size from Content-Range.
@@ -306,13 +324,17 @@ impl Endpoint {
                     )
                 },
                 |prepared, response| {
+                    let version = etag(&response);
                     if !http::is_partial(&response) {
-                        return length_of(prepared, http::content_length(&response));
+                        return Ok((
+                            length_of(prepared, http::content_length(&response))?,
+                            version,
+                        ));
                     }
                     let total = http::header(&response, "content-range")
                         .and_then(|r| r.rsplit('/').next())
                         .and_then(|total| total.trim().parse().ok());
-                    total.ok_or_else(|| {
+                    let total = total.ok_or_else(|| {
                         Error::remote(
                             RemoteFailure::Body,
                             url,
@@ -321,7 +343,8 @@ impl Endpoint {
                                  the server side (no size in Content-Range); pass nbytes="
                             ),
                         )
-                    })
+                    })?;
+                    Ok((total, version))
                 },
             ),
             Self::WebHdfs(file, _) => with_retries(
@@ -329,7 +352,7 @@ impl Endpoint {
                 || self.request("GET", &file.status_url(), Vec::new(), agent),
                 |prepared, response| {
                     let text = http::read_text(response, 1 << 20).unwrap_or_default();
-                    length_from_status(&text).ok_or_else(|| {
+                    let length = length_from_status(&text).ok_or_else(|| {
                         Error::remote(
                             RemoteFailure::Body,
                             &prepared.url,
@@ -341,7 +364,8 @@ impl Endpoint {
                                 file.url
                             ),
                         )
-                    })
+                    })?;
+                    Ok((length, None))
                 },
             ),
         }
@@ -362,11 +386,13 @@ fn length_of(prepared: &Prepared, length: Option<u64>) -> Result<u64> {
     })
 }
 
-/// An open remote file: its endpoint and size (fixed at open, as in kvikio).
+/// An open remote file: its endpoint and size (fixed at open, as in kvikio), and the
+/// version (`ETag`) the server gave with the size, to which every read is pinned.
 #[derive(Debug)]
 pub struct RemoteSource {
     endpoint: Endpoint,
     nbytes: u64,
+    etag: Option<String>,
     path: PathBuf,
     agent: ureq::Agent,
 }
@@ -374,18 +400,27 @@ pub struct RemoteSource {
 impl RemoteSource {
     /// Open `endpoint`, asking the server for the size unless `nbytes` gives it.
     /// The CA configuration (see [`tls`]) is taken now, and kept for the file's life.
+    /// Where the size answer carries a strong `ETag`, every read of the file asks for
+    /// that version only (`If-Match`): a file replaced on the server since is an error
+    /// ([`RemoteFailure::Changed`]), never a mix of two versions.
     pub fn open(endpoint: Endpoint, nbytes: Option<u64>, settings: &Settings) -> Result<Self> {
         let agent = endpoint.agent(settings)?;
-        let nbytes = match nbytes {
-            Some(n) => n,
+        let (nbytes, etag) = match nbytes {
+            Some(n) => (n, None),
             None => endpoint.size(&agent, settings)?,
         };
         Ok(Self {
             path: PathBuf::from(endpoint.url()),
             endpoint,
             nbytes,
+            etag,
             agent,
         })
+    }
+
+    /// The version (`ETag`) of the file that reads are pinned to, where the server gave one.
+    pub fn etag(&self) -> Option<&str> {
+        self.etag.as_deref()
     }
 
     /// The endpoint's type.
@@ -410,8 +445,12 @@ impl RemoteSource {
         let whole = offset == 0 && len as u64 == self.nbytes;
         with_retries(
             settings,
-            || self.endpoint.range_request(offset, len, &self.agent),
+            || {
+                self.endpoint
+                    .range_request(offset, len, self.etag.as_deref(), &self.agent)
+            },
             |prepared, response| {
+                http::check_version(prepared, &response)?;
                 if self.endpoint.uses_range_header() {
                     if http::is_partial(&response) {
                         check_content_range(prepared, &response, offset)?;
@@ -508,6 +547,10 @@ impl Source for RemoteSource {
 
     fn may_stall(&self) -> bool {
         true
+    }
+
+    fn version(&self) -> Option<&str> {
+        self.etag()
     }
 }
 
@@ -672,13 +715,18 @@ pub(crate) fn open(target: &Target<'_>) -> Option<Result<Arc<dyn Source>>> {
 }
 
 /// Open `url` with the endpoint type inferred, under `settings`; with its size where it is
-/// known already (a batch element), without asking the server.
+/// known already (a batch element), without asking the server, and then its reads pinned
+/// to `version`, the one it was sized at (its `ETag`), where it had one.
 pub(crate) fn open_sized(
     url: &str,
     nbytes: Option<u64>,
+    version: Option<&str>,
     settings: &Settings,
 ) -> Result<Arc<dyn Source>> {
-    let source = open_url(url, EndpointType::Auto, None, nbytes, settings)?;
+    let mut source = open_url(url, EndpointType::Auto, None, nbytes, settings)?;
+    if nbytes.is_some() {
+        source.etag = version.map(str::to_string);
+    }
     Ok(Arc::new(source))
 }
 
@@ -753,6 +801,149 @@ mod tests {
         assert!(source
             .write_host(HostSpan::from_slice(&mut []), 0, &settings)
             .is_err());
+    }
+
+    /// A loopback HTTP server answering HEAD with 8 bytes of size and `ETag: <etag>`,
+    /// and GET with `get(request head)`; one request per connection. It keeps each GET's
+    /// request head, lowercased.
+    fn versioned_server(
+        etag: &'static str,
+        get: fn(&str) -> String,
+    ) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/f", listener.local_addr().unwrap());
+        let gets = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&gets);
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let answer = if head.starts_with("head") {
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nETag: {etag}\r\n")
+                } else {
+                    seen.lock().unwrap().push(head.clone());
+                    get(&head)
+                };
+                let _ = write!(conn, "{answer}Connection: close\r\n\r\n");
+                if answer.contains(" 206 ") {
+                    let _ = conn.write_all(b"abcdefgh");
+                }
+            }
+        });
+        (url, gets)
+    }
+
+    fn read_all(source: &RemoteSource, settings: &Settings) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; 8];
+        source.read_host(HostSpan::from_slice(&mut buf), 0, settings)?;
+        Ok(buf)
+    }
+
+    const PARTIAL: &str =
+        "HTTP/1.1 206 Partial Content\r\nContent-Length: 8\r\nContent-Range: bytes 0-7/8\r\n";
+
+    #[test]
+    fn a_changed_file_is_refused_at_once_never_retried() {
+        let mut settings = Settings::default();
+        // Even where 412 is named as worth retrying, it is final.
+        settings.http_status_codes = crate::settings::StatusCodes::new(&[412, 503]).unwrap();
+        settings.http_max_attempts = 3;
+        let (url, gets) = versioned_server("\"v1\"", |_| {
+            "HTTP/1.1 412 Precondition Failed\r\nContent-Length: 0\r\nETag: \"v2\"\r\n".into()
+        });
+        let source = open_url(&url, EndpointType::Http, None, None, &settings).unwrap();
+        assert_eq!(source.etag(), Some("\"v1\""));
+        let err = read_all(&source, &settings).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Remote {
+                    kind: RemoteFailure::Changed,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        for part in [
+            "\"v1\"",
+            "\"v2\"",
+            "bytes=0-7",
+            "changed on the server",
+            "again",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        let gets = gets.lock().unwrap();
+        assert_eq!(gets.len(), 1, "{gets:?}");
+        assert!(gets[0].contains("\r\nif-match: \"v1\"\r\n"), "{}", gets[0]);
+    }
+
+    #[test]
+    fn a_server_ignoring_if_match_is_caught_by_its_etag() {
+        let settings = Settings::default();
+        let (url, _) = versioned_server("\"v1\"", |_| format!("{PARTIAL}ETag: \"v2\"\r\n"));
+        let source = open_url(&url, EndpointType::Http, None, None, &settings).unwrap();
+        let err = read_all(&source, &settings).unwrap_err().to_string();
+        assert!(
+            err.contains("its ETag was \"v1\" when it was opened and is \"v2\" now"),
+            "{err}"
+        );
+        // The same version: read as ever.
+        let (url, _) = versioned_server("\"v1\"", |_| format!("{PARTIAL}ETag: \"v1\"\r\n"));
+        let source = open_url(&url, EndpointType::Http, None, None, &settings).unwrap();
+        assert_eq!(read_all(&source, &settings).unwrap(), b"abcdefgh");
+    }
+
+    #[test]
+    fn weak_or_absent_etags_pin_nothing() {
+        let settings = Settings::default();
+        for etag in ["W/\"v1\"", "unquoted", "\"\"x"] {
+            let (url, gets) = versioned_server(etag, |_| PARTIAL.into());
+            let source = open_url(&url, EndpointType::Http, None, None, &settings).unwrap();
+            assert_eq!(source.etag(), None, "{etag}");
+            assert_eq!(read_all(&source, &settings).unwrap(), b"abcdefgh");
+            assert!(!gets.lock().unwrap()[0].contains("if-match"), "{etag}");
+        }
+        // A size given: no size request, so no version to pin.
+        let (url, gets) = versioned_server("\"v1\"", |_| PARTIAL.into());
+        let source = open_url(&url, EndpointType::Http, None, Some(8), &settings).unwrap();
+        assert_eq!(read_all(&source, &settings).unwrap(), b"abcdefgh");
+        assert!(!gets.lock().unwrap()[0].contains("if-match"));
+    }
+
+    #[test]
+    fn signed_range_requests_sign_their_if_match() {
+        let options = S3Options {
+            region: Some("us-east-1".into()),
+            access_key: Some("AKIDEXAMPLE".into()),
+            secret_key: Some("secret".into()),
+            endpoint_url: Some("http://127.0.0.1:1".into()),
+            session_token: None,
+        };
+        let endpoint = Endpoint::s3_bucket("b", "k", &options).unwrap();
+        let agent = tls::agent(&[]).unwrap();
+        let prepared = endpoint
+            .range_request(0, 8, Some("\"v1\""), &agent)
+            .unwrap();
+        let header = |name: &str| {
+            prepared
+                .headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(header("if-match").as_deref(), Some("\"v1\""));
+        let authorization = header("authorization").unwrap();
+        assert!(
+            authorization.contains("SignedHeaders=host;if-match;range;"),
+            "{authorization}"
+        );
     }
 
     #[test]
