@@ -101,21 +101,6 @@ pub fn pread_ceiling(
     })
 }
 
-/// [`copy_wall`] into ordinary page-aligned memory.
-pub fn copy_wall_host(paths: &[String], threads: usize, piece: usize) -> Result<Ceiling> {
-    copy_wall(paths, threads, piece, &PageAlignedAllocator)
-}
-
-/// [`pread_ceiling`] into ordinary page-aligned memory.
-pub fn pread_ceiling_host(
-    path: &str,
-    threads: usize,
-    piece: usize,
-    direct: bool,
-) -> Result<Ceiling> {
-    pread_ceiling(path, threads, piece, direct, &PageAlignedAllocator)
-}
-
 /// The page-cache copy wall: every file of `paths` read with `threads` native threads,
 /// each `pread`ing `piece`-byte pieces (the pieces of all files dealt out in turn) into a
 /// `piece`-byte buffer of `allocator`'s memory that the thread owns and reuses, as kvikpy's
@@ -202,9 +187,27 @@ pub fn copy_wall(
     })
 }
 
+/// Run `measure` on ordinary page-aligned memory, or on pinned memory of the calling
+/// thread's current device when `pinned` (the GPU ceilings).
+pub fn with_memory<T>(
+    pinned: bool,
+    measure: impl FnOnce(&dyn BounceAllocator) -> Result<T>,
+) -> Result<T> {
+    if !pinned {
+        return measure(&PageAlignedAllocator);
+    }
+    crate::cuda::ensure_driver()?;
+    let ordinal = crate::cuda::current_device()?;
+    measure(&crate::cuda::PinnedAllocator { ordinal })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn host_ceiling(path: &str, threads: usize, piece: usize, direct: bool) -> Result<Ceiling> {
+        with_memory(false, |m| pread_ceiling(path, threads, piece, direct, m))
+    }
 
     #[test]
     fn reads_every_byte_once() {
@@ -214,14 +217,14 @@ mod tests {
         std::fs::write(&p, &data).unwrap();
         let want: u64 = data.iter().map(|&b| u64::from(b)).sum();
         for (threads, piece) in [(1, 4096), (3, 65536), (8, 1 << 20)] {
-            let c = pread_ceiling_host(p.to_str().unwrap(), threads, piece, false).unwrap();
+            let c = host_ceiling(p.to_str().unwrap(), threads, piece, false).unwrap();
             assert_eq!((c.bytes, c.byte_sum), (data.len() as u64, want));
             assert!(c.seconds > 0.0);
         }
-        if let Ok(c) = pread_ceiling_host(p.to_str().unwrap(), 2, 1 << 20, true) {
+        if let Ok(c) = host_ceiling(p.to_str().unwrap(), 2, 1 << 20, true) {
             assert_eq!(c.byte_sum, want);
         }
-        assert!(pread_ceiling_host(p.to_str().unwrap(), 0, 4096, false).is_err());
+        assert!(host_ceiling(p.to_str().unwrap(), 0, 4096, false).is_err());
     }
 
     #[test]
@@ -241,7 +244,7 @@ mod tests {
             paths.push(p.to_str().unwrap().to_owned());
         }
         for (threads, piece) in [(1, 4096), (3, 65536), (8, 1 << 20)] {
-            let c = copy_wall_host(&paths, threads, piece).unwrap();
+            let c = with_memory(false, |m| copy_wall(&paths, threads, piece, m)).unwrap();
             assert_eq!((c.bytes, c.byte_sum), (1_040_003, want));
         }
         assert!(copy_wall(&paths, 2, 1000, &PageAlignedAllocator).is_err());

@@ -1,6 +1,8 @@
 //! `_lib.pread_ceiling` and `_lib.copy_wall`, the native-thread pread references the
-//! benchmarks compare against, and `_lib.profile_*`, the engine's per-phase timing of device transfers.
+//! benchmarks compare against, and `_lib.profile_*`, the engine's per-phase timing of
+//! device transfers.
 
+use kvikpy_core::ceiling;
 use kvikpy_macros::boundary;
 use pyo3::prelude::*;
 
@@ -21,19 +23,9 @@ pub fn pread_ceiling(
     pinned: bool,
 ) -> BindResult<(f64, u64, u64)> {
     let c = without_gil(py, move || {
-        if pinned {
-            kvikpy_core::cuda::ensure_driver()?;
-            let ordinal = kvikpy_core::cuda::current_device()?;
-            kvikpy_core::ceiling::pread_ceiling(
-                &path,
-                threads,
-                piece,
-                direct,
-                &kvikpy_core::cuda::PinnedAllocator { ordinal },
-            )
-        } else {
-            kvikpy_core::ceiling::pread_ceiling_host(&path, threads, piece, direct)
-        }
+        ceiling::with_memory(pinned, |memory| {
+            ceiling::pread_ceiling(&path, threads, piece, direct, memory)
+        })
     })?;
     Ok((c.seconds, c.bytes, c.byte_sum))
 }
@@ -52,14 +44,9 @@ pub fn copy_wall(
     pinned: bool,
 ) -> BindResult<(f64, u64, u64)> {
     let c = without_gil(py, move || {
-        if pinned {
-            kvikpy_core::cuda::ensure_driver()?;
-            let ordinal = kvikpy_core::cuda::current_device()?;
-            let allocator = kvikpy_core::cuda::PinnedAllocator { ordinal };
-            kvikpy_core::ceiling::copy_wall(&paths, threads, piece, &allocator)
-        } else {
-            kvikpy_core::ceiling::copy_wall_host(&paths, threads, piece)
-        }
+        ceiling::with_memory(pinned, |memory| {
+            ceiling::copy_wall(&paths, threads, piece, memory)
+        })
     })?;
     Ok((c.seconds, c.bytes, c.byte_sum))
 }
