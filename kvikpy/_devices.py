@@ -74,23 +74,24 @@ def resolve(device: str | int, option: str = "device") -> int | None:
     ordinal = parse(device)
     if ordinal == "cpu":
         return None
-    # One call into the engine: the ordinal ("cuda": the current device), the count and
+    # One call into the engine: the device count, the current device for "cuda", and
     # why CUDA is unavailable, if it is.
-    want = None if ordinal == "cuda" else ordinal
-    in_range = want is None or 0 <= want < 1 << 31
-    found, count, reason = _lib.device_lookup(want if in_range else 0)
-    if found is None:
+    count, current, reason = _lib.device_lookup(ordinal == "cuda")
+    if reason is not None:
         raise CudaUnavailableError(
             f"{spelled(device)} needs a GPU, but CUDA is not available ({reason}); "
             f"use {spelled('cpu')} to read into host memory"
         )
-    if want is not None and not 0 <= want < count:
+    if current is not None:
+        return current
+    assert isinstance(ordinal, int)
+    if not 0 <= ordinal < count:
         valid = spelled("cuda:0") + ("" if count == 1 else f" to {spelled(label(count - 1))},")
         raise ValueError(
-            f"CUDA device {want} does not exist: this machine has {count} GPU(s); "
+            f"CUDA device {ordinal} does not exist: this machine has {count} GPU(s); "
             f"use {valid} or {spelled('cpu')}"
         )
-    return found
+    return ordinal
 
 
 def label(ordinal: int | None) -> str:

@@ -42,25 +42,24 @@ pub fn page_cache_dma_bytes() -> u64 {
     kvikpy_core::source::page_cache_dma_bytes()
 }
 
-/// What a `device=` argument resolves to, asked in one call: `(ordinal, device count,
-/// why CUDA is unavailable)`. The ordinal is `want`, or the calling thread's current
-/// device where `want` is `None`; `(None, 0, reason)` without CUDA. The caller checks the
-/// ordinal against the count and words its own errors.
+/// What a `device=` argument needs to know, asked in one call: `(device count, the
+/// calling thread's current device when `current`, why CUDA is unavailable)`; `(0, None,
+/// reason)` without CUDA. The caller checks an ordinal against the count and words its
+/// own errors.
 #[boundary]
 #[pyfunction]
-#[pyo3(signature = (want=None))]
+#[pyo3(signature = (current=false))]
 pub fn device_lookup(
     py: Python<'_>,
-    want: Option<usize>,
-) -> BindResult<(Option<usize>, usize, Option<String>)> {
+    current: bool,
+) -> BindResult<(usize, Option<usize>, Option<String>)> {
     without_gil(py, move || {
         if !kvikpy_core::cuda::available() {
-            return Ok((None, 0, kvikpy_core::cuda::unavailable_reason()));
+            return Ok((0, None, kvikpy_core::cuda::unavailable_reason()));
         }
-        let ordinal = match want {
-            Some(ordinal) => ordinal,
-            None => kvikpy_core::cuda::current_device()?,
-        };
-        Ok((Some(ordinal), kvikpy_core::cuda::device_count(), None))
+        let ordinal = current
+            .then(kvikpy_core::cuda::current_device)
+            .transpose()?;
+        Ok((kvikpy_core::cuda::device_count(), ordinal, None))
     })
 }
