@@ -3,9 +3,10 @@
 
 use std::path::PathBuf;
 
+use kvikpy_core::allocation::{Allocation, Placement};
 use kvikpy_core::cuda::Stream;
 use kvikpy_core::extent::{ended_early, extent, fit_shape, Extent, Want};
-use kvikpy_core::{Completion, Direction, Request, Span};
+use kvikpy_core::{Completion, Direction, Error, Request, Span};
 use kvikpy_macros::boundary;
 use pyo3::prelude::*;
 
@@ -52,63 +53,67 @@ pub fn read_file(
         strict: true,
         device: device.is_some(),
     };
-    let found = {
-        let (handle, settings) = (&handle, &settings);
-        without_gil(py, move || extent(&*handle.get()?, want, name, settings))?
-    };
-    let nbytes = found.size();
-    let dims =
-        fit_shape(shape.as_deref(), nbytes, dtype.itemsize(), &item).map_err(BindError::Engine)?;
-    let len = usize::try_from(nbytes).map_err(|_| {
-        BindError::Engine(kvikpy_core::Error::InvalidArgument(format!(
-            "{nbytes} bytes do not fit in this machine's memory"
-        )))
-    })?;
-    let bytes = Buffer::allocate(py, len, device, false)?;
-    let buffer = bytes.view_as(dtype, dims, 0, None)?;
-    let (span, storage) = bytes.span();
-    let sized = match found {
-        Extent::Content(content) => {
-            let Span::Host(host) = span else {
-                unreachable!("a pseudo-file is read whole into host memory only")
-            };
-            host.copy_from(&content);
-            return Ok((buffer, None));
-        }
-        Extent::Open(_) => false,
-        Extent::Sized(_) => true,
-    };
-    // A file with no size is read at once, to check that it did not end early.
-    let completion = match (stream, device) {
-        (Some(stream), Some(_)) if sized => Completion::StreamOrdered(Stream::from_raw(stream)),
-        _ if sized && !wait => Completion::Future,
-        _ => Completion::Blocking,
-    };
-    // A sized read that comes up short means the file shrank since it was sized: an error.
-    let exact = sized && !matches!(completion, Completion::StreamOrdered(_));
-    let request = Request {
-        direction: Direction::Read,
-        span,
-        file_offset: offset,
-        task_size: None,
-        exact,
-        keepalive: Some(Box::new(storage.clone())),
-    };
-    let future = {
-        let (handle, settings) = (&handle, &settings);
+    // Sizing, allocation and submission in one release of the GIL.
+    let placement = Placement::from_ordinal(device);
+    let (bytes, dims, future, completion) = {
+        let (handle, settings, item) = (&handle, &settings, &item);
+        let itemsize = dtype.itemsize();
         without_gil(py, move || {
-            kvikpy_core::submit(settings, handle, request, completion)
+            let found = extent(&*handle.get()?, want, name, settings)?;
+            let nbytes = found.size();
+            let dims = fit_shape(shape.as_deref(), nbytes, itemsize, item)?;
+            let len = usize::try_from(nbytes).map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "{nbytes} bytes do not fit in this machine's memory"
+                ))
+            })?;
+            let bytes = Buffer::from_allocation(Allocation::new(placement, len, false)?);
+            let (span, storage) = bytes.span();
+            let sized = match found {
+                Extent::Content(content) => {
+                    let Span::Host(host) = span else {
+                        unreachable!("a pseudo-file is read whole into host memory only")
+                    };
+                    host.copy_from(&content);
+                    return Ok((bytes, dims, None, Completion::Blocking));
+                }
+                Extent::Open(_) => false,
+                Extent::Sized(_) => true,
+            };
+            // A file with no size is read at once, to check that it did not end early.
+            let completion = match (stream, device) {
+                (Some(stream), Some(_)) if sized => {
+                    Completion::StreamOrdered(Stream::from_raw(stream))
+                }
+                _ if sized && !wait => Completion::Future,
+                _ => Completion::Blocking,
+            };
+            // A sized read that comes up short: the file shrank since it was sized.
+            let exact = sized && !matches!(completion, Completion::StreamOrdered(_));
+            let request = Request {
+                direction: Direction::Read,
+                span,
+                file_offset: offset,
+                task_size: None,
+                exact,
+                keepalive: Some(Box::new(storage.clone())),
+            };
+            let future = kvikpy_core::submit(settings, handle, request, completion)?;
+            if let (Completion::StreamOrdered(_), Some(ordinal), Some(stream)) =
+                (completion, device, stream)
+            {
+                // A kvikpy.Buffer remembers where in `stream` its bytes land.
+                mark_ready(&storage, ordinal, stream)?;
+            }
+            Ok((bytes, dims, Some(future), completion))
         })?
     };
-    match completion {
-        Completion::StreamOrdered(_) => {
-            // A kvikpy.Buffer remembers where in `stream` its bytes land, for its consumers.
-            let (ordinal, stream) = (device.unwrap_or(0), stream.unwrap_or(0));
-            without_gil(py, move || mark_ready(&storage, ordinal, stream))?;
-            Ok((buffer, None))
-        }
-        Completion::Future => Ok((buffer, Some(Future::from(future)))),
-        _ => {
+    let nbytes = bytes.span().0.len() as u64;
+    let buffer = bytes.view_as(dtype, dims, 0, None)?;
+    match (future, completion) {
+        (None, _) | (Some(_), Completion::StreamOrdered(_)) => Ok((buffer, None)),
+        (Some(future), Completion::Future) => Ok((buffer, Some(Future::from(future)))),
+        (Some(future), _) => {
             let got = finish(py, future)? as u64;
             if got < nbytes {
                 return Err(BindError::Engine(ended_early(name, offset, nbytes, got)).into());
