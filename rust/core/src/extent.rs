@@ -3,7 +3,6 @@
 //! pseudo-files) read the one way they can be; and the shape a range's items take.
 
 use crate::source::{unsized_file, Source};
-use crate::span::HostSpan;
 use crate::{Error, Result, Settings};
 
 /// The most bytes a read to the end takes of a file that reports a size of 0 (a `/proc`
@@ -62,7 +61,7 @@ pub fn extent(
         return cut(None, file_size, want, name);
     }
     let special = source.special_kind()?;
-    if special.is_none() && !has_content(source, settings)? {
+    if special.is_none() && !source.zero_but_yields(settings)? {
         return cut(None, 0, want, name); // an empty file
     }
     if let Some(size) = want.size {
@@ -121,12 +120,6 @@ fn cut(content: Option<Vec<u8>>, file_size: u64, want: Want, name: &str) -> Resu
         }
         None => Extent::Sized(size),
     })
-}
-
-/// Whether a file that reports 0 bytes yields a byte when read (a pseudo-file).
-fn has_content(source: &(dyn Source + 'static), settings: &Settings) -> Result<bool> {
-    let mut byte = [0u8; 1];
-    Ok(source.read_host(HostSpan::from_slice(&mut byte), 0, settings)? > 0)
 }
 
 /// The error for reading a device or pipe (`kind`) to its end.
@@ -231,6 +224,7 @@ fn tuple(dims: &[i64]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::span::HostSpan;
     use proptest::prelude::*;
 
     #[test]

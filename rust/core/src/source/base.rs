@@ -215,13 +215,21 @@ impl dyn Source {
     /// pseudo-file) is an error rather than an empty read.
     pub fn size_for(&self, what: &str, settings: &Settings) -> Result<u64> {
         let size = self.size()?;
-        if size == 0 && self.flags().readable {
-            let mut byte = [0u8; 1];
-            if self.read_host(HostSpan::from_slice(&mut byte), 0, settings)? > 0 {
-                return Err(unsized_file(self.path(), what));
-            }
+        if size == 0 && self.zero_but_yields(settings)? {
+            return Err(unsized_file(self.path(), what));
         }
         Ok(size)
+    }
+
+    /// Whether a source that reports 0 bytes yields a byte when read at 0 (a `/proc` or
+    /// `/sys` pseudo-file; a device too, so never ask it of one that may block, a pipe);
+    /// `false` where 0 means empty or the source is not readable.
+    pub(crate) fn zero_but_yields(&self, settings: &Settings) -> Result<bool> {
+        if self.zero_size_is_empty() || !self.flags().readable {
+            return Ok(false);
+        }
+        let mut byte = [0u8; 1];
+        Ok(self.read_host(HostSpan::from_slice(&mut byte), 0, settings)? > 0)
     }
 
     /// Every byte from the start of a source whose size says nothing of its end (a
