@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import subprocess
@@ -262,3 +263,55 @@ def _skip_without_hardware(request: pytest.FixtureRequest) -> None:
         status = _lib.cufile_status()
         if status["library"] is None:
             pytest.skip(f"needs libcufile: {status['load_error']}")
+
+
+@contextlib.contextmanager
+def caller_context_kept() -> Iterator[None]:
+    """Make the thread's current CUDA context current again after the block. JAX's first
+    look at the GPUs (``jax.devices()``) leaves the last GPU's context current on the
+    calling thread: without this, every later ``device="cuda"`` read of the test process
+    would go to that GPU, and :func:`_keeps_the_current_context` fails the test."""
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    ctx = ctypes.c_void_p()
+    assert cuda.cuCtxGetCurrent(ctypes.byref(ctx)) == 0
+    try:
+        yield
+    finally:
+        assert cuda.cuCtxSetCurrent(ctx) == 0
+
+
+def _driver_context() -> tuple[int, int | None]:
+    """The main thread's current CUDA context as the driver reports it, and its device
+    ordinal: ``(0, None)`` where none is current."""
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    ctx = ctypes.c_void_p()
+    if cuda.cuCtxGetCurrent(ctypes.byref(ctx)) != 0 or not ctx.value:
+        return 0, None
+    ordinal = ctypes.c_int(-1)
+    rc = cuda.cuCtxGetDevice(ctypes.byref(ordinal))
+    return ctx.value, ordinal.value if rc == 0 else None
+
+
+@pytest.fixture(autouse=True)
+def _keeps_the_current_context(
+    request: pytest.FixtureRequest, _skip_without_hardware: None
+) -> Iterator[None]:
+    """Every GPU test leaves the thread's current CUDA context as it found it (where one
+    was current): kvikpy must never change which GPU its caller uses, and a test that
+    switches devices itself restores the caller's, so the next test starts where the
+    user would. Checked with the driver, which torch and CuPy both follow."""
+    if not request.node.get_closest_marker("gpu"):
+        yield
+        return
+    before = _driver_context()
+    yield
+    after = _driver_context()
+    if before[0] and after != before:
+        pytest.fail(
+            f"the thread's current CUDA context was device {before[1]}'s before the test "
+            f"and is device {after[1]}'s after it: something changed the caller's device"
+        )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import random_file
+from conftest import caller_context_kept, random_file
 
 import kvikpy
 
@@ -147,9 +147,11 @@ def test_read_only_and_non_contiguous_are_rejected(tmp_path: Path) -> None:
 def test_jax_arrays_are_read_only_but_writable_from(tmp_path: Path) -> None:
     jax = pytest.importorskip("jax")
     jnp = pytest.importorskip("jax.numpy")
-    if not any(d.platform == "gpu" for d in jax.devices()):
-        pytest.skip("JAX sees no GPU")
-    x = jnp.arange(4096, dtype=jnp.float32)
+    with caller_context_kept():
+        if not any(d.platform == "gpu" for d in jax.devices()):
+            pytest.skip("JAX sees no GPU")
+        x = jnp.arange(4096, dtype=jnp.float32)
+        x.block_until_ready()
     p = tmp_path / "j.bin"
     with kvikpy.CuFile(p, "w") as f:
         assert f.write(x) == 4096 * 4

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import crossings, random_file
+from conftest import caller_context_kept, crossings, random_file
 
 import kvikpy
 
@@ -34,9 +34,11 @@ def test_read_to_torch_cupy_and_jax(tmp_path: Path) -> None:
     c2 = cupy.asarray(kvikpy.read(p))  # through __cuda_array_interface__
     assert cupy.asnumpy(c2).tobytes() == data
     jax = pytest.importorskip("jax")
-    if any(d.platform == "gpu" for d in jax.devices()):
-        j = jax.dlpack.from_dlpack(kvikpy.read(p))
-        assert np.asarray(j).tobytes() == data
+    buf = kvikpy.read(p)
+    with caller_context_kept():
+        if any(d.platform == "gpu" for d in jax.devices()):
+            j = jax.dlpack.from_dlpack(buf)
+            assert np.asarray(j).tobytes() == data
 
 
 def test_typed_ranges_and_errors(tmp_path: Path) -> None:
