@@ -1,5 +1,5 @@
 # Type stubs of the Rust extension module kvikpy._lib (checked by mypy.stubtest in CI).
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from os import PathLike
 from typing import Any, final
 
@@ -291,7 +291,7 @@ def read_file(
     shown: str | None = None,
 ) -> tuple[Buffer, Future | None]: ...
 def safetensors_header(
-    path: str, name: str
+    file: str | PathLike[str] | FileHandle, name: str
 ) -> tuple[int, list[tuple[str, str, list[int], int, int]], list[tuple[str, str]]]: ...
 def page_cache_dma_bytes() -> int: ...
 def live_buffers() -> int: ...
@@ -306,7 +306,7 @@ def read_ranges_batch(
     progress: Progress | None = None,
 ) -> tuple[Buffer, list[int], list[tuple[int, BaseException]]]: ...
 def read_scattered(
-    paths: list[str],
+    paths: Sequence[str | FileHandle],
     items: list[tuple[int, int, int, int, int | None]],
     keepalive: object,
     progress: Progress | None = None,

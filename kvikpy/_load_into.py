@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kvikpy._spans import TensorSpan, coalesced
+from kvikpy._spans import Files, TensorSpan, coalesced
 
 __all__ = ["LoadIntoError", "LoadResult", "Source", "load"]
 
@@ -417,7 +417,7 @@ def _bytes_of(t: _Target) -> Any:
     return t.obj.detach().reshape(-1).view(torch.uint8)
 
 
-def _read_staged(reads: Sequence[_Read], targets: Mapping[str, _Target]) -> list[str]:
+def _read_staged(reads: Sequence[_Read], targets: Mapping[str, _Target], files: Files) -> list[str]:
     """Read ``reads`` (into torch tensors on GPUs, one name each) in windows (see
     :data:`STAGING`): each window in one read into a staging buffer on its device, then
     copied into its tensors on the device's current stream, the next window read into
@@ -430,14 +430,13 @@ def _read_staged(reads: Sequence[_Read], targets: Mapping[str, _Target]) -> list
         return []
     import torch
 
-    from kvikpy.cufile import CuFile, IOFuture
+    from kvikpy.cufile import IOFuture
 
     by_device: dict[int, list[_Read]] = {}
     for r in reads:
         by_device.setdefault(r.device or 0, []).append(r)
     everything = [n for r in reads for n in r.names]
     written: list[str] = []
-    files: dict[str, CuFile] = {}  # closed when dropped (reads in flight keep theirs)
     for device, group in sorted(by_device.items()):
         windows = _windows(group, STAGING, STAGING_GAP)
         staged = [w.length for w in windows if not w.alone]
@@ -457,10 +456,7 @@ def _read_staged(reads: Sequence[_Read], targets: Mapping[str, _Target]) -> list
                 else:
                     dest = buffers[turn % len(buffers)][: w.length]
                     turn += 1
-                f = files.get(w.path)
-                if f is None:
-                    f = files[w.path] = CuFile(w.path)
-                running.append((w, dest, f.pread(dest, w.length, w.offset)))
+                running.append((w, dest, files.open(w.path).pread(dest, w.length, w.offset)))
             if not running or (len(running) < 2 and k < len(windows)):
                 continue
             w, dest, future = running.pop(0)
@@ -518,18 +514,20 @@ def _address(buf: Any) -> tuple[int, int | None]:
     return buf.__array_interface__["data"][0], None
 
 
-def _run(reads: Sequence[_Read], dest: Callable[[_Read], Any] | None = None) -> list[str]:
+def _run(
+    reads: Sequence[_Read], files: Files, dest: Callable[[_Read], Any] | None = None
+) -> list[str]:
     """Run ``reads`` as one scattered read on kvikpy's pool, each straight into its memory
     (or into ``dest(read)``; GPU memory through kvikpy's bounded pinned staging); wait for
     all, then raise :class:`LoadIntoError` naming what was written if any failed. Returns
     the names written."""
     import kvikpy._lib as _lib
 
-    files: dict[str, int] = {}
+    paths: dict[str, int] = {}
     items: list[tuple[int, int, int, int, int | None]] = []
     owners: list[Any] = []
     for r in reads:
-        f = files.setdefault(r.path, len(files))
+        f = paths.setdefault(r.path, len(paths))
         if dest is not None:
             buf = dest(r)
             owners.append(buf)
@@ -538,7 +536,8 @@ def _run(reads: Sequence[_Read], dest: Callable[[_Read], Any] | None = None) -> 
             owners.append(r.owners)
             ptr, device = r.ptr, r.device
         items.append((f, r.offset, r.length, ptr, device))
-    failures = _lib.read_scattered(list(files), items, owners) if items else []
+    handles = [files.handle(p) for p in paths]
+    failures = _lib.read_scattered(handles, items, owners) if items else []
     if failures:
         failed_at = {i for i, _ in failures}
         written = [n for i, r in enumerate(reads) if i not in failed_at for n in r.names]
@@ -561,7 +560,9 @@ def _fixed(buf: Any) -> Callable[[_Read], Any]:
 
 
 def _convert(
-    jobs: Sequence[tuple[Source, _Target]], dtypes: Mapping[str, tuple[str, str | None, int]]
+    jobs: Sequence[tuple[Source, _Target]],
+    dtypes: Mapping[str, tuple[str, str | None, int]],
+    files: Files,
 ) -> list[str]:
     """Read each ``(source, target)`` of differing dtypes through a bounded staging buffer
     per device and convert into the target in place."""
@@ -596,6 +597,7 @@ def _convert(
             part = buf[:n]
             _run(
                 [_Read(s.span.path, s.span.offset + at, t.device, 0, n, (t.name,))],
+                files,
                 _fixed(part),
             )
             first = at // itemsize
@@ -654,6 +656,7 @@ def load(
     target: Any,
     sources: Sequence[Source],
     dtypes: Mapping[str, tuple[str, str | None, int]],
+    files: Files,
     *,
     strict: bool,
     convert: bool,
@@ -662,7 +665,8 @@ def load(
     rename: Callable[[str], str] | None = None,
 ) -> LoadResult:
     """The body of :func:`kvikpy.safetensors.load_into` (see there), on validated
-    checkpoint tensors ``sources``; ``rename`` maps checkpoint names to target names."""
+    checkpoint tensors ``sources`` of ``files`` (read through the handles their headers
+    were read through); ``rename`` maps checkpoint names to target names."""
     if not isinstance(strict, bool):
         raise TypeError(f"strict must be True or False, not {type(strict).__name__}")
     if not isinstance(convert, bool):
@@ -718,7 +722,7 @@ def load(
             for s, t in [(by_name[n], described[n])]
             if s.span.size
         ]
-        _run(_merged(reads))
+        _run(_merged(reads), files)
 
     if process_group is not None:
         from kvikpy._read_once import exchange_status, load_shared_into
@@ -739,6 +743,7 @@ def load(
             None if device is None else _torch_device(device),
             lambda alone: read_alone([spans[t.name] for t in alone]),
             SHARED_ROUND,
+            files,
         )
     else:
         staged = {n for n in direct if described[n].torch and described[n].device is not None}
@@ -752,9 +757,10 @@ def load(
                 if s.span.size
             ],
             described,
+            files,
         )
     if converted:
-        _convert([(by_name[n], described[n]) for n in converted], dtypes)
+        _convert([(by_name[n], described[n]) for n in converted], dtypes, files)
     return LoadResult(missing, unexpected)
 
 

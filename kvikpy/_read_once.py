@@ -257,6 +257,7 @@ def load_shared(
     needs: Needs,
     device: str | int,
     group: Any,
+    files: Files,
 ) -> dict[str, Any]:
     """This rank's tensors as flat ``torch.uint8`` tensors, each read from storage once
     across the group.
@@ -275,6 +276,8 @@ def load_shared(
         Where this rank's tensors go; for NCCL this rank's GPU.
     group
         A ``torch.distributed`` process group (``None``: the default one).
+    files
+        The checkpoint's files, open (their headers were read through them).
     """
     import torch  # type: ignore[import-not-found, unused-ignore]
     import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
@@ -314,10 +317,9 @@ def load_shared(
             out[name] = packed[at : at + by_size[name]]
 
     alone = whole[total:]
-    with Files() as files:
-        started = files.start(alone, private_reads)
-        exchange(plans, group, files, buffer, landed)
-        files.wait(started)
+    started = files.start(alone, private_reads)
+    exchange(plans, group, files, buffer, landed)
+    files.wait(started)
     for t, at in zip(private, places, strict=True):
         out[t.name] = alone[at : at + t.size]
     return {name: out[name] for name, w in zip(names, who, strict=True) if rank in w}
@@ -357,6 +359,7 @@ def load_shared_into(
     device: Any,
     private: Any,
     limit: int,
+    files: Files,
 ) -> None:
     """Fill this rank's targets ``mine`` (name -> contiguous torch tensor) from the
     checkpoint tensors ``every`` (the same list on every rank); ``needs[r]`` is what rank
@@ -396,11 +399,10 @@ def load_shared_into(
             torch.cuda.current_stream(where).synchronize()
 
     sizes = {t.name: t.size for t in shared}
-    with Files() as files:
-        plans = round_plans(
-            shared, [who[t.name] for t in shared], rank, world_size, max(limit // DEPTH, 1)
-        )
-        exchange(plans, group, files, buffer, landed, depth=DEPTH)
+    plans = round_plans(
+        shared, [who[t.name] for t in shared], rank, world_size, max(limit // DEPTH, 1)
+    )
+    exchange(plans, group, files, buffer, landed, depth=DEPTH)
 
 
 def _all_gather(packed: Any, mine: Any, world_size: int, group: Any, async_op: bool = False) -> Any:

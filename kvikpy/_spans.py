@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import kvikpy._lib as _lib
 from kvikpy.cufile import CuFile
 
 __all__ = [
@@ -57,18 +58,23 @@ class FileRead:
     length: int
 
 
-def read_into(dest: Any, reads: Sequence[FileRead]) -> None:
-    """Run ``reads`` into ``dest`` (a flat uint8 buffer: this rank's share, or the
-    buffer of the tensors it reads alone) at once on kvikpy's pool, each straight into its
-    place (no staging buffer, no device copy); every read is waited for before the first
-    error is raised."""
-    with Files() as files:
-        files.wait(files.start(dest, reads))
+def read_into(dest: Any, reads: Sequence[FileRead], files: Files) -> None:
+    """Run ``reads`` of ``files`` into ``dest`` (a flat uint8 buffer: this rank's share,
+    or the buffer of the tensors it reads alone) at once on kvikpy's pool, each straight
+    into its place (no staging buffer, no device copy); every read is waited for before
+    the first error is raised."""
+    files.wait(files.start(dest, reads))
 
 
 class Files:
     """The files of a load, each opened once, and reads started on them; closed at the
-    end (a ``with`` block), every read started being waited for first."""
+    end (a ``with`` block), every read started being waited for first.
+
+    A file's header and its tensors are read through the one handle opened here, so a
+    load sees one file throughout: one version of a URL (every request carries the
+    ``ETag`` it was opened at, and a replaced object is an error), one inode of a local
+    path, however the name is reused meanwhile.
+    """
 
     def __init__(self) -> None:
         self._open: dict[str, CuFile] = {}
@@ -89,14 +95,24 @@ class Files:
             for f in self._open.values():
                 f.close()
 
+    def open(self, path: str) -> CuFile:
+        """File ``path``, opened on first use and kept open until the load ends."""
+        f = self._open.get(path)
+        if f is None:
+            f = self._open[path] = CuFile(path, "r")
+        return f
+
+    def handle(self, path: str) -> _lib.FileHandle:
+        """The engine's handle of file ``path`` (see :meth:`open`), for calls into the
+        engine that read it."""
+        return self.open(path)._handle
+
     def start(self, dest: Any, reads: Sequence[FileRead]) -> list[tuple[FileRead, Any]]:
         """Start ``reads`` into ``dest`` on kvikpy's pool; wait for them with :meth:`wait`."""
         started: list[tuple[FileRead, Any]] = []
         self._started.append(started)
         for r in reads:
-            f = self._open.get(r.path)
-            if f is None:
-                f = self._open[r.path] = CuFile(r.path, "r")
+            f = self.open(r.path)
             started.append((r, f.pread(dest[r.at : r.at + r.length], r.length, r.file_offset)))
         return started
 
@@ -166,7 +182,7 @@ def pack(pieces: Sequence[tuple[TensorSpan, int, int]]) -> tuple[list[int], list
 
 
 def read_spans(
-    spans: Sequence[tuple[TensorSpan, int, int]], device: str | int
+    spans: Sequence[tuple[TensorSpan, int, int]], device: str | int, files: Files
 ) -> list[tuple[Any, int]]:
     """Read ``(tensor, offset in it, length)`` pieces into one new buffer on ``device``,
     with the merged reads of :func:`pack` all at once on the pool (a checkpoint's
@@ -177,8 +193,11 @@ def read_spans(
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     places, reads, total = pack(spans)
-    whole = torch.empty(total, dtype=torch.uint8, device=torch_device(device))
-    read_into(whole, reads)
+    where = torch_device(device)
+    whole = torch.empty(total, dtype=torch.uint8, device=where)
+    if where != "cpu":  # kvikpy writes from its own streams: the memory must be idle
+        torch.cuda.current_stream(where).synchronize()
+    read_into(whole, reads, files)
     return [(whole, at) for at in places]
 
 

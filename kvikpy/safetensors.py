@@ -19,12 +19,11 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import kvikpy._lib as _lib
-from kvikpy import _paths
-from kvikpy._api import read
+from kvikpy import _devices, _paths
 from kvikpy._load_into import LoadIntoError, LoadResult, Source
 from kvikpy._load_into import load as _load
 from kvikpy._read_once import Needs
-from kvikpy._spans import TensorSpan, read_spans
+from kvikpy._spans import Files, TensorSpan, read_spans
 
 __all__ = [
     "LoadIntoError",
@@ -106,7 +105,13 @@ def read_header(path: _paths.StrPath) -> tuple[int, dict[str, Any], dict[str, st
         for a malformed header.
     """
     name = _paths.fspath(path)
-    data_start, tensors, metadata = _lib.safetensors_header(name, _shown(name))
+    return _header(name, name)
+
+
+def _header(name: str, file: str | _lib.FileHandle) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """:func:`read_header` of file ``name``, read through ``file`` (its path, or a handle
+    already open whose reads then see the same file)."""
+    data_start, tensors, metadata = _lib.safetensors_header(file, _shown(name))
     header = {
         tensor: {"dtype": dtype, "shape": shape, "data_offsets": [begin, end]}
         for tensor, dtype, shape, begin, end in tensors
@@ -120,17 +125,18 @@ def _shown(name: str) -> str:
 
 
 def _spans(
-    paths: Sequence[str],
+    paths: Sequence[str], files: Files
 ) -> tuple[list[TensorSpan], dict[str, dict[str, Any]], dict[str, int]]:
     """Every tensor of the files, in file order, with its absolute byte span, its header
     entry, and where each file's data section starts; names must be unique across the
-    files (as in a sharded checkpoint). Each header is read and validated once, here."""
+    files (as in a sharded checkpoint). Each header is read and validated once, here,
+    through the handle of ``files`` that the tensors are read through afterwards."""
     spans: list[TensorSpan] = []
     infos: dict[str, dict[str, Any]] = {}
     starts: dict[str, int] = {}
     where: dict[str, str] = {}
     for path in paths:
-        data_start, header, _ = read_header(path)
+        data_start, header, _ = _header(path, files.handle(path))
         starts[path] = data_start
         ordered = sorted(header.items(), key=lambda item: item[1]["data_offsets"][0])
         for tensor, info in ordered:
@@ -270,7 +276,7 @@ def load_file(
     if device is None:
         device = "cuda"
     try:
-        import torch  # type: ignore[import-not-found, unused-ignore]
+        import torch  # type: ignore[import-not-found, unused-ignore]  # noqa: F401
     except ImportError as e:
         raise ModuleNotFoundError(
             "kvikpy.safetensors.load_file returns torch tensors, and torch is not "
@@ -279,40 +285,40 @@ def load_file(
             name="torch",
         ) from e
 
-    spans, infos, starts = _spans(paths)
-    if process_group is not None:
-        from kvikpy._read_once import load_shared
+    with Files() as files:
+        spans, infos, starts = _spans(paths, files)
+        if process_group is not None:
+            from kvikpy._read_once import load_shared
 
-        flat = load_shared(spans, tensor_filter, device, process_group)
-        return {name: _typed(t, infos[name]) for name, t in flat.items()}
-    wanted = _wanted([s.name for s in spans], tensor_filter)
-    if len(wanted) < len(spans):
-        keep = set(wanted)
-        pieces = [(s, 0, s.size) for s in spans if s.name in keep]
-        got = read_spans(pieces, device)
-        return {
-            s.name: _typed(whole[start : start + s.size], infos[s.name])
-            for (s, _, _), (whole, start) in zip(pieces, got, strict=True)
-        }
-    # Every tensor: each file's data section in one parallel read, tensors as views.
-    # The validated size, not "to the end": a file cut since its header was read is a
-    # ValueError here, not a tensor of the wrong shape.
-    ends = {s.path: 0 for s in spans}
+            flat = load_shared(spans, tensor_filter, device, process_group, files)
+            return {name: _typed(t, infos[name]) for name, t in flat.items()}
+        wanted = _wanted([s.name for s in spans], tensor_filter)
+        if len(wanted) < len(spans):
+            keep = set(wanted)
+            pieces = [(s, 0, s.size) for s in spans if s.name in keep]
+            got = read_spans(pieces, device, files)
+            return {
+                s.name: _typed(whole[start : start + s.size], infos[s.name])
+                for (s, _, _), (whole, start) in zip(pieces, got, strict=True)
+            }
+        # Every tensor: each file's data section in one parallel read, tensors as views.
+        # The validated size, not "to the end": a file cut since its header was read is an
+        # error here, not a tensor of the wrong shape.
+        ends = dict(starts)
+        for s in spans:
+            ends[s.path] = max(ends[s.path], s.offset + s.size)
+        sections = [
+            (TensorSpan("", name, start, ends[name] - start), 0, ends[name] - start)
+            for name, start in starts.items()
+        ]
+        got = read_spans(sections, device, files)
+        placed = {t.path: where for (t, _, _), where in zip(sections, got, strict=True)}
+    out: dict[str, Any] = {}
     for s in spans:
-        ends[s.path] = max(ends[s.path], s.offset + s.size)
-    sections = {
-        name: torch.from_dlpack(
-            read(name, offset=start, size=max(ends.get(name, start) - start, 0), device=device)
-        )
-        for name, start in starts.items()
-    }
-    return {
-        s.name: _typed(
-            sections[s.path][s.offset - starts[s.path] : s.offset - starts[s.path] + s.size],
-            infos[s.name],
-        )
-        for s in spans
-    }
+        whole, at = placed[s.path]
+        begin = at + s.offset - starts[s.path]
+        out[s.name] = _typed(whole[begin : begin + s.size], infos[s.name])
+    return out
 
 
 def load_files(
@@ -351,13 +357,23 @@ def load_files(
 def _load_numpy(path: str, device: str | int) -> dict[str, Any]:
     import numpy as np
 
-    data_start, header, _ = read_header(path)
-    data_size = max((info["data_offsets"][1] for info in header.values()), default=0)
-    # Exactly the validated data section: a file cut since is a ValueError from read.
-    buf = read(path, offset=data_start, size=data_size, device=device)
-    if buf.device != "cpu":
-        raise ValueError("framework='numpy' loads into host memory; pass device='cpu'")
-    whole_np = np.from_dlpack(buf)
+    if _devices.parse(device) != "cpu":
+        raise ValueError(
+            f"framework='numpy' loads into host memory, not device={device!r}; pass "
+            "device='cpu' (or framework='torch' for the GPU)"
+        )
+    with Files() as files:
+        data_start, header, _ = _header(path, files.handle(path))
+        data_size = max((info["data_offsets"][1] for info in header.values()), default=0)
+        whole_np = np.empty(data_size, dtype=np.uint8)
+        # Exactly the validated data section: a file cut since is an error, not a
+        # tensor of the wrong shape.
+        got = files.open(path).read(whole_np, data_size, data_start)
+    if got != data_size:
+        raise ValueError(
+            f"{_shown(path)}: {data_size} bytes of tensor data at offset {data_start} "
+            f"were asked for and only {got} read; the file is shorter than its header says"
+        )
     result: dict[str, Any] = {}
     for tensor, info in header.items():
         _, np_name, _ = _DTYPES[info["dtype"]]
@@ -382,8 +398,8 @@ def _paths_of(files: _paths.StrPath | Sequence[_paths.StrPath], what: str) -> li
     return paths
 
 
-def _sources(paths: Sequence[str]) -> list[Source]:
-    spans, infos, _ = _spans(paths)
+def _sources(paths: Sequence[str], files: Files) -> list[Source]:
+    spans, infos, _ = _spans(paths, files)
     return [
         Source(
             s,
@@ -473,15 +489,17 @@ def load_into(
     """
     paths = _paths_of(files, "load_into")
     _load_target_check(target)
-    return _load(
-        target,
-        _sources(paths),
-        _DTYPES,
-        strict=strict,
-        convert=convert_dtype,
-        device=device,
-        process_group=process_group,
-    )
+    with Files() as opened:
+        return _load(
+            target,
+            _sources(paths, opened),
+            _DTYPES,
+            opened,
+            strict=strict,
+            convert=convert_dtype,
+            device=device,
+            process_group=process_group,
+        )
 
 
 def _load_target_check(target: Any) -> None:
@@ -558,16 +576,18 @@ def load_pretrained(
     tie = getattr(model, "tie_weights", None)
     if callable(tie):  # a transformers model ties its head to its embedding here
         tie()
-    sources = _sources(paths)
-    names, _ = _targets(model)
-    rename = renamer(model, [s.span.name for s in sources], names)
-    return _load(
-        model,
-        sources,
-        _DTYPES,
-        strict=strict,
-        convert=convert_dtype,
-        device=device,
-        process_group=process_group,
-        rename=rename,
-    )
+    with Files() as files:
+        sources = _sources(paths, files)
+        names, _ = _targets(model)
+        rename = renamer(model, [s.span.name for s in sources], names)
+        return _load(
+            model,
+            sources,
+            _DTYPES,
+            files,
+            strict=strict,
+            convert=convert_dtype,
+            device=device,
+            process_group=process_group,
+            rename=rename,
+        )

@@ -189,8 +189,8 @@ def test_a_file_cut_mid_load_names_what_was_written(
     write_safetensors(path, {"first": first, "last": last})
     real = kst._sources
 
-    def cut_after_headers(paths: Any) -> Any:
-        out = real(paths)
+    def cut_after_headers(paths: Any, files: Any) -> Any:
+        out = real(paths, files)
         os.truncate(path, os.path.getsize(path) - 100)
         return out
 

@@ -4,16 +4,20 @@ remote headers refused naming the URL with its credentials hidden."""
 
 from __future__ import annotations
 
+import errno
 import json
 import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
-from remote_servers import Counter, CountingRangeHandler, serve
+from remote_servers import Counter, CountingRangeHandler, replace_file, serve
 from test_safetensors import write_safetensors
 
 import kvikpy.safetensors as kst
+from kvikpy._http_server import entity_tag
+from kvikpy._spans import Files
+from kvikpy.errors import RemoteError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -105,6 +109,92 @@ def test_shards_named_twice_are_refused_without_the_password(tmp_path, server):
     """The shards' headers (what every torch load reads first) name URLs redacted."""
     write_safetensors(tmp_path / "a.safetensors", {"w": np.zeros(2, np.float32)})
     url = server.replace("http://", "http://user:secret@") + "/a.safetensors"
-    with pytest.raises(ValueError, match="is in both") as info:
-        kst._spans([url, f"{url}?again"])
+    with pytest.raises(ValueError, match="is in both") as info, Files() as files:
+        kst._spans([url, f"{url}?again"], files)
     assert "user:***@" in str(info.value) and "secret" not in str(info.value)
+
+
+def replaced_after_its_header(monkeypatch: pytest.MonkeyPatch, path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` (a new file renamed over it, as a deployment does)
+    right after a load has read its header, before the load reads its tensors."""
+    real = kst._header
+
+    def header_then_replace(name: str, file: object) -> object:
+        out = real(name, file)  # type: ignore[arg-type]
+        replace_file(path, data)
+        return out
+
+    monkeypatch.setattr(kst, "_header", header_then_replace)
+
+
+def changed_values(want: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The same tensors (names, dtypes, shapes: the same header) with other values."""
+    return {n: (a + 1 if a.dtype != bool else ~a).astype(a.dtype) for n, a in want.items()}
+
+
+def test_a_checkpoint_replaced_between_header_and_tensors_is_an_error(
+    tmp_path, server, counter, monkeypatch
+):
+    """The header and the tensors are read through one open file, pinned to the ETag it
+    was opened at: a checkpoint replaced on the server between the two is one clear
+    error, never the tensors of one version cut by the header of another."""
+    want = tensors()
+    path = tmp_path / "m.safetensors"
+    write_safetensors(path, want)
+    write_safetensors(tmp_path / "new.safetensors", changed_values(want))
+    new = (tmp_path / "new.safetensors").read_bytes()
+    assert len(new) == path.stat().st_size
+    old_tag = entity_tag(path.stat())
+    url = f"{server}/m.safetensors"
+    replaced_after_its_header(monkeypatch, path, new)
+    with pytest.raises(RemoteError) as info:
+        kst.load_file(url, device="cpu", framework="numpy")
+    assert info.value.errno == errno.ESTALE and old_tag in str(info.value)
+    assert "changed on the server since it was opened" in str(info.value)
+    assert set(counter.if_matches) == {old_tag}
+    # load_into: the failed read is named, with the server's answer as its cause.
+    write_safetensors(path, want)
+    old_tag = entity_tag(path.stat())
+    target = {n: np.zeros_like(a) for n, a in want.items()}
+    with pytest.raises(kst.LoadIntoError) as into:
+        kst.load_into(target, url)
+    assert isinstance(into.value.__cause__, RemoteError)
+    assert into.value.__cause__.errno == errno.ESTALE and old_tag in str(into.value.__cause__)
+    # Loaded again, the checkpoint is its new version, whole.
+    monkeypatch.undo()
+    got = kst.load_file(url, device="cpu", framework="numpy")
+    for name, array in changed_values(want).items():
+        np.testing.assert_array_equal(got[name], array)
+
+
+def test_a_local_checkpoint_replaced_after_its_header_loads_whole(tmp_path, monkeypatch):
+    """A local checkpoint renamed over after its header was read loads as the file the
+    header came from (one open file for both), not a mix."""
+    want = tensors()
+    path = tmp_path / "m.safetensors"
+    write_safetensors(path, want)
+    write_safetensors(tmp_path / "new.safetensors", changed_values(want))
+    replaced_after_its_header(monkeypatch, path, (tmp_path / "new.safetensors").read_bytes())
+    got = kst.load_file(path, device="cpu", framework="numpy")
+    target = {n: np.zeros_like(a) for n, a in want.items()}
+    assert kst.load_into(target, path) == ([], [])
+    for name, array in want.items():
+        np.testing.assert_array_equal(got[name], array)
+    # The second load read the header of the file replaced by the first: its values.
+    for name, array in changed_values(want).items():
+        np.testing.assert_array_equal(target[name], array)
+
+
+def test_load_into_reads_a_url_with_a_header_request_per_file(tmp_path, server, counter):
+    want = tensors()
+    write_safetensors(tmp_path / "a.safetensors", {"w": want["w"]})
+    write_safetensors(tmp_path / "b.safetensors", {"b": want["b"], "m": want["m"]})
+    urls = [f"{server}/a.safetensors", f"{server}/b.safetensors"]
+    target = {n: np.zeros_like(a) for n, a in want.items()}
+    assert kst.load_into(target, urls) == ([], [])
+    for name, array in want.items():
+        np.testing.assert_array_equal(target[name], array)
+    # Each file's header fetched once, and every request pinned to the file's version.
+    assert len(header_gets(counter)) == 2, counter.ranges
+    tags = {entity_tag((tmp_path / n).stat()) for n in ("a.safetensors", "b.safetensors")}
+    assert set(counter.if_matches) == tags

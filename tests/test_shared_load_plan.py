@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvikpy._read_once import needers_of, plan, share_reads
-from kvikpy._spans import TensorSpan, pack, read_into
+from kvikpy._spans import Files, TensorSpan, pack, read_into
 
 
 @st.composite
@@ -165,7 +165,8 @@ def test_read_share_reads_the_files_into_place(tmp_path: Path, world: int) -> No
     for r in range(world):
         p = plan(tensors, [set(range(world))] * len(tensors), r, world)
         mine = np.zeros(p.share, dtype=np.uint8)
-        read_into(mine, share_reads(p))
+        with Files() as files:
+            read_into(mine, share_reads(p), files)
         for t, within, length in p.my_share:
             at = p.packed[t.name] + within - r * p.share
             want = contents[t.path][t.offset + within : t.offset + within + length]
@@ -176,8 +177,11 @@ def test_read_share_of_a_file_shorter_than_planned_raises(tmp_path: Path) -> Non
     tensors, _ = write_shards(tmp_path, [4096, 4096])
     p = plan(tensors, [{0, 1}] * 4, 1, 2)  # rank 1 reads the end of the second file
     os.truncate(tensors[-1].path, tensors[-1].offset + 100)
-    with pytest.raises(EOFError, match="the file is shorter than its header says"):
-        read_into(np.zeros(p.share, dtype=np.uint8), share_reads(p))
+    with (
+        pytest.raises(EOFError, match="the file is shorter than its header says"),
+        Files() as files,
+    ):
+        read_into(np.zeros(p.share, dtype=np.uint8), share_reads(p), files)
 
 
 @settings(max_examples=200, deadline=None)

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use kvikpy_core::allocation::Placement;
 use kvikpy_core::batch_plan::{plan_file_ranges, plan_files, plan_ranges, Plan, Start};
 use kvikpy_core::request::{submit_batch, BatchRequest, Item, ItemSource};
-use kvikpy_core::{DeviceSpan, Error, FileHandle, HostSpan, Settings, Span};
+use kvikpy_core::{DeviceSpan, Error, HostSpan, Settings, Span};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyTuple};
@@ -19,7 +19,8 @@ use kvikpy_core::cancel::CancelToken;
 
 use crate::blocking::interruptible;
 use crate::buffer::Buffer;
-use crate::errors::BindError;
+use crate::errors::{BindError, BindResult};
+use crate::file::FileArg;
 
 /// What a batch read returns: the allocation, the element boundaries (`len + 1` offsets)
 /// and the failed elements as `(index, exception)`.
@@ -286,8 +287,8 @@ fn scattered_item(obj: &Bound<'_, PyAny>, i: usize, files: usize) -> PyResult<Sc
 
 /// Read many byte ranges of `paths` straight into memory the caller owns, as one batch
 /// request (the I/O pool reads them all at once; GPU memory through pinned bounce
-/// buffers). Each item is `(file, offset, length, address, device)`: `length` bytes of
-/// `paths[file]` at `offset` to `address`, in host memory (`device` `None`) or in the
+/// buffers). `paths` are paths to open or `FileHandle`s already open. Each item is
+/// `(file, offset, length, address, device)`: `length` bytes of `paths[file]` at `offset` to `address`, in host memory (`device` `None`) or in the
 /// memory of CUDA device `device`. The memory must stay valid until the call returns:
 /// `keepalive` (the objects owning it) is held until the last read has stopped, even
 /// when the call is interrupted. Every item is attempted; returns the failed ones as
@@ -298,7 +299,7 @@ fn scattered_item(obj: &Bound<'_, PyAny>, i: usize, files: usize) -> PyResult<Sc
 #[pyo3(signature = (paths, items, keepalive, progress=None))]
 pub fn read_scattered(
     py: Python<'_>,
-    paths: Vec<PathBuf>,
+    paths: Vec<FileArg>,
     items: Vec<Bound<'_, PyAny>>,
     keepalive: Py<PyAny>,
     progress: Option<&Progress>,
@@ -347,16 +348,12 @@ pub fn read_scattered(
             }
         })
         .collect();
+    let sources = paths
+        .iter()
+        .map(|file| Ok(ItemSource::Open(file.source(py)?)))
+        .collect::<BindResult<Vec<_>>>()?;
     let errors = interruptible(py, &token_of(progress), move || {
         let _memory = keepalive;
-        let sources = paths
-            .iter()
-            .map(|path| {
-                Ok(ItemSource::Open(
-                    FileHandle::open_with(path, "r", &settings)?.get()?,
-                ))
-            })
-            .collect::<kvikpy_core::Result<Vec<_>>>()?;
         let request = BatchRequest {
             sources,
             items,

@@ -21,6 +21,30 @@ pub struct FileHandle {
     inner: kvikpy_core::FileHandle,
 }
 
+/// A file a call reads: a path it opens itself, or a [`FileHandle`] already open, so
+/// that the reads of several calls see one file (one version of a URL, one inode of a
+/// local path, however the name is reused meanwhile).
+#[derive(FromPyObject)]
+pub(crate) enum FileArg {
+    Open(Py<FileHandle>),
+    Path(std::path::PathBuf),
+}
+
+impl FileArg {
+    /// The file's source: the open handle's (an error if it was closed), or the path
+    /// opened read-only now (as `FileHandle(path, "r")` opens it: with the GIL
+    /// released, a URL interruptibly).
+    pub(crate) fn source(
+        &self,
+        py: Python<'_>,
+    ) -> BindResult<std::sync::Arc<dyn kvikpy_core::Source>> {
+        match self {
+            Self::Open(handle) => Ok(handle.borrow(py).inner.get()?),
+            Self::Path(path) => Ok(open(py, path.clone(), "r")?.get()?),
+        }
+    }
+}
+
 /// Open `path` in mode `flags` (kvikio's `"r"`, `"w"`...) with the GIL released: a URL
 /// interruptibly (opening it asks the server for the size), a local file again after a
 /// signal other than Ctrl-C interrupts an open that waits (a FIFO nobody writes).

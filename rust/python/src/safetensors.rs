@@ -1,8 +1,6 @@
 //! `kvikpy.safetensors.read_header`'s binding: the engine reads and checks the header of
 //! a local file or URL; this converts what it found to Python values.
 
-use std::path::PathBuf;
-
 use kvikpy_core::cancel::CancelToken;
 use kvikpy_core::safetensors::{read_header, Header};
 use kvikpy_macros::boundary;
@@ -10,23 +8,24 @@ use pyo3::prelude::*;
 
 use crate::blocking::{interruptible_alone, without_gil};
 use crate::errors::BindResult;
-use crate::file::open;
+use crate::file::FileArg;
 
 /// One tensor as Python takes it: `(name, dtype, shape, begin, end)`.
 type TensorRow = (String, String, Vec<u64>, u64, u64);
 /// A header as Python takes it: `(data_start, tensors, metadata pairs)`.
 type Found = (u64, Vec<TensorRow>, Vec<(String, String)>);
 
-/// The checked header of the safetensors file at `path` (a local path or a URL):
+/// The checked header of the safetensors file `file` (a local path or a URL, or a
+/// `FileHandle` already open, whose reads then see the same file as the header):
 /// `(data_start, tensors in header order, metadata pairs in header order)`. `name` is
 /// the file as messages show it (a URL with its credentials hidden).
 #[boundary]
 #[pyfunction]
-pub fn safetensors_header(py: Python<'_>, path: PathBuf, name: String) -> BindResult<Found> {
+pub fn safetensors_header(py: Python<'_>, file: FileArg, name: String) -> BindResult<Found> {
     let settings = kvikpy_core::settings::current()?;
-    let remote = kvikpy_core::source::is_remote(&path);
-    let handle = open(py, path, "r")?;
-    let work = move || read_header(&*handle.get()?, &name, &settings);
+    let source = file.source(py)?;
+    let remote = kvikpy_core::source::is_remote(source.path());
+    let work = move || read_header(&*source, &name, &settings);
     // A remote file's requests may stall: wait for them interruptibly (Ctrl-C works).
     let header: Header = if remote {
         interruptible_alone(py, &CancelToken::new(), work)?
