@@ -66,6 +66,9 @@ __all__ = [
     "read_ranges_batch",
     "read_scattered",
     "safetensors_header",
+    "safetensors_merge",
+    "safetensors_pack",
+    "safetensors_windows",
     "set_settings",
     "setting_names",
     "setting_variables",
@@ -293,6 +296,15 @@ def read_file(
 def safetensors_header(
     file: str | PathLike[str] | FileHandle, name: str
 ) -> tuple[int, list[tuple[str, str, list[int], int, int]], list[tuple[str, str]]]: ...
+def safetensors_merge(
+    items: list[tuple[int, int, int, int, int]], sort: bool
+) -> list[tuple[int, int, int, int, int, list[int]]]: ...
+def safetensors_pack(
+    items: list[tuple[int, int, int]], align: int
+) -> tuple[list[int], list[tuple[int, int, int, int, int, list[int]]], int]: ...
+def safetensors_windows(
+    items: list[tuple[int, int, int]], bound: int, gap: int
+) -> list[tuple[int, int, int, bool, list[int]]]: ...
 def page_cache_dma_bytes() -> int: ...
 def live_buffers() -> int: ...
 def item_types() -> list[tuple[str, int, int]]: ...

@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kvikpy._spans import Files, TensorSpan, coalesced
+import kvikpy._lib as _lib
+from kvikpy._spans import Files, TensorSpan, file_indices
 
 __all__ = ["LoadIntoError", "LoadResult", "Source", "load"]
 
@@ -335,34 +336,49 @@ class _Read:
     owners: tuple[Any, ...] = field(default=(), compare=False, repr=False)
 
 
-def _merged(reads: list[_Read]) -> list[_Read]:
+def _merged(reads: Sequence[_Read]) -> list[_Read]:
     """``reads`` with each run of reads that follow each other both in one file and in
     one device's memory made one read (sorted by file and offset first); in GPU memory
     only within one allocation (two tensors that merely sit side by side stay two
-    reads)."""
-    reads.sort(key=lambda r: (r.path, r.offset))
-    return coalesced(reads, _joined)
+    reads). The engine's merge plans it; a read that merges with none is returned as is.
 
-
-def _joined(last: _Read, r: _Read) -> _Read | None:
-    if (
-        last.path == r.path
-        and last.device == r.device
-        and last.offset + last.length == r.offset
-        and last.ptr + last.length == r.ptr
-        and last.block == r.block
-    ):
-        return _Read(
-            r.path,
-            last.offset,
-            r.device,
-            last.ptr,
-            last.length + r.length,
-            last.names + r.names,
-            r.block,
-            last.owners + r.owners,
+    Raises ``ValueError`` for an offset or address plus length past 2**64.
+    """
+    _, index = file_indices(r.path for r in reads)
+    memories: dict[tuple[int | None, int], int] = {}  # (device, allocation) -> its key
+    runs = _lib.safetensors_merge(
+        [
+            (
+                index[r.path],
+                r.offset,
+                r.length,
+                memories.setdefault((r.device, r.block), len(memories)),
+                r.ptr,
+            )
+            for r in reads
+        ],
+        True,
+    )
+    out: list[_Read] = []
+    for _, offset, length, _, ptr, members in runs:
+        first = reads[members[0]]
+        if len(members) == 1:
+            out.append(first)
+            continue
+        group = [reads[i] for i in members]
+        out.append(
+            _Read(
+                first.path,
+                offset,
+                first.device,
+                ptr,
+                length,
+                tuple(n for r in group for n in r.names),
+                first.block,
+                tuple(o for r in group for o in r.owners),
+            )
         )
-    return None
+    return out
 
 
 @dataclass(frozen=True)
@@ -382,32 +398,19 @@ def _windows(reads: Sequence[_Read], bound: int, gap: int) -> list[_Window]:
     """The windows that read ``reads``, in file order (by file, then offset): each covers
     consecutive reads of one file, reading through gaps of fewer than ``gap`` bytes
     between them, and spans at most ``bound`` bytes; a read longer than ``bound`` is a
-    window of its own (``alone``). Every read is in exactly one window."""
-    out: list[_Window] = []
-    cur: list[_Read] = []
-    start = end = 0
-    for r in sorted(reads, key=lambda r: (r.path, r.offset, r.length)):
-        if r.length > bound:
-            if cur:
-                out.append(_Window(cur[0].path, start, end - start, tuple(cur)))
-                cur = []
-            out.append(_Window(r.path, r.offset, r.length, (r,), True))
-            continue
-        if (
-            cur
-            and r.path == cur[0].path
-            and r.offset - end < gap
-            and max(end, r.offset + r.length) - start <= bound
-        ):
-            cur.append(r)
-            end = max(end, r.offset + r.length)
-            continue
-        if cur:
-            out.append(_Window(cur[0].path, start, end - start, tuple(cur)))
-        cur, start, end = [r], r.offset, r.offset + r.length
-    if cur:
-        out.append(_Window(cur[0].path, start, end - start, tuple(cur)))
-    return out
+    window of its own (``alone``). Every read is in exactly one window. The engine plans
+    them.
+
+    Raises ``ValueError`` for an offset plus length past 2**64.
+    """
+    files, index = file_indices(r.path for r in reads)
+    planned = _lib.safetensors_windows(
+        [(index[r.path], r.offset, r.length) for r in reads], bound, gap
+    )
+    return [
+        _Window(files[f], offset, length, tuple(reads[i] for i in members), alone)
+        for f, offset, length, alone, members in planned
+    ]
 
 
 def _bytes_of(t: _Target) -> Any:
@@ -521,8 +524,6 @@ def _run(
     (or into ``dest(read)``; GPU memory through kvikpy's bounded pinned staging); wait for
     all, then raise :class:`LoadIntoError` naming what was written if any failed. Returns
     the names written."""
-    import kvikpy._lib as _lib
-
     paths: dict[str, int] = {}
     items: list[tuple[int, int, int, int, int | None]] = []
     owners: list[Any] = []

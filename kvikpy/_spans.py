@@ -2,7 +2,8 @@
 
 One job: given where each tensor's bytes lie (:class:`TensorSpan`), lay pieces of them
 end to end at 64-byte boundaries (so every dtype views its piece without a copy), merge
-reads that follow each other both in a file and in the destination, and run the reads at
+reads that follow each other both in a file and in the destination (both planned by the
+engine: ``_lib.safetensors_pack`` and ``_lib.safetensors_merge``), and run the reads at
 once on kvikpy's pool (:class:`CuFile` ``pread``), every read waited for before the first
 error is raised. The loaders of :mod:`kvikpy.safetensors` and the read-once exchange of
 :mod:`kvikpy._read_once` read through it.
@@ -10,9 +11,9 @@ error is raised. The loaders of :mod:`kvikpy.safetensors` and the read-once exch
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import kvikpy._lib as _lib
 from kvikpy.cufile import CuFile
@@ -22,7 +23,7 @@ __all__ = [
     "FileRead",
     "Files",
     "TensorSpan",
-    "coalesced",
+    "file_indices",
     "merged",
     "pack",
     "read_into",
@@ -33,8 +34,6 @@ __all__ = [
 # Each shared tensor starts at a multiple of this in the packed buffer: every dtype's item
 # size divides it, so every tensor is a view without a copy.
 PACK_ALIGN = 64
-
-_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -137,48 +136,39 @@ class Files:
             raise errors[0]
 
 
-def coalesced(reads: Iterable[_R], joined: Callable[[_R, _R], _R | None]) -> list[_R]:
-    """``reads`` in order, each that ``joined(last, read)`` merges into the one before it
-    (the merged read, or ``None`` where the two stay apart) made one read with it."""
-    out: list[_R] = []
-    for r in reads:
-        one = joined(out[-1], r) if out else None
-        if one is None:
-            out.append(r)
-        else:
-            out[-1] = one
-    return out
+def file_indices(paths: Iterable[str]) -> tuple[list[str], dict[str, int]]:
+    """The distinct ``paths`` in sorted order, and each one's index among them: the file
+    indices the engine's plans take, numbered so that sorting by index sorts by path."""
+    files = sorted(set(paths))
+    return files, {p: i for i, p in enumerate(files)}
 
 
 def merged(reads: Sequence[FileRead]) -> list[FileRead]:
     """``reads`` with each run of reads that follow each other both in one file and in
-    the destination made one read."""
-    return coalesced(reads, _joined)
+    the destination made one read (in the order given; the engine's merge).
 
-
-def _joined(last: FileRead, r: FileRead) -> FileRead | None:
-    if (
-        last.path == r.path
-        and last.file_offset + last.length == r.file_offset
-        and last.at + last.length == r.at
-    ):
-        return FileRead(r.path, last.file_offset, last.at, last.length + r.length)
-    return None
+    Raises ``ValueError`` for an offset or place plus length past 2**64.
+    """
+    files, index = file_indices(r.path for r in reads)
+    runs = _lib.safetensors_merge(
+        [(index[r.path], r.file_offset, r.length, 0, r.at) for r in reads], False
+    )
+    return [FileRead(files[f], offset, at, length) for f, offset, length, _, at, _ in runs]
 
 
 def pack(pieces: Sequence[tuple[TensorSpan, int, int]]) -> tuple[list[int], list[FileRead], int]:
     """Lay ``(tensor, offset in it, length)`` pieces end to end, each at a 64-byte
-    boundary: each piece's place, the merged reads that fill them, and the bytes in all."""
-    places: list[int] = []
-    reads: list[FileRead] = []
-    end = 0
-    for t, within, length in pieces:
-        end = -(-end // PACK_ALIGN) * PACK_ALIGN
-        places.append(end)
-        if length:
-            reads.append(FileRead(t.path, t.offset + within, end, length))
-        end += length
-    return places, merged(reads), end
+    boundary: each piece's place, the merged reads that fill them, and the bytes in all
+    (the engine's plan).
+
+    Raises ``ValueError`` for an offset or total past 2**64.
+    """
+    files, index = file_indices(t.path for t, _, _ in pieces)
+    places, runs, total = _lib.safetensors_pack(
+        [(index[t.path], t.offset + within, length) for t, within, length in pieces], PACK_ALIGN
+    )
+    reads = [FileRead(files[f], offset, at, length) for f, offset, length, _, at, _ in runs]
+    return places, reads, total
 
 
 def read_spans(

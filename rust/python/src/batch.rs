@@ -207,7 +207,7 @@ fn read_plan(
 type Scattered = (usize, u64, usize, u64, Option<usize>);
 
 /// Field `k` of item `i`, a non-negative integer (not a bool) below 2**64.
-fn field(item: &Bound<'_, PyTuple>, i: usize, k: usize, name: &str) -> PyResult<u64> {
+pub(crate) fn field(item: &Bound<'_, PyTuple>, i: usize, k: usize, name: &str) -> PyResult<u64> {
     let value = item.get_item(k)?;
     if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err(format!(

@@ -48,6 +48,9 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda::device_lookup, m)?)?;
     m.add_function(wrap_pyfunction!(read::read_file, m)?)?;
     m.add_function(wrap_pyfunction!(safetensors::safetensors_header, m)?)?;
+    m.add_function(wrap_pyfunction!(safetensors::safetensors_merge, m)?)?;
+    m.add_function(wrap_pyfunction!(safetensors::safetensors_pack, m)?)?;
+    m.add_function(wrap_pyfunction!(safetensors::safetensors_windows, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::page_cache_dma_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(buffer::live_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(buffer::item_types, m)?)?;

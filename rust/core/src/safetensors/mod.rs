@@ -3,8 +3,12 @@
 //! file's size before the header is read, then the JSON (nesting bounded before parsing,
 //! no key twice), every tensor's fields, and offsets that cover the data section exactly.
 //! Every number from the file is checked with bounded arithmetic before it sizes anything.
+//! The loaders' read plan (merged reads, packed pieces, staging windows) is [`plan`].
 
 mod json;
+pub mod plan;
+#[cfg(test)]
+mod plan_tests;
 mod show;
 #[cfg(test)]
 mod tests;
