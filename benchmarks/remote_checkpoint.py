@@ -656,7 +656,7 @@ def main() -> int:
 
     # Every client, this process's boto3 included, reaches the server through these alone:
     # no proxy, no profile or credentials file of the machine's.
-    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL_S3"):
         os.environ.pop(name, None)
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
         os.environ.pop(name, None)
