@@ -34,7 +34,7 @@ MATURIN_DEVELOP = PIP_QUIET=1 VIRTUAL_ENV=$(CURDIR)/$(1) $(1)/bin/maturin develo
 .PHONY: demo test docs lint fmt develop rust-test stubtest typecheck py-test wheel wheels \
         gpu-wheel gpu-test gpu-bench gpu-bench-wheels gpu-bench-regimes gpu-notebooks nb-wheels clean check-rust \
         notebooks bench-engine kvikio-tests-fetch kvikio-tests gpu-kvikio-tests cufile-standin \
-        zarr-wheels dask-wheels remote-wheels
+        zarr-wheels dask-wheels remote-wheels streamer-wheels
 
 # The demo needs only numpy and a build of kvikpy: its own small environment, with the
 # same pinned numpy and maturin as the development one.
@@ -256,6 +256,18 @@ REMOTE_WHEELS = $(shell grep -E '^(moto\[server\]|boto3)==' requirements-dev.txt
 remote-wheels:
 	rm -rf .rwhl && $(GPU_WHEEL_DOWNLOAD) -d .rwhl $(REMOTE_WHEELS)
 	du -sh .rwhl
+
+# `python -m benchmarks remote-checkpoint` on the GPU machine compares kvikpy with the Run:ai
+# model streamer: `make streamer-wheels` downloads it and its S3 plug-in (manylinux_2_30
+# wheels, each with its own native library, the AWS SDK linked into the plug-in's) and
+# humanize, the one package they need that the machine lacks besides boto3 (from
+# .rwhl/), into .swhl/ (git-ignored); carry it with .gpu/ and .rwhl/.
+STREAMER_VERSION := 0.17.0
+STREAMER_WHEELS = runai-model-streamer==$(STREAMER_VERSION) \
+	runai-model-streamer-s3==$(STREAMER_VERSION) humanize
+streamer-wheels:
+	rm -rf .swhl && $(GPU_WHEEL_DOWNLOAD) --platform manylinux_2_30_x86_64 -d .swhl $(STREAMER_WHEELS)
+	du -sh .swhl
 
 gpu-notebooks:
 	$(GPU_INSTALL) .gpu/*.whl .nbwhl/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .zwhl/*.whl) \

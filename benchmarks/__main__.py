@@ -21,7 +21,10 @@ arrow (Arrow IPC tables onto the GPU: kvikpy.arrow.read_ipc against pyarrow plus
 whole and 2 of 10 columns, warm and cold), arrow-zstd (a compressed IPC file onto the
 GPU: nvCOMP decoding against host decoding and pyarrow plus CuPy), arrow-wide (a table of
 100,000 columns on the host, whole and chosen by name, against pyarrow), arrow-host (Arrow
-tables into host memory against pyarrow's read_all and memory map, three shapes).
+tables into host memory against pyarrow's read_all and memory map, three shapes),
+remote-checkpoint (a safetensors checkpoint from a loopback S3 server onto the GPU:
+kvikpy's load_file against the Run:ai model streamer and boto3 + safetensors, beside the
+server's own ceiling).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -57,6 +60,7 @@ SCRIPTS = {
     "arrow-zstd": "benchmarks.arrow_zstd",
     "arrow-wide": "benchmarks.arrow_wide",
     "arrow-host": "benchmarks.arrow_host",
+    "remote-checkpoint": "benchmarks.remote_checkpoint",
 }
 
 
