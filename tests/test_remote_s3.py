@@ -324,3 +324,32 @@ def test_a_safetensors_checkpoint_from_s3(s3, tmp_path):
     client.put_object(Bucket=BUCKET, Key="ckpt/cut.safetensors", Body=data[:-100])
     with pytest.raises(ValueError, match=r"ckpt/cut\.safetensors"):
         kst.load_file(f"s3://{BUCKET}/ckpt/cut.safetensors", device="cpu", framework="numpy")
+
+
+def test_load_pretrained_from_an_s3_directory(s3, tmp_path):
+    """A sharded checkpoint under an S3 prefix (as ``save_pretrained`` writes it, then
+    uploaded): the index is read, then every shard, into the target."""
+    from test_safetensors import write_safetensors
+
+    import kvikpy.safetensors as kst
+
+    rng = np.random.default_rng(5)
+    want = {f"layer{i}.w": rng.standard_normal((16, 9)).astype(np.float32) for i in range(4)}
+    client = boto3.client("s3", endpoint_url=s3)
+    weight_map = {}
+    for k, shard in enumerate(
+        ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    ):
+        names = list(want)[2 * k : 2 * k + 2]
+        write_safetensors(tmp_path / shard, {n: want[n] for n in names})
+        client.put_object(Bucket=BUCKET, Key=f"llm/{shard}", Body=(tmp_path / shard).read_bytes())
+        weight_map.update(dict.fromkeys(names, shard))
+    index = json.dumps({"metadata": {}, "weight_map": weight_map}).encode()
+    client.put_object(Bucket=BUCKET, Key="llm/model.safetensors.index.json", Body=index)
+    for directory in (f"s3://{BUCKET}/llm", f"s3://{BUCKET}/llm/"):
+        target = {n: np.zeros_like(a) for n, a in want.items()}
+        assert kst.load_pretrained(target, directory) == ([], [])
+        for name, array in want.items():
+            np.testing.assert_array_equal(target[name], array)
+    with pytest.raises(FileNotFoundError, match=r"neither model\.safetensors"):
+        kst.load_pretrained({}, f"s3://{BUCKET}/no-such-model")

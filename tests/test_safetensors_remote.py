@@ -198,3 +198,71 @@ def test_load_into_reads_a_url_with_a_header_request_per_file(tmp_path, server, 
     assert len(header_gets(counter)) == 2, counter.ranges
     tags = {entity_tag((tmp_path / n).stat()) for n in ("a.safetensors", "b.safetensors")}
     assert set(counter.if_matches) == tags
+
+
+def write_sharded(folder: Path, want: dict[str, np.ndarray], index: bool = True) -> None:
+    """``want`` as ``save_pretrained`` writes it into ``folder``: two shards and their
+    index (or one ``model.safetensors``)."""
+    folder.mkdir()
+    if not index:
+        write_safetensors(folder / "model.safetensors", want)
+        return
+    names = list(want)
+    weight_map = {}
+    for k, part in enumerate((names[:1], names[1:])):
+        shard = f"model-0000{k + 1}-of-00002.safetensors"
+        write_safetensors(folder / shard, {n: want[n] for n in part})
+        weight_map.update(dict.fromkeys(part, shard))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
+@pytest.mark.parametrize("index", [True, False])
+def test_load_pretrained_from_a_directory_url(tmp_path, server, index):
+    want = tensors()
+    write_sharded(tmp_path / "llm", want, index)
+    for directory in (f"{server}/llm", f"{server}/llm/"):
+        target = {n: np.zeros_like(a) for n, a in want.items()}
+        assert kst.load_pretrained(target, directory) == ([], [])
+        for name, array in want.items():
+            np.testing.assert_array_equal(target[name], array)
+
+
+@pytest.mark.parametrize(
+    "shard",
+    [
+        "../outside.safetensors",
+        "..%2foutside.safetensors",
+        "x.safetensors?y=.safetensors",
+        "x#.safetensors",
+        "sub/x.safetensors",
+    ],
+)
+def test_a_remote_index_cannot_leave_its_directory(tmp_path, server, counter, shard):
+    (tmp_path / "llm").mkdir()
+    write_safetensors(tmp_path / "outside.safetensors", {"w": np.ones(2, np.float32)})
+    (tmp_path / "llm" / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"w": shard}})
+    )
+    target = {"w": np.zeros(2, np.float32)}
+    with pytest.raises(ValueError, match=r"a shard is a \.safetensors file name"):
+        kst.load_pretrained(target, f"{server}/llm")
+    assert not target["w"].any()
+    assert not any("outside" in str(r) for r in counter.ranges)
+
+
+def test_a_remote_directory_missing_pieces(tmp_path, server):
+    url = server.replace("http://", "http://user:secret@")
+    with pytest.raises(FileNotFoundError, match=r"neither model\.safetensors") as info:
+        kst.load_pretrained({}, f"{url}/nowhere")
+    assert "secret" not in str(info.value) and "user:***@" in str(info.value)
+    (tmp_path / "llm").mkdir()
+    (tmp_path / "llm" / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"w": "model-1.safetensors"}})
+    )
+    with pytest.raises(FileNotFoundError) as missing:
+        kst.load_pretrained({"w": np.zeros(2, np.float32)}, f"{url}/llm")
+    assert "model-1.safetensors" in str(missing.value) and "secret" not in str(missing.value)
+    (tmp_path / "llm" / "model.safetensors.index.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON") as bad:
+        kst.load_pretrained({}, f"{url}/llm")
+    assert "secret" not in str(bad.value)
