@@ -445,7 +445,9 @@ def load_into(
         contiguous; two names of one memory (tied weights) are read once, and a tied
         name the checkpoint lacks is filled through the other.
     files
-        The ``.safetensors`` file, or the list of a sharded checkpoint's files.
+        The ``.safetensors`` file, or the list of a sharded checkpoint's files: local
+        paths, or ``http(s)://``, ``s3://`` or ``webhdfs://`` URLs (see
+        :func:`load_file`).
     strict
         As in ``torch.nn.Module.load_state_dict``: whether names missing from the
         checkpoint or not in the target are an error. Shape and dtype mismatches are
@@ -544,7 +546,9 @@ def load_pretrained(
         A ``torch.nn.Module`` (a transformers ``PreTrainedModel``, built from its config,
         on a device or the meta device), or a mapping of names to tensors or arrays.
     directory
-        The checkpoint directory.
+        The checkpoint directory: a local path, or the URL of one (``https://host/llm/``,
+        ``s3://bucket/models/llm``), whose ``model.safetensors.index.json`` and shards
+        (or ``model.safetensors``) are read with ranged requests.
     strict
         Whether missing or unexpected names are an error (see :func:`load_into`).
     process_group
