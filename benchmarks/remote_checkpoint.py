@@ -89,13 +89,18 @@ LIBS = {
     "runai": "Run:ai `SafetensorsStreamer.stream_file`, each tensor `.to(device)`",
     "boto3+safetensors": "boto3 `get_object` into bytes, `safetensors.torch.load`, "
     "each tensor `.to(device)`",
+    "kvikpy-into": '`kvikpy.safetensors.load_into(tensors, "s3://...")` into tensors '
+    "allocated before, staging at its default (`checkpoint_staging` 512 MiB)",
+    "kvikpy-into-256m": "the same, `checkpoint_staging` 256 MiB",
+    "kvikpy-into-1g": "the same, `checkpoint_staging` 1 GiB",
     "kvikpy-numpy": '`kvikpy.safetensors.load_file("s3://...", framework="numpy")`',
     "boto3-numpy": "boto3 `get_object` into bytes, `safetensors.numpy.load`",
     "ceiling": "the server's ceiling",
 }
 DEFAULT_LIBS = "kvikpy,runai,boto3+safetensors,ceiling"
 HOST_ONLY = ("kvikpy-numpy", "boto3-numpy")  # numpy arrays: host memory, no bfloat16
-OWN = ("kvikpy", "kvikpy-numpy")  # a failure here fails the run
+INTO = {"kvikpy-into": None, "kvikpy-into-256m": 256 * MiB, "kvikpy-into-1g": 1024 * MiB}
+OWN = ("kvikpy", "kvikpy-numpy", *INTO)  # a failure here fails the run
 # Beside common.PEERS: the clients and the server.
 EXTRA_VERSIONS = (
     "runai-model-streamer",
@@ -156,9 +161,10 @@ with open(expected_path) as fh:
 bucket, key = url[len("s3://"):].split("/", 1)
 torch = None
 try:
-    if lib in ("kvikpy", "runai", "boto3+safetensors"):
+    into = lib.startswith("kvikpy-into")
+    if lib in ("kvikpy", "runai", "boto3+safetensors") or into:
         import torch
-    if lib in ("kvikpy", "kvikpy-numpy"):
+    if lib in ("kvikpy", "kvikpy-numpy") or into:
         import kvikpy, kvikpy.safetensors
     if lib == "runai":
         import runai_model_streamer_s3.credentials.credentials  # the S3 plug-in
@@ -212,6 +218,18 @@ settings = {}
 if lib == "kvikpy":
     def load():
         return kvikpy.safetensors.load_file(url, device=device)
+elif into:
+    # The tensors exist before the clock (as a model's do); only the staging is the load's.
+    staging = expected["staging"].get(lib)
+    if staging is not None:
+        kvikpy.defaults.set("checkpoint_staging", staging)
+    names = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+    _, header, _ = kvikpy.safetensors.read_header(url)
+    targets = {n: torch.empty(i["shape"], dtype=names[i["dtype"]], device=target)
+               for n, i in header.items()}
+    def load():
+        kvikpy.safetensors.load_into(targets, url)
+        return targets
 elif lib == "kvikpy-numpy":
     def load():
         return kvikpy.safetensors.load_file(url, device="cpu", framework="numpy")
@@ -376,8 +394,9 @@ for i in range(1 + runs):
             # What the process still held on the device from the loads before this one.
             gpu_held.append((peak.base - gpu_floor) / 2**20)
     del state
-if lib == "kvikpy" or lib == "kvikpy-numpy":
-    settings = {k: kvikpy.defaults.get(k) for k in ("num_threads", "task_size")}
+if lib in ("kvikpy", "kvikpy-numpy") or into:
+    settings = {k: kvikpy.defaults.get(k)
+                for k in ("num_threads", "task_size", "checkpoint_staging")}
 print(json.dumps({
     "times": times,
     "verified_bytes": verified,
@@ -643,6 +662,7 @@ def main() -> int:
         "ceiling_streams": args.ceiling_streams,
         "ceiling_part_bytes": args.ceiling_part_mib * MiB,
         "runai_settings": list(RUNAI_SETTINGS),
+        "staging": INTO,
     }
     expected_path = os.path.join(folder, "expected.json")
     with open(expected_path, "w") as fh:

@@ -12,10 +12,11 @@ reads that follow each other both in a file and in memory are merged into one. R
 into host memory (and a process group's own reads) then run as one scattered read on
 kvikpy's pool (``_lib.read_scattered``, the engine's batch request), each straight into
 its destination. Reads into GPU tensors run in windows: contiguous stretches of a file of
-at most :data:`STAGING` bytes, each read in one parallel read (the path
-:func:`kvikpy.safetensors.load_file` takes) into a staging buffer on the device and copied
-into the tensors on the GPU, the next window read meanwhile; the GPU holds the model and
-at most two staging buffers. Nothing the size of the checkpoint is allocated.
+at most :func:`window_bytes` (half the ``checkpoint_staging`` setting), each read in one
+parallel read (the path :func:`kvikpy.safetensors.load_file` takes) into a staging buffer
+on the device and copied into the tensors on the GPU, the next window read meanwhile; the
+GPU holds the model and at most two staging buffers. Nothing the size of the checkpoint
+is allocated.
 """
 
 from __future__ import annotations
@@ -32,24 +33,37 @@ from kvikpy._spans import Files, TensorSpan, file_indices
 
 __all__ = ["LoadIntoError", "LoadResult", "Source", "load"]
 
-#: Bytes of the staging buffer a dtype conversion reads through, per device: a tensor
-#: whose file dtype differs from its target's is read this many bytes at a time and
-#: converted into place.
+#: The most bytes of the staging buffer a dtype conversion reads through, per device (and
+#: at most the ``checkpoint_staging`` setting): a tensor whose file dtype differs from its
+#: target's is read this many bytes at a time and converted into place.
 CONVERT_STAGING = 64 << 20
-
-#: Bytes of each window of a load into GPU tensors: the checkpoint is read in contiguous
-#: windows of at most this many bytes into a staging buffer on the target's device, then
-#: copied into the tensors on the GPU. Two such buffers per device (one filled while the
-#: other is emptied) bound the extra GPU memory to ``2 * STAGING``; a tensor larger than
-#: this is read straight into its target instead.
-STAGING = 256 << 20
 
 #: Bytes of file between two tensors that a window reads through rather than split at.
 STAGING_GAP = 1 << 20
 
-#: Bytes of each round of a process-group load: the packed buffer every rank gathers
-#: holds at most this much (or one tensor, if larger) at a time.
+#: The most bytes of each exchange of a process-group load (and at most half the
+#: ``checkpoint_staging`` setting): the packed buffers every rank gathers at once hold at
+#: most this much (or one tensor, if larger).
 SHARED_ROUND = 256 << 20
+
+
+def staging_bytes() -> int:
+    """The ``checkpoint_staging`` setting: the GPU memory a load may hold per device
+    beyond the tensors it fills."""
+    value = _lib.get_setting("checkpoint_staging")
+    assert isinstance(value, int)
+    return value
+
+
+def window_bytes() -> int:
+    """Bytes of each window of a load into GPU tensors: the checkpoint is read in
+    contiguous windows of at most this many bytes into a staging buffer on the target's
+    device, then copied into the tensors on the GPU. Two such buffers per device (one
+    filled while the other is emptied) bound the extra GPU memory to the
+    ``checkpoint_staging`` setting; a tensor larger than a window is read straight into
+    its target instead."""
+    return staging_bytes() // 2
+
 
 # numpy dtype names and torch dtype names, by safetensors dtype code.
 _NUMPY = {
@@ -422,7 +436,7 @@ def _bytes_of(t: _Target) -> Any:
 
 def _read_staged(reads: Sequence[_Read], targets: Mapping[str, _Target], files: Files) -> list[str]:
     """Read ``reads`` (into torch tensors on GPUs, one name each) in windows (see
-    :data:`STAGING`): each window in one read into a staging buffer on its device, then
+    :func:`window_bytes`): each window in one read into a staging buffer on its device, then
     copied into its tensors on the device's current stream, the next window read into
     the other buffer meanwhile (a read into a torch tensor waits for the work queued
     before it on that stream, so a buffer is refilled only once the copies out of it
@@ -441,7 +455,7 @@ def _read_staged(reads: Sequence[_Read], targets: Mapping[str, _Target], files: 
     everything = [n for r in reads for n in r.names]
     written: list[str] = []
     for device, group in sorted(by_device.items()):
-        windows = _windows(group, STAGING, STAGING_GAP)
+        windows = _windows(group, window_bytes(), STAGING_GAP)
         staged = [w.length for w in windows if not w.alone]
         buffers = [
             torch.empty(max(staged), dtype=torch.uint8, device=f"cuda:{device}")
@@ -569,6 +583,7 @@ def _convert(
     per device and convert into the target in place."""
     staging: dict[int | None, Any] = {}
     written: list[str] = []
+    size = min(CONVERT_STAGING, staging_bytes(), max((s.span.size for s, _ in jobs), default=0))
     for s, t in jobs:
         torch_name, np_name, itemsize = dtypes[s.dtype]
         buf = staging.get(t.device)
@@ -577,13 +592,13 @@ def _convert(
                 import torch  # type: ignore[import-not-found, unused-ignore]
 
                 where = "cpu" if t.device is None else f"cuda:{t.device}"
-                buf = torch.empty(CONVERT_STAGING, dtype=torch.uint8, device=where)
+                buf = torch.empty(size, dtype=torch.uint8, device=where)
             else:
                 import numpy as np
 
-                buf = np.empty(CONVERT_STAGING, dtype=np.uint8)
+                buf = np.empty(size, dtype=np.uint8)
             staging[t.device] = buf
-        step = CONVERT_STAGING // itemsize * itemsize
+        step = size // itemsize * itemsize
         if t.torch:
             import torch
 
@@ -743,7 +758,7 @@ def load(
             process_group,
             None if device is None else _torch_device(device),
             lambda alone: read_alone([spans[t.name] for t in alone]),
-            SHARED_ROUND,
+            min(SHARED_ROUND, staging_bytes() // 2),
             files,
         )
     else:

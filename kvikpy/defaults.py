@@ -24,6 +24,7 @@ setting                  environment variable              default
 ``http_status_codes``    ``KVIKIO_HTTP_STATUS_CODES``      ``[429, 500, 502, 503, 504]``
 ``http_timeout``         ``KVIKIO_HTTP_TIMEOUT``           60 (seconds)
 ``http_ca_bundle``       ``KVIKPY_HTTP_CA_BUNDLE``         ``None``
+``checkpoint_staging``   ``KVIKPY_CHECKPOINT_STAGING``     512 MiB
 =======================  ================================  ===========================
 
 The ``http_*`` settings govern remote files (:class:`kvikpy.RemoteFile`, URLs given to
@@ -96,6 +97,17 @@ the bounce buffers are faster.) Set it to ``False`` to always use the bounce buf
 rename it into place once complete, so a failed write leaves the target as it was. With
 ``write_sync`` on, the new file's bytes and the rename reach the disk (``fsync`` of the
 file, then of its directory) before the call returns.
+
+``checkpoint_staging`` is kvikpy's own: the GPU memory, in bytes, a checkpoint load of
+:mod:`kvikpy.safetensors` may hold per device beyond the tensors it fills, at least
+2 MiB. :func:`~kvikpy.safetensors.load_into` and
+:func:`~kvikpy.safetensors.load_pretrained` read into GPU tensors through two staging
+windows of half of it each (a tensor larger than a window is read straight into its
+target), and convert dtypes through at most 64 MiB of it; a load for a process group
+exchanges at most half of it at once. :func:`~kvikpy.safetensors.load_file` reads
+straight into the tensors it returns and stages nothing on the GPU. The pinned host
+memory of every read is the I/O pool's own (``bounce_buffer_size`` per thread, per
+GPU), not a load's.
 """
 
 from __future__ import annotations

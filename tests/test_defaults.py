@@ -24,6 +24,7 @@ NAMES = [
     "http_status_codes",
     "http_timeout",
     "http_ca_bundle",
+    "checkpoint_staging",
 ]
 
 # A valid value for each setting that differs from the usual default.
@@ -42,6 +43,7 @@ OTHER = {
     "http_status_codes": [500, 429],
     "http_timeout": 7,
     "http_ca_bundle": __file__,  # set-time checks only that the path exists
+    "checkpoint_staging": 3 << 20,
 }
 
 
@@ -209,6 +211,9 @@ INVALID = [
     ("page_cache_dma", 1),
     ("page_cache_dma", "yes"),
     ("write_sync", 1),
+    ("checkpoint_staging", 0),
+    ("checkpoint_staging", (2 << 20) - 1),
+    ("checkpoint_staging", -1),
 ]
 
 

@@ -184,6 +184,7 @@ def test_defaults_without_any_variable(env_results):
         "http_status_codes": [429, 500, 502, 503, 504],
         "http_timeout": 60,
         "http_ca_bundle": None,
+        "checkpoint_staging": 512 << 20,
     }
 
 

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_safetensors import sample, write_safetensors
 
+import kvikpy
 import kvikpy._load_into as li
 import kvikpy.safetensors as kst
 
@@ -159,6 +160,32 @@ def test_non_contiguous_and_read_only_targets_are_refused(tmp_path: Path) -> Non
     frozen.flags.writeable = False
     with pytest.raises(kst.LoadIntoError, match="w is read-only"):
         kst.load_into({"w": frozen}, tmp_path / "m.safetensors")
+
+
+@pytest.mark.parametrize("staging", [2 << 20, 8 << 20, None])
+def test_conversions_stay_within_the_staging_setting(tmp_path: Path, staging: int | None) -> None:
+    """A dtype conversion stages at most ``checkpoint_staging`` (and 64 MiB, and its
+    largest tensor) at a time: the host memory a load allocates is measured (numpy
+    allocations are traced)."""
+    import tracemalloc
+
+    half = np.random.default_rng(2).standard_normal(6 << 20).astype(np.float16)  # 12 MiB
+    write_safetensors(tmp_path / "m.safetensors", {"half": half})
+    target = {"half": np.zeros(half.size, np.float32)}
+    if staging is not None:
+        kvikpy.defaults.set("checkpoint_staging", staging)  # restored after the test
+    bound = min(li.CONVERT_STAGING, staging or (512 << 20), half.nbytes)
+    assert li.staging_bytes() == (staging or 512 << 20)
+    tracemalloc.start()
+    try:
+        kst.load_into(target, tmp_path / "m.safetensors", convert_dtype=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(target["half"], half.astype(np.float32))
+    # The staging buffer, and below 1 MiB of everything else; never the tensor's 12 MiB
+    # under a smaller bound.
+    assert bound <= peak < bound + (1 << 20), (peak, bound)
 
 
 def test_dtype_conversion_is_opt_in_and_chunked(

@@ -12,6 +12,7 @@ import pytest
 from distributed_launch import expected_bytes, run_ranks
 from test_safetensors_distributed import shards
 
+import kvikpy
 import kvikpy.safetensors as kst
 
 torch = pytest.importorskip("torch")
@@ -316,7 +317,8 @@ def test_windows_under_a_small_staging_bound(
     import kvikpy._load_into as li
 
     files, ref = wide_shards(tmp_path)
-    monkeypatch.setattr(li, "STAGING", 1 << 20)
+    kvikpy.defaults.set("checkpoint_staging", 2 << 20)  # restored after the test
+    assert li.window_bytes() == 1 << 20
     seen: list[Any] = []
     real = li._windows
 
@@ -339,15 +341,15 @@ def test_windows_under_a_small_staging_bound(
     with torch.cuda.stream(stream):
         assert kst.load_into(model, files) == ([], [])
     peak = torch.cuda.max_memory_allocated() - before
-    assert peak <= 2 * li.STAGING  # the two staging buffers, nothing else
+    assert peak <= li.staging_bytes()  # the two staging buffers, nothing else
     # Freed at the end (the engine lets go at once): polled until it is, memory that
     # stays held failing the test through pytest-timeout.
     while torch.cuda.memory_allocated() != before:
         time.sleep(0.01)
-    assert model_bytes > 2 * li.STAGING  # the bound is below the model's size
+    assert model_bytes > li.staging_bytes()  # the bound is below the model's size
     staged = [w for w in seen if not w.alone]
     assert len(staged) >= 4  # many windows: the two buffers were refilled
-    assert all(w.length <= li.STAGING for w in staged)
+    assert all(w.length <= li.window_bytes() for w in staged)
     assert [w.reads[0].names for w in seen if w.alone] == [("big.weight",)]
     assert_same_state(model, ref)
     assert model.head.weight is model.embed.weight
@@ -360,7 +362,7 @@ def test_a_failed_window_names_exactly_what_was_written(
     import kvikpy._load_into as li
 
     files, ref = wide_shards(tmp_path)
-    monkeypatch.setattr(li, "STAGING", 1 << 20)
+    kvikpy.defaults.set("checkpoint_staging", 2 << 20)  # restored after the test
     real = li._windows
     plan: list[Any] = []
 

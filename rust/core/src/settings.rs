@@ -102,6 +102,12 @@ pub(crate) const MIN_AUTO_GPU_THREADS: usize = 4;
 /// almost surely a typo that would start a million threads and hang.
 pub(crate) const MAX_NUM_THREADS: usize = 1024;
 
+/// The default `checkpoint_staging`: two 256 MiB staging windows per GPU.
+pub const DEFAULT_CHECKPOINT_STAGING: usize = 512 << 20;
+
+/// The smallest `checkpoint_staging`: 2 MiB, two staging windows of 1 MiB.
+pub const MIN_CHECKPOINT_STAGING: usize = 2 << 20;
+
 /// The longest `http_timeout`, in seconds (136 years): a deadline this far off is no
 /// limit, and one further would overflow the clock arithmetic of the HTTP client.
 pub(crate) const MAX_HTTP_TIMEOUT: u64 = u32::MAX as u64;
@@ -154,6 +160,12 @@ pub struct Settings {
     /// variables (see `source::remote::tls`). Interned ([`intern_path`]), so that
     /// `Settings` stays `Copy`.
     pub http_ca_bundle: Option<&'static Path>,
+    /// kvikpy's own: the GPU memory, in bytes, a checkpoint load may hold per device
+    /// beyond the tensors it fills (the staging windows of `load_into`, its dtype
+    /// conversions, the rounds a process group exchanges at once), at least
+    /// [`MIN_CHECKPOINT_STAGING`]. A tensor larger than what staging allows is read
+    /// straight into its target instead, so a small budget never refuses a load.
+    pub checkpoint_staging: usize,
     /// kvikpy's own, environment only (`KVIKPY_WRITE_CHUNK_SIZE`, bytes): the piece of a
     /// device write one pinned bounce buffer carries per `pwrite`; 0 (the default) lets
     /// the device pipeline choose. A tuning knob for benchmarks, not a named setting.
@@ -201,6 +213,7 @@ impl Default for Settings {
             http_status_codes: StatusCodes::KVIKIO_DEFAULT,
             http_timeout: 60,
             http_ca_bundle: None,
+            checkpoint_staging: DEFAULT_CHECKPOINT_STAGING,
             write_chunk_size: 0,
             write_preallocate: true,
         }
@@ -314,6 +327,17 @@ impl Settings {
                 });
             }
         }
+        if let Some(v) = getenv("KVIKPY_CHECKPOINT_STAGING") {
+            let n = env_int("KVIKPY_CHECKPOINT_STAGING", &v, 0)?;
+            s.checkpoint_staging = usize::try_from(n)
+                .ok()
+                .filter(|&n| n >= MIN_CHECKPOINT_STAGING)
+                .ok_or_else(|| Error::MalformedEnv {
+                    var: "KVIKPY_CHECKPOINT_STAGING",
+                    value: v.clone(),
+                    expected: "a number of bytes from 2097152 (2 MiB) up",
+                })?;
+        }
         if let Some(v) = getenv("KVIKPY_HTTP_CA_BUNDLE").filter(|v| !v.is_empty()) {
             s.http_ca_bundle = Some(intern_path(Path::new(&v)));
         }
@@ -384,6 +408,7 @@ impl Settings {
             "http_status_codes" => SettingValue::Codes(self.http_status_codes),
             "http_timeout" => SettingValue::Int(self.http_timeout),
             "http_ca_bundle" => SettingValue::Path(self.http_ca_bundle),
+            "checkpoint_staging" => SettingValue::Int(self.checkpoint_staging as u64),
             _ => return Err(Error::UnknownSetting(name.to_string())),
         })
     }
@@ -445,6 +470,13 @@ impl Settings {
                 self.gpu_threads = n as usize;
             }
             ("gpu_threads", _) => return Err(invalid("a non-negative integer")),
+            ("checkpoint_staging", SettingValue::Int(n)) if n >= MIN_CHECKPOINT_STAGING as u64 => {
+                self.checkpoint_staging =
+                    usize::try_from(n).map_err(|_| invalid("an integer that fits in usize"))?
+            }
+            ("checkpoint_staging", _) => {
+                return Err(invalid("a number of bytes from 2097152 (2 MiB) up"))
+            }
             ("gds_threshold", SettingValue::Int(n)) => {
                 self.gds_threshold =
                     usize::try_from(n).map_err(|_| invalid("an integer that fits in usize"))?
@@ -980,6 +1012,32 @@ mod tests {
     }
 
     #[test]
+    fn checkpoint_staging_is_at_least_two_mib() {
+        let mut s = Settings::default();
+        assert_eq!(s.checkpoint_staging, 512 << 20);
+        s.set("checkpoint_staging", SettingValue::Int(2 << 20))
+            .unwrap();
+        assert_eq!(
+            s.get("checkpoint_staging").unwrap(),
+            SettingValue::Int(2 << 20)
+        );
+        for bad in [
+            SettingValue::Int((2 << 20) - 1),
+            SettingValue::Int(0),
+            SettingValue::Bool(true),
+        ] {
+            assert!(s.set("checkpoint_staging", bad).is_err());
+            assert_eq!(s.checkpoint_staging, 2 << 20, "a refused value changed it");
+        }
+        let low = env(&[("KVIKPY_CHECKPOINT_STAGING", "1048576")]);
+        assert!(
+            matches!(low, Err(Error::MalformedEnv { expected, .. }) if expected.contains("2 MiB"))
+        );
+        let read = env(&[("KVIKPY_CHECKPOINT_STAGING", "1073741824")]).unwrap();
+        assert_eq!(read.checkpoint_staging, 1 << 30);
+    }
+
+    #[test]
     fn every_setting_is_read_from_its_variable_in_the_table() {
         // A value no setting accepts, and one each accepts that differs from its default.
         for (name, var) in SETTINGS {
@@ -999,6 +1057,7 @@ mod tests {
                 "task_size" | "gds_threshold" | "bounce_buffer_size" => "8192",
                 "auto_direct_io_read" | "auto_direct_io_write" | "page_cache_dma" => "false",
                 "write_sync" => "true",
+                "checkpoint_staging" => "8388608",
                 "http_max_attempts" | "http_timeout" => "7",
                 "http_status_codes" => "418",
                 "http_ca_bundle" => "/",

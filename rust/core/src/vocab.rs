@@ -44,7 +44,7 @@ impl OpenFlags {
 /// Every setting and the environment variable it is read from, in documentation order:
 /// the one table of both (the parser in `settings.rs` is checked against it by a test,
 /// and `kvikpy.defaults` takes its variables from here).
-pub const SETTINGS: [(&str, &str); 14] = [
+pub const SETTINGS: [(&str, &str); 15] = [
     ("compat_mode", "KVIKIO_COMPAT_MODE"),
     ("num_threads", "KVIKIO_NTHREADS"),
     ("gpu_threads", "KVIKPY_GPU_THREADS"),
@@ -59,11 +59,12 @@ pub const SETTINGS: [(&str, &str); 14] = [
     ("http_status_codes", "KVIKIO_HTTP_STATUS_CODES"),
     ("http_timeout", "KVIKIO_HTTP_TIMEOUT"),
     ("http_ca_bundle", "KVIKPY_HTTP_CA_BUNDLE"),
+    ("checkpoint_staging", "KVIKPY_CHECKPOINT_STAGING"),
 ];
 
 /// Every setting name, in documentation order (the first column of [`SETTINGS`]).
-pub const SETTING_NAMES: [&str; 14] = {
-    let mut names = [""; 14];
+pub const SETTING_NAMES: [&str; 15] = {
+    let mut names = [""; 15];
     let mut i = 0;
     while i < SETTINGS.len() {
         names[i] = SETTINGS[i].0;
