@@ -18,7 +18,6 @@ Usage: python -m benchmarks arrow [--size-mib 4096] [--runs 3] [--device cuda] [
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -26,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import scratch_dir
+from benchmarks.common import scratch_dir, write_report
 
 COLUMNS = [
     "id",
@@ -310,14 +309,7 @@ def main() -> None:
         "results": results,
     }
     os.unlink(path)
-    table = markdown(report)
-    print(table, end="")
-    if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write(table)
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(report, fh, indent=1)
+    write_report(markdown(report), report, args.markdown, args.out)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,21 @@ def scratch_dir(prefix: str) -> str:
     return folder
 
 
+def write_report(
+    table: str, raw: dict[str, Any], markdown_path: str | None, json_path: str | None
+) -> None:
+    """Print a benchmark's markdown ``table``, and write it to ``markdown_path`` and the
+    ``raw`` results as JSON to ``json_path`` where they are given (``--markdown``,
+    ``--out``)."""
+    sys.stdout.write(table if table.endswith("\n") else table + "\n")
+    if markdown_path:
+        with open(markdown_path, "w") as fh:
+            fh.write(table)
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(raw, fh, indent=1)
+
+
 def write_random_file(path: str, nbytes: int, seed: int = 0) -> int:
     """Write ``nbytes`` random bytes to ``path`` (256 MiB at a time); return their sum,
     which the benchmarks use to verify every read."""

@@ -80,7 +80,14 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import run_child, scratch_dir, versions, warm_page_cache, write_random_file
+from benchmarks.common import (
+    run_child,
+    scratch_dir,
+    versions,
+    warm_page_cache,
+    write_random_file,
+    write_report,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = 4096
@@ -891,26 +898,16 @@ def main() -> int:
         f"and highest in brackets; cold: {how}."
     )
     report = {"intro": intro, "rows": rows, "skipped": skipped}
-    table = markdown(report)
-    print(table)
-    if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write(table)
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(
-                {
-                    "versions": vers,
-                    "args": vars(args),
-                    "machine": machine,
-                    "measured_utc": when,
-                    "seconds": time.time() - started,
-                    "settings_seen": infos,
-                    **report,
-                },
-                fh,
-                indent=1,
-            )
+    raw = {
+        "versions": vers,
+        "args": vars(args),
+        "machine": machine,
+        "measured_utc": when,
+        "seconds": time.time() - started,
+        "settings_seen": infos,
+        **report,
+    }
+    write_report(markdown(report), raw, args.markdown, args.out)
     return 0
 
 

@@ -77,7 +77,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import run_child, scratch_dir, versions
+from benchmarks.common import run_child, scratch_dir, versions, write_report
 
 BUCKET = "kvikpy-bench"
 KEY = "model.safetensors"
@@ -805,32 +805,22 @@ def main() -> int:
         "skipped": skipped,
         "failed": failed,
     }
-    table = markdown(report)
-    print(table, end="")
-    if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write(table)
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(
-                {
-                    "versions": found,
-                    "args": vars(args),
-                    "machine": machine,
-                    "measured_utc": when,
-                    "seconds": time.time() - started,
-                    "checkpoint": {
-                        "bytes": size,
-                        "tensor_bytes": expected["tensor_bytes"],
-                        "tensors": args.tensors,
-                        "dtypes": expected["dtypes"],
-                    },
-                    "server": server,
-                    **report,
-                },
-                fh,
-                indent=1,
-            )
+    raw = {
+        "versions": found,
+        "args": vars(args),
+        "machine": machine,
+        "measured_utc": when,
+        "seconds": time.time() - started,
+        "checkpoint": {
+            "bytes": size,
+            "tensor_bytes": expected["tensor_bytes"],
+            "tensors": args.tensors,
+            "dtypes": expected["dtypes"],
+        },
+        "server": server,
+        **report,
+    }
+    write_report(markdown(report), raw, args.markdown, args.out)
     return 1 if any(lib in failed for lib in OWN) else 0
 
 

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import scratch_dir, versions, write_random_file
+from benchmarks.common import scratch_dir, versions, write_random_file, write_report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = 4096
@@ -781,29 +781,19 @@ def main() -> int:
         "and highest in brackets; spread: the larger (highest - lowest) / median of the "
         "builds." + (f" Raw: [{raw}]({raw})." if raw else "")
     )
-    table = markdown(summary, labels, intro)
-    print(table)
-    if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write(table)
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(
-                {
-                    "versions": versions(),
-                    "args": vars(args),
-                    "device": args.device,
-                    "machine": machine,
-                    "measured_utc": when,
-                    "seconds": time.time() - started,
-                    "builds": seen,
-                    "checkpoint_writer": spec.get("checkpoint", {}).get("writer"),
-                    "summary": summary,
-                    "rounds": results,
-                },
-                fh,
-                indent=1,
-            )
+    raw = {
+        "versions": versions(),
+        "args": vars(args),
+        "device": args.device,
+        "machine": machine,
+        "measured_utc": when,
+        "seconds": time.time() - started,
+        "builds": seen,
+        "checkpoint_writer": spec.get("checkpoint", {}).get("writer"),
+        "summary": summary,
+        "rounds": results,
+    }
+    write_report(markdown(summary, labels, intro), raw, args.markdown, args.out)
     return 0
 
 
