@@ -266,3 +266,31 @@ def test_a_remote_directory_missing_pieces(tmp_path, server):
     with pytest.raises(ValueError, match="not valid JSON") as bad:
         kst.load_pretrained({}, f"{url}/llm")
     assert "secret" not in str(bad.value)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("body_bytes", [0, 8 + 100])
+def test_a_stalled_server_is_a_timeout_naming_the_url(body_bytes):
+    """A server that stops sending (before the header's length, or inside the header)
+    ends the load with a ``TimeoutError`` naming the URL once its attempt has taken
+    ``http_timeout``; pytest-timeout bounds a hang."""
+    from stalling_servers import stalling_server
+
+    from kvikpy import defaults
+    from kvikpy.errors import RemoteTimeoutError
+
+    with (
+        stalling_server(1 << 20, body_bytes) as server,
+        defaults.set({"http_timeout": 1, "http_max_attempts": 1}),
+    ):
+        for load in (
+            lambda: kst.load_file(server.url, device="cpu", framework="numpy"),
+            lambda: kst.load_into({}, server.url),
+            lambda: kst.read_header(server.url),
+        ):
+            with pytest.raises(RemoteTimeoutError) as info:
+                load()
+            assert isinstance(info.value, TimeoutError)
+            assert info.value.errno == errno.ETIMEDOUT
+            assert "stalled.bin" in str(info.value)
+        assert server.stalled >= 3  # one stalled request for each of the three loads
