@@ -231,9 +231,10 @@ def load_file(
     Returns
     -------
     dict
-        Tensor name to tensor. Read alone, tensors are views into one allocation per
-        file; a tensor whose offset is not a multiple of its item size (possible in files
-        that mix dtypes without padding) is copied to an aligned allocation instead.
+        Tensor name to tensor. Read alone, tensors are views into one allocation that
+        holds every file's data section (freed when the last of them is); a tensor whose
+        offset is not a multiple of its item size (possible in files that mix dtypes
+        without padding) is copied to an aligned allocation instead.
 
     Raises
     ------
