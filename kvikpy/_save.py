@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -220,7 +221,9 @@ def _describe_torch(name: str, t: Any, dtypes: Mapping[str, str]) -> _Tensor:
                 f"tensor {name!r} is a lazy view ({lazy}() is true): its memory does not "
                 f"hold its values; pass .{fix}()"
             )
-    buf = t.detach()  # a view of the same memory that DLPack exports (no autograd)
+    # Its bytes, as a flat uint8 view of the same memory, detached from autograd: every
+    # dtype then goes through DLPack (torch's export lacks some, float8 among them).
+    buf = t.detach().reshape(-1).view(sys.modules["torch"].uint8)
     address, nbytes, device = _lib.buffer_extent(buf)
     return _Tensor(
         name,
