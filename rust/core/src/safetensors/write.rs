@@ -223,7 +223,7 @@ fn check(t: &Entry) -> Result<usize> {
         DTYPES.iter().find(|(d, _)| *d == t.dtype),
     ) else {
         return Err(invalid(format!(
-            "{place} has dtype {}, which safetensors files written by kvikpy do not hold; \
+            "{place} has dtype {}, which is not a safetensors dtype kvikpy writes; \
              supported: {}",
             short_str(&t.dtype),
             DTYPES.map(|(d, _)| d).join(", ")

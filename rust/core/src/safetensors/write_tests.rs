@@ -142,7 +142,7 @@ fn each_refusal_says_what_is_wrong() {
     let big = i64::MAX as u64;
     let cases: &[(Vec<Entry>, &str)] = &[
         (vec![entry("__metadata__", "U8", &[1])], "may not be named '__metadata__'"),
-        (vec![entry("t", "F4", &[1])], "tensor 't' has dtype 'F4', which safetensors files written by kvikpy do not hold; supported: F64, F32,"),
+        (vec![entry("t", "F4", &[1])], "tensor 't' has dtype 'F4', which is not a safetensors dtype kvikpy writes; supported: F64, F32,"),
         (vec![entry("t", "f32", &[1])], "has dtype 'f32'"),
         (vec![bytes("t", "F32", &[2, 3], 20)], "tensor 't' (F32 of shape [2, 3]) has 20 bytes; its shape and dtype make 24 (4 bytes an item)"),
         (vec![bytes("t", "F64", &[1 << 62, 1 << 62], 0)], "its shape and dtype make more than 2**64"),
