@@ -26,6 +26,7 @@ __all__ = [
     "batch_device_meta",
     "batch_schema",
     "bounce_buffer_free",
+    "buffer_extent",
     "buffer_nbytes",
     "cancel_remote_io",
     "check_device_kwargs",
@@ -67,6 +68,7 @@ __all__ = [
     "read_scattered",
     "safetensors_header",
     "safetensors_merge",
+    "safetensors_new_header",
     "safetensors_pack",
     "safetensors_windows",
     "set_settings",
@@ -296,6 +298,10 @@ def read_file(
 def safetensors_header(
     file: str | PathLike[str] | FileHandle, name: str
 ) -> tuple[int, list[tuple[str, str, list[int], int, int]], list[tuple[str, str]]]: ...
+def safetensors_new_header(
+    tensors: list[tuple[str, str, list[int], int]],
+    metadata: list[tuple[str, str]] | None = None,
+) -> tuple[bytes, list[int], int]: ...
 def safetensors_merge(
     items: list[tuple[int, int, int, int, int]], sort: bool
 ) -> list[tuple[int, int, int, int, int, list[int]]]: ...
@@ -371,6 +377,7 @@ def device_pool_sizes() -> list[tuple[int, int]]: ...
 def gpu_pool_threads() -> tuple[int, int]: ...
 def _panic_for_tests(where_: str = ...) -> None: ...
 def buffer_nbytes(obj: Any, writable: bool = ...) -> int: ...
+def buffer_extent(obj: Any) -> tuple[int, int, int | None]: ...
 def wait_for_io(timeout: float) -> bool: ...
 def cancel_remote_io() -> None: ...
 def copy_wall(

@@ -10,12 +10,15 @@ it (the allocation lives as long as any of the tensors).
 (or a mapping of names to tensors or numpy arrays) already has, with no checkpoint-sized
 allocation; ``load_pretrained(model, directory)`` does the same for a checkpoint directory
 as transformers writes it.
+
+``save_file(tensors, path)`` writes a safetensors file from tensors where they lie (host
+or GPU memory), every tensor at once, whole or not at all.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import kvikpy._lib as _lib
@@ -33,6 +36,7 @@ __all__ = [
     "load_into",
     "load_pretrained",
     "read_header",
+    "save_file",
 ]
 
 # safetensors dtype -> (torch dtype name, numpy dtype name or None, item size in bytes)
@@ -57,6 +61,69 @@ _DTYPES: dict[str, tuple[str, str | None, int]] = {
     "F8_E5M2FNUZ": ("float8_e5m2fnuz", None, 1),
     "C64": ("complex64", "complex64", 8),
 }
+
+
+def save_file(
+    tensors: Mapping[str, Any],
+    filename: _paths.StrPath,
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Write tensors to a safetensors file, each straight from the memory it lies in.
+
+    The arguments are those of ``safetensors.torch.save_file``, and the file is one that
+    safetensors (and :func:`load_file`) reads. GPU tensors are written from GPU memory,
+    with no copy of the tensors in host memory; the header is written in one write and
+    every tensor's bytes at their offset, all started at once on kvikpy's thread pool.
+
+    The file is written whole or not at all: under a temporary name beside ``filename``,
+    renamed over it once every byte is written (synced to the disk first with the
+    ``write_sync`` setting). If anything fails on the way (a full disk, Ctrl-C), no file
+    is left under the temporary name and ``filename`` is as it was, or still absent.
+    Everything is checked before the file is created, so refused input changes nothing
+    on disk.
+
+    The header lists the tensors in the order their bytes follow each other: by item
+    size, largest first (8-byte dtypes, then 4, 2 and 1), within one size by dtype as
+    safetensors orders them, then by name. Each tensor therefore starts at a multiple of
+    its item size, and readers take it as a view, without a copy. It is the order
+    safetensors 0.8 writes in: for the same tensors and at most one metadata entry, the
+    file is byte for byte the one ``safetensors.torch.save_file`` writes (metadata
+    entries are written sorted by key, where safetensors writes them in no fixed order).
+
+    Parameters
+    ----------
+    tensors
+        Names to tensors: torch tensors (on the CPU or any GPU), numpy arrays, CuPy
+        arrays, or any array with ``__dlpack__`` or ``__cuda_array_interface__`` and a
+        ``dtype`` and ``shape``. Each must be contiguous, of a dtype safetensors holds
+        (bool, the integers, float16/32/64, complex64, bfloat16 and the float8 types),
+        and share no memory with another. Names are any strings but ``"__metadata__"``.
+    filename
+        The file to write (a ``str`` or ``os.PathLike``), replaced if it exists.
+    metadata
+        Strings to keep in the header's ``__metadata__`` (``{"format": "pt"}``), or
+        ``None`` to write none.
+
+    Raises
+    ------
+    TypeError
+        For ``tensors`` that is not a mapping, a name or a metadata key or value that is
+        not a string, or a tensor that is not an array.
+    ValueError
+        For a tensor that is not contiguous, on the meta device, of a dtype safetensors
+        lacks, or sharing memory with another (tied weights: keep one of them); a name
+        ``"__metadata__"``; a header past the format's 100 MB limit.
+    OSError
+        If the file cannot be written; ``filename`` is then as it was.
+
+    Examples
+    --------
+    >>> from kvikpy.safetensors import save_file                   # doctest: +SKIP
+    >>> save_file(model.state_dict(), "model.safetensors", {"format": "pt"})  # doctest: +SKIP
+    """
+    from kvikpy._save import save
+
+    save(tensors, filename, metadata, {names[0]: code for code, names in _DTYPES.items()})
 
 
 def read_header(path: _paths.StrPath) -> tuple[int, dict[str, Any], dict[str, str]]:

@@ -792,6 +792,21 @@ pub fn buffer_nbytes(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<usize> 
     Ok(intake(obj, access)?.span.len())
 }
 
+/// Validate `obj` as a buffer a file write takes, as [`buffer_nbytes`] does, without any
+/// I/O, and return where its memory lies: `(address, nbytes, ordinal)`, `ordinal` the GPU
+/// it is on (`None` for host memory, pinned memory included). Lets callers find buffers
+/// that share memory before they create a file.
+#[boundary]
+#[pyfunction]
+pub fn buffer_extent(obj: &Bound<'_, PyAny>) -> PyResult<(u64, usize, Option<usize>)> {
+    let span = intake(obj, Access::Drain)?.span;
+    let address = match span {
+        Span::Host(host) => host.as_ptr() as u64,
+        Span::Device(device) => device.ptr,
+    };
+    Ok((address, span.len(), span.ordinal()))
+}
+
 /// An integer argument of an entry point (an offset, a size, a count), for
 /// `#[pyo3(from_py_with = int_arg)]`: whatever `operator.index` takes (ints, numpy
 /// integers, objects with `__index__`) except `bool`, which is a `TypeError` as floats,

@@ -48,6 +48,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda::device_lookup, m)?)?;
     m.add_function(wrap_pyfunction!(read::read_file, m)?)?;
     m.add_function(wrap_pyfunction!(safetensors::safetensors_header, m)?)?;
+    m.add_function(wrap_pyfunction!(safetensors::safetensors_new_header, m)?)?;
     m.add_function(wrap_pyfunction!(safetensors::safetensors_merge, m)?)?;
     m.add_function(wrap_pyfunction!(safetensors::safetensors_pack, m)?)?;
     m.add_function(wrap_pyfunction!(safetensors::safetensors_windows, m)?)?;
@@ -55,6 +56,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(buffer::live_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(buffer::item_types, m)?)?;
     m.add_function(wrap_pyfunction!(intake::buffer_nbytes, m)?)?;
+    m.add_function(wrap_pyfunction!(intake::buffer_extent, m)?)?;
     m.add_function(wrap_pyfunction!(batch::read_files_batch, m)?)?;
     m.add_class::<batch::Progress>()?;
     m.add_function(wrap_pyfunction!(batch::read_ranges_batch, m)?)?;

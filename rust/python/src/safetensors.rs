@@ -1,15 +1,18 @@
-//! The safetensors loaders' engine calls: `kvikpy.safetensors.read_header`'s (the engine
-//! reads and checks the header of a local file or URL) and the read plan's (reads merged,
-//! pieces packed, staging windows; pure planning in `kvikpy_core::safetensors::plan`).
-//! This converts arguments and results between Python values and the engine's.
+//! The safetensors engine calls: `kvikpy.safetensors.read_header`'s (the engine reads and
+//! checks the header of a local file or URL), the read plan's (reads merged, pieces
+//! packed, staging windows; pure planning in `kvikpy_core::safetensors::plan`) and
+//! `save_file`'s header (checked, laid out and rendered in
+//! `kvikpy_core::safetensors::write`). This converts arguments and results between Python
+//! values and the engine's.
 
 use kvikpy_core::cancel::CancelToken;
 use kvikpy_core::safetensors::plan::{self, Merged, Order, Piece, Read};
+use kvikpy_core::safetensors::write::{write_header, Entry};
 use kvikpy_core::safetensors::{read_header, Header};
 use kvikpy_macros::boundary;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyBytes, PyTuple};
 
 use crate::batch::field;
 use crate::blocking::{interruptible_alone, without_gil};
@@ -44,6 +47,36 @@ pub fn safetensors_header(py: Python<'_>, file: FileArg, name: String) -> BindRe
         .map(|t| (t.name, t.dtype, t.shape, t.begin, t.end))
         .collect();
     Ok((header.data_start, tensors, header.metadata))
+}
+
+/// The header of a new safetensors file holding `tensors`, each `(name, dtype, shape,
+/// nbytes)`, with `metadata` pairs as its `__metadata__` (none when `None`):
+/// `(header, offsets, total_bytes)`, the header's bytes (length, JSON, padding), each
+/// tensor's offset in the data section in the order given, and the file's size.
+/// `ValueError` for what the engine refuses (an unknown dtype, a byte count other than
+/// the shape's, a name twice or `__metadata__`, a header past 100 MB).
+#[boundary]
+#[pyfunction]
+#[pyo3(signature = (tensors, metadata = None))]
+pub fn safetensors_new_header(
+    py: Python<'_>,
+    tensors: Vec<(String, String, Vec<u64>, u64)>,
+    metadata: Option<Vec<(String, String)>>,
+) -> BindResult<(Py<PyBytes>, Vec<u64>, u64)> {
+    let entries: Vec<Entry> = tensors
+        .into_iter()
+        .map(|(name, dtype, shape, nbytes)| Entry {
+            name,
+            dtype,
+            shape,
+            nbytes,
+        })
+        .collect();
+    // Up to 100 MB of JSON to render: without the GIL.
+    let written = without_gil(py, move || write_header(&entries, metadata.as_deref()))?;
+    let total = written.file_size();
+    let header = PyBytes::new(py, &written.header).unbind();
+    Ok((header, written.offsets, total))
 }
 
 /// One merged read as Python takes it: `(file, file_offset, length, dest, at, indices)`,

@@ -3,7 +3,8 @@
 //! file's size before the header is read, then the JSON (nesting bounded before parsing,
 //! no key twice), every tensor's fields, and offsets that cover the data section exactly.
 //! Every number from the file is checked with bounded arithmetic before it sizes anything.
-//! The loaders' read plan (merged reads, packed pieces, staging windows) is [`plan`].
+//! The loaders' read plan (merged reads, packed pieces, staging windows) is [`plan`]; the
+//! header of a file to write, [`write`].
 
 mod json;
 pub mod plan;
@@ -12,6 +13,9 @@ mod plan_tests;
 mod show;
 #[cfg(test)]
 mod tests;
+pub mod write;
+#[cfg(test)]
+mod write_tests;
 
 use crate::error::{Error, Result};
 use crate::settings::Settings;

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 /// A file held in memory, which may claim a size other than its length (a file that
 /// shrank after it was sized).
 #[derive(Debug)]
-struct Bytes(Vec<u8>, Option<u64>);
+pub(super) struct Bytes(pub(super) Vec<u8>, pub(super) Option<u64>);
 
 impl Source for Bytes {
     fn name(&self) -> &'static str {

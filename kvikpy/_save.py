@@ -1,0 +1,260 @@
+"""The checks and writes behind :func:`kvikpy.safetensors.save_file`.
+
+Every tensor is described once (its safetensors dtype, its shape, and where its bytes
+lie: the host or a GPU, at which address), and everything that could not be written as
+it is (a dtype the format lacks, a tensor that is not contiguous, on the meta device, or
+sharing memory with another) is refused before the file is created. The engine then
+checks the names and sizes and lays out the header
+(``kvikpy_core::safetensors::write``); the header and every tensor are written at once
+on kvikpy's pool, each straight from the memory it lies in, into a new file that takes
+the target's place only once every byte is written (:meth:`CuFile._one_shot`).
+
+torch tensors are recognised by their type, so torch is never imported here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kvikpy._lib as _lib
+from kvikpy import _paths
+from kvikpy._dtypes import BFLOAT16_TYPESTR
+from kvikpy.cufile import CuFile, IOFuture, wait_all
+
+__all__ = ["save"]
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """One tensor to save, described once."""
+
+    name: str
+    buf: Any  # what the write reads: the array, or a torch tensor detached from autograd
+    dtype: str  # safetensors code
+    shape: tuple[int, ...]
+    nbytes: int
+    device: int | None  # the GPU its memory is on; None for host memory
+    address: int
+    storage: int | None  # a torch tensor's storage address (to say so in messages)
+
+
+def save(tensors: Any, filename: _paths.StrPath, metadata: Any, dtypes: Mapping[str, str]) -> None:
+    """Write ``tensors`` with ``metadata`` to ``filename`` as a safetensors file (see
+    :func:`kvikpy.safetensors.save_file`); ``dtypes`` maps dtype names as torch, numpy
+    and ml_dtypes spell them (``"float32"``, ``"bfloat16"``) to safetensors codes."""
+    name = _paths.fspath(filename)
+    if _paths.is_url(name):
+        raise ValueError(
+            f"save_file writes local files, not {_paths.redact_url(name)!r}; write the file "
+            "locally, then upload it"
+        )
+    pairs = _metadata(metadata)
+    if not isinstance(tensors, Mapping):
+        raise TypeError(
+            "save_file's tensors must be a mapping (a dict) of names to tensors, not "
+            f"{type(tensors).__name__}"
+        )
+    described = [_describe(key, obj, dtypes) for key, obj in tensors.items()]
+    _refuse_overlaps(described)
+    rows = [(t.name, t.dtype, list(t.shape), t.nbytes) for t in described]
+    header, offsets, _ = _lib.safetensors_new_header(rows, pairs)
+    # Everything is checked: only now is a file created. It takes `name`'s place once
+    # every byte is written; a failure (a full disk, Ctrl-C) removes it, leaving `name`
+    # as it was.
+    with CuFile._one_shot(name) as f:
+        jobs = [(header, len(header), 0)]
+        jobs += [
+            (t.buf, t.nbytes, len(header) + offset)
+            for t, offset in zip(described, offsets, strict=True)
+            if t.nbytes
+        ]
+        written = _write_all(f, jobs)
+        for (_, size, offset), n in zip(jobs, written, strict=True):
+            if n != size:
+                raise OSError(
+                    f"{name}: {n} of {size} bytes were written at offset {offset}; the file "
+                    "was not replaced"
+                )
+
+
+def _write_all(f: CuFile, jobs: list[tuple[Any, int, int]]) -> list[int]:
+    """Start every ``(buffer, size, file_offset)`` write at once, then wait for them all
+    (the first error raised once all have finished); the bytes each wrote."""
+    futures: list[IOFuture] = []
+    try:
+        for buf, size, offset in jobs:
+            futures.append(f.pwrite(buf, size, offset))
+    except BaseException:
+        for started in futures:  # leave none running behind the error
+            with contextlib.suppress(Exception):  # the error raised is the first one
+                started.get()
+        raise
+    return wait_all(futures)
+
+
+def _text(value: Any, what: str) -> str:
+    """``value`` as a plain ``str`` that UTF-8 encodes; ``TypeError`` for a non-string,
+    ``ValueError`` for a string with a lone surrogate (no UTF-8 holds it)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__} {value!r:.80}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{what} {value!r:.80} has a lone surrogate ({e.reason} at position {e.start}), "
+            "which UTF-8, and so a safetensors header, cannot hold"
+        ) from None
+    return str.__str__(value)  # a str subclass as the plain text it holds
+
+
+def _metadata(metadata: Any) -> list[tuple[str, str]] | None:
+    """``metadata`` as the engine takes it: ``None``, or its ``(key, value)`` strings."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise TypeError(
+            "metadata must be None or a dict of str to str, not "
+            f"{type(metadata).__name__}; pass {{'key': 'value'}}"
+        )
+    pairs = []
+    for key, value in metadata.items():
+        key = _text(key, "a metadata key")
+        if not isinstance(value, str):
+            raise TypeError(
+                f"metadata[{key!r}] is {type(value).__name__} {value!r:.80}; metadata values "
+                "are strings (pass str(value), or json.dumps(value) for structured values)"
+            )
+        pairs.append((key, _text(value, f"metadata[{key!r}]")))
+    return pairs
+
+
+def _dtype_name(dtype: Any) -> str:
+    """A dtype's name as torch and numpy spell it: ``"float32"``, ``"bfloat16"``."""
+    text = str(dtype)
+    if text.startswith("torch."):
+        return text.removeprefix("torch.")
+    name = getattr(dtype, "name", None)
+    return name if isinstance(name, str) else text
+
+
+def _unsupported(name: str, shown: str, dtypes: Mapping[str, str]) -> ValueError:
+    return ValueError(
+        f"tensor {name!r} has dtype {shown}, which safetensors cannot hold; supported: "
+        f"{', '.join(dtypes)} (convert it, e.g. with .astype() or .to())"
+    )
+
+
+def _not_contiguous(name: str, torch: bool) -> ValueError:
+    fix = "call .contiguous()" if torch else "pass numpy.ascontiguousarray(a) (cupy's for CuPy)"
+    return ValueError(
+        f"tensor {name!r} is not contiguous: save_file writes each tensor's bytes from the "
+        f"memory where they lie, in order; {fix} to save a contiguous copy"
+    )
+
+
+def _describe(key: Any, obj: Any, dtypes: Mapping[str, str]) -> _Tensor:
+    """Tensor ``obj`` named ``key`` as a :class:`_Tensor`; ``TypeError`` or
+    ``ValueError`` for what cannot be written as it is."""
+    name = _text(key, "a tensor name")
+    module = type(obj).__module__ or ""
+    if module.startswith("torch") and hasattr(obj, "untyped_storage"):
+        return _describe_torch(name, obj, dtypes)
+    dtype = getattr(obj, "dtype", None)
+    shape = getattr(obj, "shape", None)
+    if dtype is None or shape is None:
+        raise TypeError(
+            f"tensor {name!r} is a {type(obj).__name__}; save_file writes arrays: torch "
+            "tensors, numpy or CuPy arrays, anything with __dlpack__ or "
+            "__cuda_array_interface__ and a dtype and shape"
+        )
+    dtype_name = _dtype_name(dtype)
+    if isinstance(obj, _lib.Buffer) and obj.typestr == BFLOAT16_TYPESTR:
+        dtype_name = "bfloat16"  # kvikpy's 2-byte items without ml_dtypes
+    code = dtypes.get(dtype_name)
+    if code is None or getattr(dtype, "fields", None):
+        raise _unsupported(name, dtype_name, dtypes)
+    if getattr(dtype, "byteorder", "=") == ">":
+        raise ValueError(
+            f"tensor {name!r} is big-endian ({dtype.str}); safetensors holds little-endian "
+            f"bytes: pass a.astype('{dtype.str.replace('>', '<')}')"
+        )
+    flags = getattr(obj, "flags", None)
+    if flags is not None and not getattr(flags, "c_contiguous", True):
+        raise _not_contiguous(name, False)
+    address, nbytes, device = _lib.buffer_extent(obj)
+    return _Tensor(name, obj, code, tuple(int(d) for d in shape), nbytes, device, address, None)
+
+
+def _describe_torch(name: str, t: Any, dtypes: Mapping[str, str]) -> _Tensor:
+    """torch tensor ``t`` as a :class:`_Tensor`."""
+    kind = t.device.type
+    if kind == "meta":
+        raise ValueError(
+            f"tensor {name!r} is on the meta device: it has a shape but no values to save; "
+            "materialise the model first (model.to_empty(device=...), then load or "
+            "initialise its weights)"
+        )
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(
+            f"tensor {name!r} is on {t.device}; save_file writes CPU and CUDA tensors: "
+            "move it with .to('cpu') or .to('cuda')"
+        )
+    if str(t.layout) != "torch.strided":
+        raise ValueError(
+            f"tensor {name!r} is a {t.layout} tensor; safetensors holds dense tensors: "
+            "pass .to_dense()"
+        )
+    dtype_name = _dtype_name(t.dtype)
+    code = dtypes.get(dtype_name)
+    if code is None:
+        raise _unsupported(name, f"torch.{dtype_name}", dtypes)
+    if not t.is_contiguous():
+        raise _not_contiguous(name, True)
+    for lazy, fix in (("is_conj", "resolve_conj"), ("is_neg", "resolve_neg")):
+        if getattr(t, lazy, lambda: False)():
+            raise ValueError(
+                f"tensor {name!r} is a lazy view ({lazy}() is true): its memory does not "
+                f"hold its values; pass .{fix}()"
+            )
+    # Its bytes, as a flat uint8 view of the same memory, detached from autograd: every
+    # dtype then goes through DLPack (torch's export lacks some, float8 among them).
+    buf = t.detach().reshape(-1).view(sys.modules["torch"].uint8)
+    address, nbytes, device = _lib.buffer_extent(buf)
+    return _Tensor(
+        name,
+        buf,
+        code,
+        tuple(t.shape),
+        nbytes,
+        device,
+        address,
+        t.untyped_storage().data_ptr(),
+    )
+
+
+def _refuse_overlaps(described: list[_Tensor]) -> None:
+    """``ValueError`` naming two tensors whose bytes overlap in the memory of one device
+    (tied weights, views of one array): a file holds each tensor's own bytes."""
+    spans = sorted(
+        (-1 if t.device is None else t.device, t.address, t.address + t.nbytes, k)
+        for k, t in enumerate(described)
+        if t.nbytes
+    )
+    for a, b in itertools.pairwise(spans):
+        if a[0] == b[0] and b[1] < a[2]:
+            first, second = described[a[3]], described[b[3]]
+            how = (
+                "the same torch storage, overlapping bytes"
+                if first.storage is not None and first.storage == second.storage
+                else "their bytes overlap"
+            )
+            raise ValueError(
+                f"tensors {first.name!r} and {second.name!r} share memory ({how}); a "
+                "safetensors file holds each tensor's bytes once: keep one of them (tie "
+                "the other to it again after loading), or save a copy (.clone(), .copy())"
+            )

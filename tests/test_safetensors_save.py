@@ -1,0 +1,416 @@
+"""kvikpy.safetensors.save_file with numpy arrays (and kvikpy Buffers) on the host: round
+trips read back by safetensors and by kvikpy, files byte for byte safetensors' own,
+refusals that change nothing on disk, and failed or interrupted writes that leave no file
+under the final name. torch and GPU tensors: tests/gpu/test_safetensors_save_gpu.py."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import safetensors
+import safetensors.numpy as stn
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import kvikpy
+import kvikpy.safetensors as kst
+from kvikpy import _lib, _save
+from kvikpy.cufile import CuFile
+
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+# Every dtype numpy has that safetensors holds, with its code and item size.
+NUMPY_DTYPES = {
+    "float64": ("F64", 8),
+    "float32": ("F32", 4),
+    "float16": ("F16", 2),
+    "complex64": ("C64", 8),
+    "int64": ("I64", 8),
+    "int32": ("I32", 4),
+    "int16": ("I16", 2),
+    "int8": ("I8", 1),
+    "uint64": ("U64", 8),
+    "uint32": ("U32", 4),
+    "uint16": ("U16", 2),
+    "uint8": ("U8", 1),
+    "bool": ("BOOL", 1),
+}
+
+
+def header_of(path: Path) -> tuple[int, dict[str, Any]]:
+    """The header length and JSON of a safetensors file, read without kvikpy."""
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    return n, json.loads(raw[8 : 8 + n])
+
+
+def sample() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    return {
+        "w": rng.standard_normal((16, 9)).astype(np.float32),
+        "b": rng.standard_normal(9).astype(np.float16),
+        "ids": rng.integers(-(2**40), 2**40, 17),
+        "u": rng.integers(0, 2**63, 3, dtype=np.uint64),
+        "mask": rng.integers(0, 2, (3, 5)).astype(bool),
+        "c": (rng.standard_normal(4) + 1j).astype(np.complex64),
+        "scalar": np.array(3.5),
+        "empty": np.zeros((0, 4), dtype=np.int32),
+        "bytes": rng.integers(0, 256, 1001).astype(np.uint8),
+        "i8": rng.integers(-128, 128, 5).astype(np.int8),
+    }
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal dtype, shape and bytes (NaNs included)."""
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def read_back(path: Path, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None):
+    """Assert that safetensors and kvikpy both read ``path`` back as ``tensors`` and
+    ``metadata``."""
+    for loaded in (stn.load_file(path), kst.load_file(path, framework="numpy")):
+        assert loaded.keys() == tensors.keys()
+        for name, a in tensors.items():
+            assert same(loaded[name], a), name
+    with safetensors.safe_open(path, framework="numpy") as f:
+        assert f.metadata() == metadata
+    assert kst.read_header(path)[2] == (metadata or {})
+
+
+def test_a_checkpoint_round_trips_and_is_safetensors_own_file(tmp_path: Path) -> None:
+    tensors = sample()
+    path = tmp_path / "model.safetensors"
+    assert kst.save_file(tensors, path, {"format": "np"}) is None
+    read_back(path, tensors, {"format": "np"})
+    stn.save_file(tensors, tmp_path / "reference.safetensors", {"format": "np"})
+    assert path.read_bytes() == (tmp_path / "reference.safetensors").read_bytes()
+    assert sorted(os.listdir(tmp_path)) == ["model.safetensors", "reference.safetensors"]
+
+
+def test_every_tensor_starts_item_aligned_in_size_order(tmp_path: Path) -> None:
+    path = tmp_path / "m.st"
+    kst.save_file(sample(), str(path))
+    n, header = header_of(path)
+    assert (8 + n) % 8 == 0
+    # 8-byte items, then 4, 2 and 1; by dtype within a size (U64, I64, F64, C64; F32,
+    # I32), then by name.
+    assert list(header) == ["u", "ids", "scalar", "c", "w", "empty", "b", "i8", "bytes", "mask"]
+    sizes = {code: size for code, size in NUMPY_DTYPES.values()}
+    ends = 0
+    for info in header.values():
+        begin, end = info["data_offsets"]
+        assert begin == ends and (8 + n + begin) % sizes[info["dtype"]] == 0
+        ends = end
+    assert path.stat().st_size == 8 + n + ends
+
+
+names = st.text(max_size=12).filter(lambda s: s != "__metadata__")
+arrays = st.sampled_from(sorted(NUMPY_DTYPES)).flatmap(
+    lambda dtype: hnp.arrays(
+        np.dtype(dtype), hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5)
+    )
+)
+
+
+@SETTINGS
+@given(
+    tensors=st.dictionaries(names, arrays, max_size=8),
+    metadata=st.none() | st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+)
+def test_any_arrays_round_trip(
+    tmp_path: Path, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None
+) -> None:
+    # One path for every example: each replaces the file the one before wrote.
+    path = tmp_path / "t.safetensors"
+    kst.save_file(tensors, path, metadata)
+    assert os.listdir(tmp_path) == ["t.safetensors"]
+    read_back(path, tensors, metadata)
+    # safetensors writes several metadata entries in no fixed order (kvikpy sorts them),
+    # and no valid header at all for empty metadata without tensors.
+    if (metadata is None or len(metadata) <= 1) and (tensors or metadata is None):
+        assert path.read_bytes() == stn.save(tensors, metadata)
+
+
+def test_several_metadata_entries_are_sorted_by_key(tmp_path: Path) -> None:
+    path = tmp_path / "m.st"
+    kst.save_file({}, path, {"z": "1", "a": "2", "": "3"})
+    assert header_of(path)[1] == {"__metadata__": {"": "3", "a": "2", "z": "1"}}
+    assert path.read_bytes()[8:].startswith(b'{"__metadata__":{"":"3","a":"2","z":"1"}}')
+
+
+def test_views_of_one_array_that_do_not_overlap_are_saved(tmp_path: Path) -> None:
+    base = np.arange(20, dtype=np.int32)
+    path = tmp_path / "v.st"
+    # Side by side in one array: [0, 5), [5, 10) and [10, 20).
+    kst.save_file({"low": base[:5], "high": base[10:], "row": base.reshape(4, 5)[1]}, path)
+    read_back(path, {"low": base[:5], "high": base[10:], "row": base[5:10]}, None)
+
+
+def test_a_kvikpy_buffer_of_bfloat16_is_saved_as_bf16(tmp_path: Path) -> None:
+    raw = np.arange(8, dtype=np.uint16) + 0x3F80
+    (tmp_path / "raw").write_bytes(raw.tobytes())
+    buf = kvikpy.read(tmp_path / "raw", device="cpu", dtype="bfloat16", shape=(2, 4))
+    path = tmp_path / "b.st"
+    kst.save_file({"h": buf, "f": np.ones(3, np.float32)}, path)
+    n, header = header_of(path)
+    assert header["h"] == {"dtype": "BF16", "shape": [2, 4], "data_offsets": [12, 28]}
+    assert path.read_bytes()[8 + n + 12 :] == raw.tobytes()
+
+
+def test_an_os_path_and_a_str_path_write_the_same(tmp_path: Path) -> None:
+    kst.save_file(sample(), tmp_path / "a.st")
+    kst.save_file(sample(), str(tmp_path / "b.st"))
+    assert (tmp_path / "a.st").read_bytes() == (tmp_path / "b.st").read_bytes()
+
+
+def test_a_larger_file_is_replaced_whole(tmp_path: Path) -> None:
+    path = tmp_path / "m.st"
+    path.write_bytes(b"x" * 100_000)
+    kst.save_file({"a": np.arange(3, dtype=np.uint8)}, path)
+    assert stn.load_file(path)["a"].tolist() == [0, 1, 2]
+    assert path.stat().st_size == len(stn.save({"a": np.arange(3, dtype=np.uint8)}))
+
+
+def test_the_engine_lays_out_the_header() -> None:
+    header, offsets, total = _lib.safetensors_new_header(
+        [("b", "U8", [3], 3), ("a", "F64", [], 8)], [("k", "v")]
+    )
+    assert header[8:].rstrip(b" ") == (
+        b'{"__metadata__":{"k":"v"},"a":{"dtype":"F64","shape":[],"data_offsets":[0,8]},'
+        b'"b":{"dtype":"U8","shape":[3],"data_offsets":[8,11]}}'
+    )
+    assert (offsets, total) == ([8, 0], len(header) + 11)
+    with pytest.raises(ValueError, match=r"has 4 bytes; its shape and dtype make 8"):
+        _lib.safetensors_new_header([("a", "F64", [1], 4)])
+
+
+def test_buffer_extent_says_where_an_array_lies() -> None:
+    a = np.arange(10, dtype=np.int64)
+    assert _lib.buffer_extent(a[2:]) == (a.ctypes.data + 16, 64, None)
+    with pytest.raises(ValueError, match="not contiguous"):
+        _lib.buffer_extent(a[::2])
+
+
+class Name(str):
+    """A name that is a different key from every other: two equal names in one dict."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+
+BASE = np.arange(24, dtype=np.float32)
+REFUSED: list[tuple[str, Any, Any, type[Exception], str]] = [
+    ("object", {"a": np.array([1, None])}, None, ValueError, "dtype object, which safetensors"),
+    ("complex128", {"a": np.ones(2, complex)}, None, ValueError, "dtype complex128"),
+    ("longdouble", {"a": np.ones(2, np.longdouble)}, None, ValueError, "dtype float128"),
+    ("str", {"a": np.array(["x"])}, None, ValueError, "dtype str32"),
+    ("structured", {"a": np.zeros(2, "i4,f4")}, None, ValueError, "safetensors cannot hold"),
+    ("big-endian", {"a": np.ones(2, ">f4")}, None, ValueError, r"big-endian \(>f4\).*'<f4'"),
+    (
+        "strided",
+        {"a": BASE.reshape(4, 6)[:, ::2]},
+        None,
+        ValueError,
+        "'a' is not contiguous.*ascontiguousarray",
+    ),
+    ("fortran", {"ok": BASE, "t": BASE.reshape(4, 6).T}, None, ValueError, "'t' is not contiguous"),
+    (
+        "overlap",
+        {"x": BASE[:10], "y": BASE[5:15]},
+        None,
+        ValueError,
+        "tensors 'x' and 'y' share memory \\(their bytes overlap\\).*keep one",
+    ),
+    ("twice", {"x": BASE, "tied": BASE}, None, ValueError, "share memory"),
+    (
+        "inside",
+        {"all": BASE, "row": BASE.reshape(4, 6)[2], "z": np.zeros(1)},
+        None,
+        ValueError,
+        "'all' and 'row' share memory",
+    ),
+    (
+        "same name",
+        {Name("w"): np.zeros(1), Name("w"): np.ones(1)},
+        None,
+        ValueError,
+        "tensor 'w' is given twice",
+    ),
+    ("metadata name", {"__metadata__": np.zeros(1)}, None, ValueError, "'__metadata__'"),
+    ("int name", {1: np.zeros(1)}, None, TypeError, "a tensor name must be a str, not int"),
+    ("surrogate", {"\ud800": np.zeros(1)}, None, ValueError, "lone surrogate"),
+    ("not an array", {"a": b"bytes"}, None, TypeError, "'a' is a bytes; save_file writes arrays"),
+    ("list", [("a", np.zeros(1))], None, TypeError, "must be a mapping"),
+    ("metadata list", {"a": BASE}, [("k", "v")], TypeError, "metadata must be None or a dict"),
+    ("metadata int", {"a": BASE}, {"k": 1}, TypeError, r"metadata\['k'\] is int 1"),
+    ("metadata key", {"a": BASE}, {1: "v"}, TypeError, "a metadata key must be a str"),
+    ("metadata surrogate", {}, {"k": "\udfff"}, ValueError, "lone surrogate"),
+]
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["existing", "absent"])
+@pytest.mark.parametrize(
+    ("tensors", "metadata", "error", "message"),
+    [case[1:] for case in REFUSED],
+    ids=[case[0] for case in REFUSED],
+)
+def test_refused_input_changes_nothing_on_disk(
+    tmp_path: Path, existing: bool, tensors: Any, metadata: Any, error: type, message: str
+) -> None:
+    path = tmp_path / "model.safetensors"
+    if existing:
+        path.write_bytes(b"the old checkpoint")
+    with pytest.raises(error, match=message):
+        kst.save_file(tensors, path, metadata)
+    assert os.listdir(tmp_path) == (["model.safetensors"] if existing else [])
+    if existing:
+        assert path.read_bytes() == b"the old checkpoint"
+
+
+def test_a_url_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="writes local files"):
+        kst.save_file({}, "s3://bucket/model.safetensors")
+
+
+def test_a_missing_directory_is_an_os_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        kst.save_file({"a": BASE}, tmp_path / "no" / "m.st")
+    assert os.listdir(tmp_path) == []
+
+
+class Recorder:
+    """``CuFile.pwrite`` wrapped: every call and every wait recorded in order; the
+    ``fail_at``-th call (from 0) raises ``raise_`` instead of starting."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail_at: int = -1, raise_: Any = None):
+        self.events: list[tuple[str, int, int]] = []
+        real = CuFile.pwrite
+        recorder = self
+
+        class Future:
+            def __init__(self, inner: Any, size: int, offset: int) -> None:
+                self.inner, self.size, self.offset = inner, size, offset
+
+            def get(self) -> int:
+                recorder.events.append(("wait", self.size, self.offset))
+                return int(self.inner.get())
+
+        def pwrite(f: CuFile, buf: Any, size: int | None = None, file_offset: int = 0) -> Any:
+            assert size is not None
+            if len([e for e in self.events if e[0] == "start"]) == fail_at:
+                raise raise_
+            self.events.append(("start", size, file_offset))
+            return Future(real(f, buf, size, file_offset), size, file_offset)
+
+        monkeypatch.setattr(CuFile, "pwrite", pwrite)
+
+
+def test_the_header_and_every_tensor_are_started_before_any_is_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rec = Recorder(monkeypatch)
+    tensors = sample()
+    kst.save_file(tensors, tmp_path / "m.st")
+    n, header = header_of(tmp_path / "m.st")
+    starts = [e for e in rec.events if e[0] == "start"]
+    # One write for the header, one per tensor with bytes; none for "empty".
+    assert starts[0] == ("start", 8 + n, 0)
+    expected = sorted(
+        (info["data_offsets"][1] - info["data_offsets"][0], 8 + n + info["data_offsets"][0])
+        for name, info in header.items()
+        if name != "empty"
+    )
+    assert sorted(e[1:] for e in starts[1:]) == expected
+    assert [e[0] for e in rec.events] == ["start"] * len(starts) + ["wait"] * len(starts)
+    read_back(tmp_path / "m.st", tensors, None)
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt(), OSError(errno.ENOSPC, "No space")])
+@pytest.mark.parametrize("existing", [True, False], ids=["existing", "absent"])
+def test_a_write_that_fails_midway_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: BaseException, existing: bool
+) -> None:
+    path = tmp_path / "model.safetensors"
+    if existing:
+        path.write_bytes(b"the old checkpoint")
+    rec = Recorder(monkeypatch, fail_at=3, raise_=failure)
+    with pytest.raises(type(failure)):
+        kst.save_file(sample(), path)
+    # The writes started before the failure were all waited for.
+    assert sorted(e[1:] for e in rec.events if e[0] == "wait") == sorted(
+        e[1:] for e in rec.events if e[0] == "start"
+    )
+    assert len(rec.events) == 6
+    assert os.listdir(tmp_path) == (["model.safetensors"] if existing else [])
+    if existing:
+        assert path.read_bytes() == b"the old checkpoint"
+
+
+def test_a_failed_write_is_raised_after_all_have_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write whose future fails (a full disk): the others are waited for, then the
+    error is raised, and the file is not replaced."""
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"the old checkpoint")
+    waited: list[int] = []
+
+    class Failing:
+        def __init__(self, k: int) -> None:
+            self.k = k
+
+        def get(self) -> int:
+            waited.append(self.k)
+            if self.k == 1:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return 0
+
+    count = iter(range(100))
+    monkeypatch.setattr(CuFile, "pwrite", lambda *a, **k: Failing(next(count)))
+    with pytest.raises(OSError, match="No space left"):
+        kst.save_file(sample(), path)
+    assert waited == list(range(len(sample())))  # header + 9 tensors with bytes
+    assert os.listdir(tmp_path) == ["model.safetensors"]
+    assert path.read_bytes() == b"the old checkpoint"
+
+
+def test_a_short_write_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "model.safetensors"
+
+    class Short:
+        def get(self) -> int:
+            return 1
+
+    monkeypatch.setattr(CuFile, "pwrite", lambda *a, **k: Short())
+    with pytest.raises(OSError, match=r"1 of \d+ bytes were written at offset 0"):
+        kst.save_file({"a": BASE}, path)
+    assert os.listdir(tmp_path) == []
+
+
+def test_write_sync_is_honoured(tmp_path: Path) -> None:
+    kvikpy.defaults.set("write_sync", True)
+    kst.save_file(sample(), tmp_path / "m.st")
+    read_back(tmp_path / "m.st", sample(), None)
+
+
+def test_the_module_describes_numpy_arrays_without_torch() -> None:
+    t = _save._describe("a", BASE[2:5], {"float32": "F32"})
+    assert (t.dtype, t.shape, t.nbytes, t.device, t.storage) == ("F32", (3,), 12, None, None)
+    assert t.address == BASE.ctypes.data + 8
