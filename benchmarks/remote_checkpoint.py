@@ -463,39 +463,27 @@ def write_checkpoint(path: str, size_mib: int, count: int, bfloat16: bool) -> di
         n = max(1, per // itemsize[dtype])
         return [n // 1024, 1024] if n >= 1024 else [n]
 
+    rng = np.random.default_rng(0)
+    torch: Any = None
     if bfloat16:
         import torch
-        from safetensors.torch import save_file as torch_save
-
-        kinds = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
-        g = torch.Generator().manual_seed(0)
-        for i in range(count):
-            dtype = names[i % len(names)]
-            t = torch.randn(shape(dtype), generator=g).to(kinds[dtype])
-            name = f"model.layers.{i}.weight"
-            tensors[name] = t
-            info[name] = {
-                "dtype": dtype,
-                "shape": list(t.shape),
-                "sum": int(t.reshape(-1).view(torch.uint8).sum(dtype=torch.int64)),
-            }
-        torch_save(tensors, path)
+        from safetensors.torch import save_file as save
     else:
-        from safetensors.numpy import save_file as numpy_save
-
-        kinds_np = {"F32": np.float32, "F16": np.float16}
-        rng = np.random.default_rng(0)
-        for i in range(count):
-            dtype = names[i % len(names)]
-            a = rng.standard_normal(shape(dtype), dtype=np.float32).astype(kinds_np[dtype])
-            name = f"model.layers.{i}.weight"
-            tensors[name] = a
-            info[name] = {
-                "dtype": dtype,
-                "shape": list(a.shape),
-                "sum": int(a.reshape(-1).view(np.uint8).sum(dtype=np.int64)),
-            }
-        numpy_save(tensors, path)
+        from safetensors.numpy import save_file as save
+    for i in range(count):
+        dtype = names[i % len(names)]
+        values = rng.standard_normal(shape(dtype), dtype=np.float32)
+        if torch is not None:
+            kind = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}[dtype]
+            t = torch.from_numpy(values).to(kind)
+            raw = t.reshape(-1).view(torch.uint8).numpy()
+        else:
+            t = values.astype({"F32": np.float32, "F16": np.float16}[dtype])
+            raw = t.reshape(-1).view(np.uint8)
+        name = f"model.layers.{i}.weight"
+        tensors[name] = t
+        info[name] = {"dtype": dtype, "shape": list(t.shape), "sum": int(raw.sum(dtype=np.int64))}
+    save(tensors, path)
     return {"tensors": info, "dtypes": names}
 
 
