@@ -43,10 +43,17 @@ class _Tensor:
     storage: int | None  # a torch tensor's storage address (to say so in messages)
 
 
-def save(tensors: Any, filename: _paths.StrPath, metadata: Any, dtypes: Mapping[str, str]) -> None:
+def save(
+    tensors: Any,
+    filename: _paths.StrPath,
+    metadata: Any,
+    dtypes: Mapping[str, str],
+    sync: bool = True,
+) -> None:
     """Write ``tensors`` with ``metadata`` to ``filename`` as a safetensors file (see
     :func:`kvikpy.safetensors.save_file`); ``dtypes`` maps dtype names as torch, numpy
-    and ml_dtypes spell them (``"float32"``, ``"bfloat16"``) to safetensors codes."""
+    and ml_dtypes spell them (``"float32"``, ``"bfloat16"``) to safetensors codes; with
+    ``sync``, the file and its rename reach the disk before this returns."""
     name = _paths.fspath(filename)
     if _paths.is_url(name):
         raise ValueError(
@@ -64,17 +71,17 @@ def save(tensors: Any, filename: _paths.StrPath, metadata: Any, dtypes: Mapping[
     rows = [(t.name, t.dtype, list(t.shape), t.nbytes) for t in described]
     header, offsets, _ = _lib.safetensors_new_header(rows, pairs)
     # Everything is checked: only now is a file created. It takes `name`'s place once
-    # every byte is written; a failure (a full disk, Ctrl-C) removes it, leaving `name`
-    # as it was.
-    with CuFile._one_shot(name) as f:
-        jobs = [(header, len(header), 0)]
+    # every byte is written (synced first with `sync`); a failure (a full disk, Ctrl-C)
+    # removes it, leaving `name` as it was.
+    with CuFile._one_shot(name, sync=bool(sync)) as f:
+        jobs: list[tuple[CuFile, Any, int, int]] = [(f, header, len(header), 0)]
         jobs += [
-            (t.buf, t.nbytes, len(header) + offset)
+            (f, t.buf, t.nbytes, len(header) + offset)
             for t, offset in zip(described, offsets, strict=True)
             if t.nbytes
         ]
-        written = _write_all(f, jobs)
-        for (_, size, offset), n in zip(jobs, written, strict=True):
+        written = _write_all(jobs)
+        for (_, _, size, offset), n in zip(jobs, written, strict=True):
             if n != size:
                 raise OSError(
                     f"{name}: {n} of {size} bytes were written at offset {offset}; the file "
@@ -82,12 +89,12 @@ def save(tensors: Any, filename: _paths.StrPath, metadata: Any, dtypes: Mapping[
                 )
 
 
-def _write_all(f: CuFile, jobs: list[tuple[Any, int, int]]) -> list[int]:
-    """Start every ``(buffer, size, file_offset)`` write at once, then wait for them all
-    (the first error raised once all have finished); the bytes each wrote."""
+def _write_all(jobs: list[tuple[CuFile, Any, int, int]]) -> list[int]:
+    """Start every ``(file, buffer, size, file_offset)`` write at once, then wait for them
+    all (the first error raised once all have finished); the bytes each wrote."""
     futures: list[IOFuture] = []
     try:
-        for buf, size, offset in jobs:
+        for f, buf, size, offset in jobs:
             futures.append(f.pwrite(buf, size, offset))
     except BaseException:
         for started in futures:  # leave none running behind the error

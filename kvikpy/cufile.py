@@ -317,7 +317,7 @@ class CuFile(OpenFile):
     @classmethod
     @contextlib.contextmanager
     def _one_shot(
-        cls, file: _paths.StrPath, span: tuple[int, int] | None = None
+        cls, file: _paths.StrPath, span: tuple[int, int] | None = None, sync: bool | None = None
     ) -> Iterator[CuFile]:
         """``file`` written by one call (:func:`kvikpy.write`, :func:`kvikpy.numpy.tofile`,
         :func:`kvikpy.arrow.write_ipc` through pyarrow), whole or not at all.
@@ -325,11 +325,12 @@ class CuFile(OpenFile):
         The body writes a new file under a temporary name beside ``file``: empty for a
         whole new file (``span`` None), or, for a write of ``span = (offset, nbytes)``
         that leaves some of ``file``'s bytes in place, a copy of ``file``. It takes
-        ``file``'s place only once the body has finished (synced to the disk first with
-        the ``write_sync`` setting); if the body raises (a full disk, an interrupt, a bad
-        source), the temporary file is removed and ``file`` is exactly as it was, or still
-        absent. A path naming something other than a regular file (a device, a pipe)
-        cannot be replaced and is written in place."""
+        ``file``'s place only once the body has finished (synced to the disk first if
+        ``sync``, or by default with the ``write_sync`` setting); if the body raises (a
+        full disk, an interrupt, a bad source), the temporary file is removed and
+        ``file`` is exactly as it was, or still absent. A path naming something other
+        than a regular file (a device, a pipe) cannot be replaced and is written in
+        place."""
         name = _paths.fspath(file)
         try:
             st: os.stat_result | None = os.stat(name)
@@ -350,7 +351,9 @@ class CuFile(OpenFile):
         except BaseException:
             replacement.abort()
             raise
-        replacement.commit(bool(_lib.get_setting("write_sync")))
+        if sync is None:
+            sync = bool(_lib.get_setting("write_sync"))
+        replacement.commit(sync)
 
     def fileno(self) -> int:
         """The file descriptor (the one without O_DIRECT)."""
