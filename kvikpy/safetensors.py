@@ -12,7 +12,9 @@ allocation; ``load_pretrained(model, directory)`` does the same for a checkpoint
 as transformers writes it.
 
 ``save_file(tensors, path)`` writes a safetensors file from tensors where they lie (host
-or GPU memory), every tensor at once, whole or not at all.
+or GPU memory), every tensor at once, whole or not at all; ``save_pretrained(model,
+directory)`` writes a checkpoint directory as transformers does, in shards, every shard
+at once, whole or not at all.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = [
     "load_pretrained",
     "read_header",
     "save_file",
+    "save_pretrained",
 ]
 
 # safetensors dtype -> (torch dtype name, numpy dtype name or None, item size in bytes)
@@ -62,11 +65,16 @@ _DTYPES: dict[str, tuple[str, str | None, int]] = {
     "C64": ("complex64", "complex64", 8),
 }
 
+# dtype name as torch and numpy spell it -> safetensors dtype, for the writers
+_SAVED_DTYPES = {names[0]: code for code, names in _DTYPES.items()}
+
 
 def save_file(
     tensors: Mapping[str, Any],
     filename: _paths.StrPath,
     metadata: Mapping[str, str] | None = None,
+    *,
+    sync: bool = True,
 ) -> None:
     """Write tensors to a safetensors file, each straight from the memory it lies in.
 
@@ -76,9 +84,11 @@ def save_file(
     every tensor's bytes at their offset, all started at once on kvikpy's thread pool.
 
     The file is written whole or not at all: under a temporary name beside ``filename``,
-    renamed over it once every byte is written (synced to the disk first with the
-    ``write_sync`` setting). If anything fails on the way (a full disk, Ctrl-C), no file
-    is left under the temporary name and ``filename`` is as it was, or still absent.
+    renamed over it once every byte is written. If anything fails on the way (a full
+    disk, Ctrl-C), no file is left under the temporary name and ``filename`` is as it
+    was, or still absent. With ``sync`` (the default) the file's bytes reach the disk
+    (``fsync``) before the rename, and the rename (``fsync`` of the directory) before
+    this returns.
     Everything is checked before the file is created, so refused input changes nothing
     on disk.
 
@@ -103,6 +113,12 @@ def save_file(
     metadata
         Strings to keep in the header's ``__metadata__`` (``{"format": "pt"}``), or
         ``None`` to write none.
+    sync
+        Whether the file and its rename are synced to the disk before this returns: on
+        by default, as a checkpoint is worth the wait; ``False`` returns sooner and
+        leaves the writing back to the operating system (a power failure soon after may
+        then lose the new file, though never leave a partial one under ``filename``).
+        The ``write_sync`` setting does not apply here.
 
     Raises
     ------
@@ -123,7 +139,98 @@ def save_file(
     """
     from kvikpy._save import save
 
-    save(tensors, filename, metadata, {names[0]: code for code, names in _DTYPES.items()})
+    save(tensors, filename, metadata, _SAVED_DTYPES, sync)
+
+
+def save_pretrained(
+    tensors: Any,
+    directory: _paths.StrPath,
+    *,
+    max_shard_size: int | str = "5GB",
+    metadata: Mapping[str, str] | None = None,
+    sync: bool = True,
+) -> None:
+    """Write a checkpoint directory as transformers' ``save_pretrained`` writes its
+    weights: ``model.safetensors``, or shards and their index.
+
+    The tensors are packed, in the order given (a module's state-dict order), into
+    shards of at most ``max_shard_size`` bytes of tensor data: a shard is closed when the
+    next tensor would take it past the limit, and a tensor larger than the limit has a
+    shard of its own. One shard is written as ``model.safetensors``, with no index.
+    Several are written as ``model-00001-of-0000N.safetensors`` (numbers of five
+    digits), with ``model.safetensors.index.json``: ``{"metadata": {"total_size": ...},
+    "weight_map": {name: shard}}``, where ``total_size`` is the sum of the tensors'
+    bytes and the names are sorted. transformers' ``from_pretrained`` and
+    :func:`load_pretrained` read the directory.
+
+    Each shard is written as :func:`save_file` writes a file (every tensor straight from
+    the memory it lies in, the same header order), and all shards in one pass: every
+    shard's header and tensor writes are started at once on kvikpy's thread pool, then
+    waited for together; a failed write is raised once all have finished.
+
+    The checkpoint is written whole or not at all. Everything is checked before any
+    file is created (the directory is created if missing, once the checks pass). Every
+    shard and the index are written under temporary names in ``directory``; only when
+    all are complete are they renamed into place, the index last. If anything fails
+    before (a full disk, Ctrl-C), every temporary file is removed and the directory is
+    as it was, an earlier checkpoint in it included. Once the new files are in place,
+    what an earlier save left that they do not replace is removed: shards named
+    ``model-NNNNN-of-NNNNN.safetensors`` that the new index does not name, and
+    ``model.safetensors.index.json`` when the new checkpoint is one file (or
+    ``model.safetensors`` when it is sharded), which loaders would otherwise read
+    instead of the new files. No other file of the directory is touched.
+
+    Parameters
+    ----------
+    tensors
+        A ``torch.nn.Module`` (its ``state_dict()`` is saved), or a mapping of names to
+        tensors as :func:`save_file` takes it. In a module, tied tensors (one tensor under
+        several names, as a language model's output layer tied to its embedding) are
+        saved once: under the first of their names, in state-dict order, that the module
+        does not declare as tied (transformers models declare the names to drop in
+        ``_tied_weights_keys``, as names or regular expressions, on the model or on any
+        submodule), or under the first name if it declares them all. Loading re-ties them
+        (:func:`load_pretrained` calls the model's ``tie_weights()``, as transformers
+        does). In a mapping, tensors that share memory are refused as :func:`save_file`
+        refuses them.
+    directory
+        The checkpoint directory (a ``str`` or ``os.PathLike``), created if missing.
+    max_shard_size
+        The most bytes of tensor data per shard (the header adds a little): an ``int``,
+        or a string of a number and a unit, case-insensitive, as transformers takes it:
+        ``"5GB"``, ``"500MB"``, ``"100KB"`` (powers of 1000) or ``"10GiB"``,
+        ``"512MiB"`` (powers of 1024).
+    metadata
+        Strings for every shard's ``__metadata__``. By default ``{"format": "pt"}`` when
+        ``tensors`` is a module or holds a torch tensor, ``{"format": "np"}`` otherwise.
+        transformers' ``from_pretrained`` needs ``"format": "pt"`` among them.
+    sync
+        Whether every file is synced to the disk (``fsync``) before the renames, and the
+        directory after them, before this returns (see :func:`save_file`).
+
+    Raises
+    ------
+    TypeError
+        For ``tensors`` that is neither a module nor a mapping, a ``max_shard_size``
+        that is neither an ``int`` nor a string, or what :func:`save_file` refuses.
+    ValueError
+        For a ``max_shard_size`` that is not a positive size, a URL for ``directory``,
+        or what :func:`save_file` refuses (for a module, two names of one tensor are
+        not refused: they are tied).
+    NotADirectoryError
+        If ``directory`` names something other than a directory.
+    OSError
+        If a file cannot be written; the directory is then as it was.
+
+    Examples
+    --------
+    >>> from kvikpy.safetensors import save_pretrained               # doctest: +SKIP
+    >>> save_pretrained(model, "checkpoint", max_shard_size="2GB")   # doctest: +SKIP
+    >>> model.config.save_pretrained("checkpoint")                   # doctest: +SKIP
+    """
+    from kvikpy._save_pretrained import save_pretrained as save
+
+    save(tensors, directory, max_shard_size, metadata, sync, _SAVED_DTYPES)
 
 
 def read_header(path: _paths.StrPath) -> tuple[int, dict[str, Any], dict[str, str]]:
