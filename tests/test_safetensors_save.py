@@ -404,12 +404,6 @@ def test_a_short_write_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert os.listdir(tmp_path) == []
 
 
-def test_write_sync_is_honoured(tmp_path: Path) -> None:
-    kvikpy.defaults.set("write_sync", True)
-    kst.save_file(sample(), tmp_path / "m.st")
-    read_back(tmp_path / "m.st", sample(), None)
-
-
 def test_the_module_describes_numpy_arrays_without_torch() -> None:
     t = _save._describe("a", BASE[2:5], {"float32": "F32"})
     assert (t.dtype, t.shape, t.nbytes, t.device, t.storage) == ("F32", (3,), 12, None, None)
