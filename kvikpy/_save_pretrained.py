@@ -227,13 +227,34 @@ def save_pretrained(
         body = {"metadata": {"total_size": total}, "weight_map": weight_map}
         index = (json.dumps(body, indent=2, sort_keys=True) + "\n").encode()
     # Everything is checked: only now does anything change on disk.
-    os.makedirs(where, exist_ok=True)
-    _write(where, names, layouts, index, sync)
+    made = _make_directory(where)
+    try:
+        _write(where, names, layouts, index, sync)
+    except BaseException:
+        for path in made:  # the directories made for this save, deepest first
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+        raise
     try:
         _remove_stale(where, set(names))
     finally:
         if sync:  # the renames (and removals) reach the disk
             _fsync_directory(where)
+
+
+def _make_directory(where: str) -> list[str]:
+    """Make directory ``where`` and its missing parents; the directories made, deepest
+    first (removed again if the save fails)."""
+    missing: list[str] = []
+    path = os.path.abspath(where)
+    while not os.path.exists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    os.makedirs(where, exist_ok=True)
+    return missing
 
 
 def _write(

@@ -173,7 +173,9 @@ def save_pretrained(
     shard and the index are written under temporary names in ``directory``; only when
     all are complete are they renamed into place, the index last. If anything fails
     before (a full disk, Ctrl-C), every temporary file is removed and the directory is
-    as it was, an earlier checkpoint in it included. Once the new files are in place,
+    as it was, an earlier checkpoint in it included (a directory made for the save is
+    removed again). The renames follow each other: a crash between two of them can
+    leave some new shards beside the earlier index. Once the new files are in place,
     what an earlier save left that they do not replace is removed: shards named
     ``model-NNNNN-of-NNNNN.safetensors`` that the new index does not name, and
     ``model.safetensors.index.json`` when the new checkpoint is one file (or

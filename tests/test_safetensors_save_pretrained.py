@@ -392,6 +392,15 @@ def test_a_save_that_fails_midway_leaves_the_earlier_checkpoint(
     assert snapshot(tmp_path) == before  # no temporary file left, nothing replaced
 
 
+def test_a_directory_made_for_a_failed_save_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Recorder(monkeypatch, fail_at=2, raise_=OSError(errno.ENOSPC, "No space"))
+    with pytest.raises(OSError, match="No space"):
+        kst.save_pretrained(sample(), tmp_path / "a" / "b", max_shard_size="2KB")
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_failed_write_is_raised_after_all_have_finished(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
