@@ -363,13 +363,10 @@ def test_a_write_that_fails_midway_leaves_no_file(
         assert path.read_bytes() == b"the old checkpoint"
 
 
-def test_a_failed_write_is_raised_after_all_have_finished(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A write whose future fails (a full disk): the others are waited for, then the
-    error is raised, and the file is not replaced."""
-    path = tmp_path / "model.safetensors"
-    path.write_bytes(b"the old checkpoint")
+def failing_writes(monkeypatch: pytest.MonkeyPatch, fail_at: int) -> list[int]:
+    """Make every ``CuFile.pwrite`` return a future (numbered in the order started) that
+    writes nothing, the ``fail_at``-th failing with ENOSPC (a full disk) when waited for;
+    returns the numbers of the futures waited for, in order."""
     waited: list[int] = []
 
     class Failing:
@@ -378,12 +375,23 @@ def test_a_failed_write_is_raised_after_all_have_finished(
 
         def get(self) -> int:
             waited.append(self.k)
-            if self.k == 1:
+            if self.k == fail_at:
                 raise OSError(errno.ENOSPC, "No space left on device")
             return 0
 
-    count = iter(range(100))
+    count = iter(range(1 << 20))
     monkeypatch.setattr(CuFile, "pwrite", lambda *a, **k: Failing(next(count)))
+    return waited
+
+
+def test_a_failed_write_is_raised_after_all_have_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write whose future fails (a full disk): the others are waited for, then the
+    error is raised, and the file is not replaced."""
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"the old checkpoint")
+    waited = failing_writes(monkeypatch, 1)
     with pytest.raises(OSError, match="No space left"):
         kst.save_file(sample(), path)
     assert waited == list(range(len(sample())))  # header + 9 tensors with bytes

@@ -20,6 +20,7 @@ import safetensors.numpy as stn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from test_safetensors_save import failing_writes
 
 import kvikpy
 import kvikpy.safetensors as kst
@@ -405,20 +406,7 @@ def test_a_failed_write_is_raised_after_all_have_finished(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = earlier_save(tmp_path)
-    waited: list[int] = []
-
-    class Failing:
-        def __init__(self, k: int) -> None:
-            self.k = k
-
-        def get(self) -> int:
-            waited.append(self.k)
-            if self.k == 2:
-                raise OSError(errno.ENOSPC, "No space left on device")
-            return 0
-
-    count = iter(range(100))
-    monkeypatch.setattr(CuFile, "pwrite", lambda *a, **k: Failing(next(count)))
+    waited = failing_writes(monkeypatch, 2)
     with pytest.raises(OSError, match="No space left"):
         kst.save_pretrained(sample(), tmp_path, max_shard_size="2KB")
     assert waited == list(range(4 + len(sample()) - 1))
