@@ -239,7 +239,7 @@ def save_pretrained(
         _remove_stale(where, set(names))
     finally:
         if sync:  # the renames (and removals) reach the disk
-            _fsync_directory(where)
+            _lib.sync_directory(where)
 
 
 def _make_directory(where: str) -> list[str]:
@@ -279,10 +279,8 @@ def _write(
         with contextlib.ExitStack() as opened:
             jobs: list[tuple[CuFile, Any, int, int]] = []
             shown: list[str] = []  # the shard of each job, for messages
-            files: list[CuFile] = []
             for name, (chosen, header, offsets) in zip(names, layouts, strict=True):
                 f = opened.enter_context(CuFile(replacement(name).path, "r+"))
-                files.append(f)
                 jobs.append((f, header, len(header), 0))
                 jobs += [
                     (f, t.buf, t.nbytes, len(header) + offset)
@@ -297,28 +295,14 @@ def _write(
                         f"{name}: {n} of {size} bytes were written at offset {offset}; the "
                         f"checkpoint in {where!r} was not replaced"
                     )
-            if sync:
-                for f in files:
-                    os.fsync(f.fileno())
         if index is not None:
-            r = replacement(_INDEX)
-            with open(r.path, "wb") as out:
+            with open(replacement(_INDEX).path, "wb") as out:
                 out.write(index)
-                out.flush()
-                if sync:
-                    os.fsync(out.fileno())
-        # Every file is complete (and on the disk, with sync): now they take their places.
+        if sync:  # every file on the disk before the first takes its place
+            for r in replacements:
+                r.sync()
         for r in replacements:
             r.commit(False)
-
-
-def _fsync_directory(where: str) -> None:
-    """``fsync`` of directory ``where``: the names it holds reach the disk."""
-    fd = os.open(where, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _remove_stale(where: str, written: set[str]) -> None:

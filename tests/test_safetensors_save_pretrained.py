@@ -432,17 +432,10 @@ def test_a_failed_sync_leaves_the_earlier_checkpoint(
     """Every file is synced before any is renamed: a sync that fails (an I/O error)
     replaces nothing."""
     before = earlier_save(tmp_path)
-    calls: list[int] = []
-
-    def fsync(fd: int) -> None:
-        calls.append(fd)
-        if len(calls) == 3:
-            raise OSError(errno.EIO, "Input/output error")
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    seen = SyncRecorder(monkeypatch, tmp_path, fail_at=3)
     with pytest.raises(OSError, match="Input/output error"):
         kst.save_pretrained(sample(), tmp_path, max_shard_size="2KB")
-    assert len(calls) == 3
+    assert len(seen.files) == 3 and seen.commits == [] and seen.directories == []
     assert snapshot(tmp_path) == before
 
 
@@ -501,73 +494,78 @@ def test_a_resave_with_the_same_shard_count_replaces_every_shard(tmp_path: Path)
     check_checkpoint(tmp_path, tensors, 2000, {"format": "np"})
 
 
-def fsync_recorder(monkeypatch: pytest.MonkeyPatch, directory: Path) -> list[tuple[str, list[str]]]:
-    """``os.fsync`` wrapped: for each call, the path synced and the directory's listing."""
-    calls: list[tuple[str, list[str]]] = []
-    real = os.fsync
+class SyncRecorder:
+    """``_lib.Replacement`` and ``_lib.sync_directory`` wrapped (the engine's fsyncs of
+    a save): each file synced, with the directory's listing at that moment; each commit's
+    ``sync``; each directory synced, with its listing. With ``fail_at``, that file sync
+    fails with an I/O error instead."""
 
-    def fsync(fd: int) -> None:
-        calls.append((os.readlink(f"/proc/self/fd/{fd}"), sorted(os.listdir(directory))))
-        real(fd)
+    def __init__(
+        self, monkeypatch: pytest.MonkeyPatch, directory: Path, fail_at: int | None = None
+    ) -> None:
+        self.files: list[tuple[str, list[str]]] = []
+        self.commits: list[bool] = []
+        self.directories: list[tuple[str, list[str]]] = []
+        real, real_directory, seen = _lib.Replacement, _lib.sync_directory, self
 
-    monkeypatch.setattr(os, "fsync", fsync)
-    return calls
+        class Recorded:
+            def __init__(self, target: Any, keep: bool) -> None:
+                self.inner = real(target, keep)
+                self.path = self.inner.path
+
+            def sync(self) -> None:
+                seen.files.append((self.path, sorted(os.listdir(directory))))
+                if len(seen.files) == fail_at:
+                    raise OSError(errno.EIO, "Input/output error")
+                self.inner.sync()
+
+            def commit(self, sync: bool) -> None:
+                seen.commits.append(sync)
+                self.inner.commit(sync)
+
+            def abort(self) -> None:
+                self.inner.abort()
+
+        def sync_directory(path: Any) -> None:
+            seen.directories.append((str(path), sorted(os.listdir(path))))
+            real_directory(path)
+
+        monkeypatch.setattr(_lib, "Replacement", Recorded)
+        monkeypatch.setattr(_lib, "sync_directory", sync_directory)
 
 
 def test_sync_syncs_every_file_before_the_renames_and_the_directory_after(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls = fsync_recorder(monkeypatch, tmp_path)
+    seen = SyncRecorder(monkeypatch, tmp_path)
     kst.save_pretrained(sample(), tmp_path, max_shard_size="2KB")
     final = sorted(os.listdir(tmp_path))
     assert len(final) == 5
-    files, (directory, listing) = calls[:-1], calls[-1]
-    assert directory == str(tmp_path) and listing == final
-    synced = [os.path.basename(path) for path, _ in files]
+    assert seen.directories == [(str(tmp_path), final)]
+    assert seen.commits == [False] * 5  # the files are synced already
+    synced = [os.path.basename(path) for path, _ in seen.files]
     # The four shards and the index, under their temporary names, none renamed yet.
     assert len(synced) == 5
-    for name, (_, seen) in zip(synced, files, strict=True):
+    for name, (_, listing) in zip(synced, seen.files, strict=True):
         assert name.startswith(".") and name.endswith(".tmp")
-        assert not set(seen) & set(final)
+        assert not set(listing) & set(final)
     assert sorted(n[1:].split(".kvikpy-")[0] for n in synced) == final
 
 
 def test_sync_false_syncs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = fsync_recorder(monkeypatch, tmp_path)
-    commits = replacement_recorder(monkeypatch)
+    seen = SyncRecorder(monkeypatch, tmp_path)
     with kvikpy.defaults.set("write_sync", True):  # the setting does not apply here
         kst.save_pretrained(sample(), tmp_path, max_shard_size="2KB", sync=False)
         kst.save_pretrained(sample(), tmp_path / "one", sync=False)
-    assert calls == []
-    assert commits == [False] * 6
+    assert seen.files == [] and seen.directories == []
+    assert seen.commits == [False] * 6
     check_checkpoint(tmp_path / "one", sample(), 5 * 10**9, {"format": "np"})
-
-
-def replacement_recorder(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """``_lib.Replacement`` wrapped: the ``sync`` of every commit."""
-    commits: list[bool] = []
-    real = _lib.Replacement
-
-    class Recorded:
-        def __init__(self, target: Any, keep: bool) -> None:
-            self.inner = real(target, keep)
-            self.path = self.inner.path
-
-        def commit(self, sync: bool) -> None:
-            commits.append(sync)
-            self.inner.commit(sync)
-
-        def abort(self) -> None:
-            self.inner.abort()
-
-    monkeypatch.setattr(_lib, "Replacement", Recorded)
-    return commits
 
 
 def test_save_file_syncs_unless_told_not_to(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    commits = replacement_recorder(monkeypatch)
+    commits = SyncRecorder(monkeypatch, tmp_path).commits
     kst.save_file({"a": BASE}, tmp_path / "a.st")
     kst.save_file({"a": BASE}, tmp_path / "b.st", sync=False)
     with kvikpy.defaults.set("write_sync", True):  # save_file's own argument decides

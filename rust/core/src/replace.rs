@@ -119,28 +119,45 @@ impl Replacement {
         &self.temp
     }
 
+    /// The written file's bytes reach the disk (`fsync` of the temporary file), before
+    /// it takes the target's place. Writers of several files sync them all first, then
+    /// commit each without `sync` and [`sync_directory`] once.
+    pub fn sync(&self) -> Result<()> {
+        File::open(&self.temp)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::os("fsync", &self.temp, e))
+    }
+
+    /// The directory the target is in (`.` for a bare name).
+    pub fn directory(&self) -> &Path {
+        match self.target.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        }
+    }
+
     /// Put the written file in the target's place: with `sync`, its bytes and the rename
-    /// reach the disk first (`fsync` of the file, then of the directory).
+    /// reach the disk first ([`Replacement::sync`], then [`sync_directory`]).
     pub fn commit(mut self, sync: bool) -> Result<()> {
         if sync {
-            File::open(&self.temp)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| Error::os("fsync", &self.temp, e))?;
+            self.sync()?;
         }
         std::fs::rename(&self.temp, &self.target)
             .map_err(|e| Error::os("rename", &self.temp, e))?;
         self.done = true;
         if sync {
-            let dir = match self.target.parent() {
-                Some(d) if !d.as_os_str().is_empty() => d,
-                _ => Path::new("."),
-            };
-            File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| Error::os("fsync", dir, e))?;
+            sync_directory(self.directory())?;
         }
         Ok(())
     }
+}
+
+/// The names directory `dir` holds reach the disk (`fsync` of the directory): after
+/// renames into it, or removals from it.
+pub fn sync_directory(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::os("fsync", dir, e))
 }
 
 impl Drop for Replacement {

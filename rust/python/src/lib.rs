@@ -109,6 +109,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(page_cache::read_path_counters, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_os_error_for_tests, m)?)?;
     m.add_class::<replace::Replacement>()?;
+    m.add_function(wrap_pyfunction!(replace::sync_directory, m)?)?;
     m.add_class::<remote::RemoteHandle>()?;
     m.add_class::<remote::S3Credentials>()?;
     m.add_function(wrap_pyfunction!(remote::infer_remote_endpoint_type, m)?)?;

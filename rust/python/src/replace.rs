@@ -45,6 +45,15 @@ impl Replacement {
         self.temp.clone()
     }
 
+    /// `fsync` of the written file (see `commit`): a writer of several files syncs them
+    /// all before the first is renamed into place.
+    fn sync(&self, py: Python<'_>) -> BindResult<()> {
+        let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let inner = guard.as_ref().ok_or_else(finished)?;
+        // The lock is held: `commit` and `abort` wait for the sync to finish.
+        without_gil(py, || inner.sync())
+    }
+
     /// Rename the written file over the target (synced first with `sync`).
     fn commit(&self, py: Python<'_>, sync: bool) -> BindResult<()> {
         let inner = self
@@ -60,4 +69,11 @@ impl Replacement {
     fn abort(&self) {
         drop(self.inner.lock().unwrap_or_else(|e| e.into_inner()).take());
     }
+}
+
+/// `fsync` of directory `path`: the renames into it and removals from it reach the disk.
+#[boundary]
+#[pyfunction]
+pub fn sync_directory(py: Python<'_>, path: PathBuf) -> BindResult<()> {
+    without_gil(py, move || kvikpy_core::replace::sync_directory(&path))
 }
