@@ -8,9 +8,10 @@ One file per GPU (``--file-mib`` each, random bytes, warm in the page cache). Ro
   copy, no GPU; 64 MiB calls), and torch's memory copy on as many threads (the host's
   memory, which the page-cache copy reads and writes once per byte, and the DMA reads
   once more), and the page-cache copy as kvikpy's I/O threads make it
-  (``kvikpy._lib.copy_wall``: native threads, each reading 16 MiB pieces of every file
-  into one pinned buffer of its own that it reuses, no DMA: the wall any one-process read
-  meets);
+  (``kvikpy._lib.copy_wall``: native threads, each reading pieces of every file into one
+  pinned buffer of its own that it reuses, no DMA: the wall any one-process read meets),
+  with pieces of kvikpy's chunk (4 MiB), 1 MiB and 16 MiB, since the copy is fastest
+  while the buffers in use fit in the CPU's last-level cache;
 - kvikpy in one process: one ``CuFile.read`` per GPU from Python threads started
   together, at each ``--threads`` value (``gpu_threads``: the threads of each GPU's pool;
   ``auto``: kvikpy's defaults), and ``read_many(files, device=[...])`` (which allocates
@@ -184,22 +185,25 @@ for nthreads in spec["preadv_threads"]:
         if r:
             times.append(time.perf_counter() - t0)
     out["memcpy"][str(nthreads)] = nbytes // 2 * len(gpus) / statistics.median(times) / 1e9
-# The page-cache copy as kvikpy's I/O threads make it: native threads, each pread'ing 16 MiB
-# pieces of every file into one pinned buffer of its own that it reuses, with no DMA after.
+# The page-cache copy as kvikpy's I/O threads make it: native threads, each pread'ing pieces
+# of every file into one pinned buffer of its own that it reuses, with no DMA after; pieces
+# of kvikpy's chunk (4 MiB), of 1 MiB and of 16 MiB (the CPU's cache sets the pace).
 import numpy as np
 import kvikpy._lib as _lib
 mine = files[: len(gpus)]
 sampled = sum(int(np.fromfile(f, np.uint8)[::4096].sum(dtype=np.uint64)) for f in mine)
 out["copy_wall"] = {}
-for nthreads in spec["preadv_threads"]:
-    times = []
-    for r in range(runs + 1):
-        seconds, moved, check = _lib.copy_wall(mine, nthreads, 16 << 20, True)
-        if (moved, check) != (nbytes * len(gpus), sampled):
-            sys.exit(f"copy_wall read {moved} bytes, sample sum {check}; expected {sampled}")
-        if r:
-            times.append(seconds)
-    out["copy_wall"][str(nthreads)] = moved / statistics.median(times) / 1e9
+for mib in spec["wall_pieces"]:
+    by = out["copy_wall"][str(mib)] = {}
+    for nthreads in spec["preadv_threads"]:
+        times = []
+        for r in range(runs + 1):
+            seconds, moved, check = _lib.copy_wall(mine, nthreads, mib << 20, True)
+            if (moved, check) != (nbytes * len(gpus), sampled):
+                sys.exit(f"copy_wall read {moved} bytes, sample sum {check}; expected {sampled}")
+            if r:
+                times.append(seconds)
+        by[str(nthreads)] = moved / statistics.median(times) / 1e9
 print(json.dumps(out))
 """
 
@@ -305,7 +309,19 @@ def main() -> None:
     base = {"files": files, "sums": sums, "gpus": gpus, "runs": args.runs}
 
     (ceil,) = collect(
-        [spawn(CEILINGS, {**base, "counts": counts, "preadv_threads": [16, 32, 64]}, folder, env)],
+        [
+            spawn(
+                CEILINGS,
+                {
+                    **base,
+                    "counts": counts,
+                    "preadv_threads": [16, 32, 64],
+                    "wall_pieces": [4, 1, 16],
+                },
+                folder,
+                env,
+            )
+        ],
         "ceilings",
         600,
     )
@@ -432,13 +448,15 @@ def main() -> None:
         + " | ".join([""] * (len(counts) - 1) + [pre])
         + " |"
     )
-    wall = " / ".join(f"{v:.1f}" for v in ceil.get("copy_wall", {}).values())
-    lines.append(
-        "| page-cache copy as kvikpy's threads make it (native threads, 16 MiB pinned buffer "
-        "each, reused; no DMA), every file, 16 / 32 / 64 threads | "
-        + " | ".join([""] * (len(counts) - 1) + [wall])
-        + " |"
-    )
+    for mib, by in ceil.get("copy_wall", {}).items():
+        wall = " / ".join(f"{v:.1f}" for v in by.values())
+        what = "kvikpy's chunk" if mib == "4" else "pieces"
+        lines.append(
+            f"| page-cache copy as kvikpy's threads make it (native threads, a {mib} MiB pinned "
+            f"buffer each ({what}), reused; no DMA), every file, 16 / 32 / 64 threads | "
+            + " | ".join([""] * (len(counts) - 1) + [wall])
+            + " |"
+        )
     mem = " / ".join(f"{v:.1f}" for v in ceil["memcpy"].values())
     lines.append(
         "| host memory copy (torch, half of each pinned buffer onto its other half), 16 / 32 "
