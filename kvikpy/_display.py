@@ -77,7 +77,8 @@ NO_GPU_IO = "none: CUDA is not available, so reads and writes use host memory on
 def io_threads(num_threads: int, per_gpu: int, device_count: int, budget: int = 0) -> str:
     """How many I/O threads kvikpy runs, for ``info``: one pool of ``num_threads`` for
     host transfers, and one of ``per_gpu`` for each GPU that device transfers use, at
-    most ``budget`` of them copying at once (0: no bound)."""
+    most ``budget`` of them moving bytes at once, shared among the GPUs in use (0: no
+    bound)."""
     rule = f"{num_threads} for host transfers"
     if device_count:
         total = num_threads + per_gpu * device_count
@@ -87,7 +88,10 @@ def io_threads(num_threads: int, per_gpu: int, device_count: int, budget: int = 
             f"{total} in all with {gpus} in use"
         )
         if budget and budget < per_gpu * device_count:
-            rule += f", at most {budget} of the GPUs' threads copying at once"
+            rule += (
+                f", at most {budget} of the GPUs' threads moving bytes at once, shared among "
+                "the GPUs in use"
+            )
         rule += ")"
     return rule
 

@@ -425,8 +425,9 @@ def test_io_threads_rule_counts_one_pool_per_gpu():
     assert "8 per GPU" in four and "up to 48 in all with all 4 GPUs in use)" in four
     bounded = _display.io_threads(16, 16, 4, 32)
     assert bounded.endswith(
-        "up to 80 in all with all 4 GPUs in use, at most 32 of the GPUs' threads copying at once)"
+        "up to 80 in all with all 4 GPUs in use, at most 32 of the GPUs' threads moving bytes "
+        "at once, shared among the GPUs in use)"
     )
     # A budget no pool can reach is not mentioned.
     one = _display.io_threads(16, 16, 1, 32)
-    assert "copying" not in one and one.endswith("up to 32 in all with its GPU in use)")
+    assert "moving" not in one and one.endswith("up to 32 in all with its GPU in use)")

@@ -131,7 +131,7 @@ pub struct Settings {
     pub num_threads: usize,
     /// kvikpy's own: threads of each GPU's pool (device transfers), 1 to
     /// [`MAX_NUM_THREADS`]; 0 (the default) chooses ([`Settings::gpu_pool_threads`]) and
-    /// bounds the threads copying at once ([`Settings::copy_budget`]).
+    /// bounds the GPU threads moving bytes at once ([`Settings::copy_budget`]).
     pub gpu_threads: usize,
     /// The largest piece of a request one pool task handles, in bytes.
     pub task_size: usize,
@@ -360,17 +360,17 @@ impl Settings {
         Self::from_env_with(|name| std::env::var(name).ok())
     }
 
-    /// The I/O threads one process may keep copying at once, for all its GPUs together,
-    /// when `gpu_threads` is automatic (0): `max(16, cpus / 2)` shared by the `processes`
-    /// processes of one job on this host (`LOCAL_WORLD_SIZE`, as torchrun sets it),
-    /// at least [`MIN_AUTO_GPU_THREADS`]; `None` when `gpu_threads` is set (each GPU's
-    /// pool then runs all its threads).
+    /// The GPU threads one process may keep moving bytes between files and pinned memory
+    /// at once, for all its GPUs together, when `gpu_threads` is automatic (0):
+    /// `max(16, cpus / 2)` shared by the `processes` processes of one job on this host
+    /// (`LOCAL_WORLD_SIZE`, as torchrun sets it), at least [`MIN_AUTO_GPU_THREADS`];
+    /// `None` when `gpu_threads` is set (each GPU's pool then runs all its threads). The
+    /// GPUs in use at a moment share it equally ([`crate::pool::copy_turn`]).
     ///
-    /// Measured on a host with 4 GPUs and 64 cores (warm files, 2 GiB per GPU): one
-    /// process with 16 threads per GPU read 44.7, 81.8 and 87.2 GB/s onto 1, 2 and 4
-    /// GPUs, with 8 per GPU 39.7, 69.8 and 93.1 (4x H200); onto 4 GPUs 8 per GPU read
-    /// 97.8 against 77.6 for 16 (4x H100). About 32 copying threads in all is best,
-    /// however many GPUs, and one or two GPUs want 16 each.
+    /// Measured on a host with 4 H200s and 64 cores (warm files, 2 GiB per GPU, one
+    /// process): 16 threads per GPU read 45.0, 84.2 and 73.6 GB/s onto 1, 2 and 4 GPUs,
+    /// 8 per GPU 41.5, 69.4 and 95.9; under this budget 45.5, 83.3 and 96.0. About 32
+    /// busy threads in all is best, however many GPUs, and one or two GPUs want 16 each.
     pub fn copy_budget(&self, cpus: usize, processes: usize) -> Option<usize> {
         if self.gpu_threads > 0 {
             return None;
@@ -733,7 +733,7 @@ mod tests {
             num_threads: 16,
             ..Settings::default()
         };
-        // The measured host (64 cores): 16 threads per GPU, 32 copying at once in all.
+        // The measured host (64 cores): 16 threads per GPU, 32 busy at once in all.
         assert_eq!(s.gpu_pool_threads(64, 1), 16);
         assert_eq!(s.copy_budget(64, 1), Some(32));
         // Four processes of one job on it (torchrun): 8 each.
