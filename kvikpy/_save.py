@@ -7,7 +7,8 @@ sharing memory with another) is refused before the file is created. The engine t
 checks the names and sizes and lays out the header
 (``kvikpy_core::safetensors::write``); the header and every tensor are written at once
 on kvikpy's pool, each straight from the memory it lies in, into a new file that takes
-the target's place only once every byte is written (:meth:`CuFile._one_shot`).
+the target's place only once every byte is written (:meth:`CuFile._one_shot`). A save
+in the background copies the tensors first (:mod:`kvikpy._save_async`).
 
 torch tensors are recognised by their type, so torch is never imported here.
 """
@@ -19,11 +20,12 @@ import itertools
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import kvikpy._lib as _lib
 from kvikpy import _paths
 from kvikpy._dtypes import BFLOAT16_TYPESTR
+from kvikpy._save_async import SaveFuture, snapshot, start
 from kvikpy.cufile import CuFile, IOFuture, wait_all
 
 __all__ = ["save"]
@@ -49,11 +51,14 @@ def save(
     metadata: Any,
     dtypes: Mapping[str, str],
     sync: bool = True,
-) -> None:
+    blocking: bool = True,
+) -> SaveFuture | None:
     """Write ``tensors`` with ``metadata`` to ``filename`` as a safetensors file (see
     :func:`kvikpy.safetensors.save_file`); ``dtypes`` maps dtype names as torch, numpy
     and ml_dtypes spell them (``"float32"``, ``"bfloat16"``) to safetensors codes; with
-    ``sync``, the file and its rename reach the disk before this returns."""
+    ``sync``, the file and its rename reach the disk before the save ends. Without
+    ``blocking``, the tensors are copied and the copies written in the background
+    (:mod:`kvikpy._save_async`): returns the save's future."""
     name = _paths.fspath(filename)
     if _paths.is_url(name):
         raise ValueError(
@@ -69,16 +74,39 @@ def save(
     described = [_describe(key, obj, dtypes) for key, obj in tensors.items()]
     _refuse_overlaps(described)
     rows = [(t.name, t.dtype, list(t.shape), t.nbytes) for t in described]
-    header, offsets, _ = _lib.safetensors_new_header(rows, pairs)
-    # Everything is checked: only now is a file created. It takes `name`'s place once
-    # every byte is written (synced first with `sync`); a failure (a full disk, Ctrl-C)
-    # removes it, leaving `name` as it was.
-    with CuFile._one_shot(name, sync=bool(sync)) as f:
+    header, offsets, size = _lib.safetensors_new_header(rows, pairs)
+    pieces = [
+        (len(header) + offset, t.nbytes) for t, offset in zip(described, offsets, strict=True)
+    ]
+    if blocking:
+        _write(name, header, [t.buf for t in described], pieces, bool(sync))
+        return None
+    # Everything is checked: copy the tensors, then write the copies in the background.
+    copies, ready = snapshot(
+        [(t.buf, t.nbytes, t.device, t.address) for t in described],
+        int(cast(int, _lib.get_setting("checkpoint_staging"))),
+    )
+
+    def job() -> int:
+        ready()
+        _write(name, header, copies, pieces, bool(sync))
+        return int(size)
+
+    return start(name, job)
+
+
+def _write(
+    name: str, header: bytes, bufs: list[Any], pieces: list[tuple[int, int]], sync: bool
+) -> None:
+    """Write ``header`` and each of ``bufs`` at its ``(file_offset, nbytes)`` into a new
+    file that takes ``name``'s place once every byte is written (synced first with
+    ``sync``); a failure (a full disk, Ctrl-C) removes it, leaving ``name`` as it was."""
+    with CuFile._one_shot(name, sync=sync) as f:
         jobs: list[tuple[CuFile, Any, int, int]] = [(f, header, len(header), 0)]
         jobs += [
-            (f, t.buf, t.nbytes, len(header) + offset)
-            for t, offset in zip(described, offsets, strict=True)
-            if t.nbytes
+            (f, buf, nbytes, offset)
+            for buf, (offset, nbytes) in zip(bufs, pieces, strict=True)
+            if nbytes
         ]
         written = _write_all(jobs)
         for (_, _, size, offset), n in zip(jobs, written, strict=True):

@@ -21,18 +21,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast, overload
 
 import kvikpy._lib as _lib
 from kvikpy import _devices, _paths
 from kvikpy._load_into import LoadIntoError, LoadResult, Source
 from kvikpy._load_into import load as _load
 from kvikpy._read_once import Needs
+from kvikpy._save_async import SaveFuture
 from kvikpy._spans import Files, TensorSpan, read_spans
 
 __all__ = [
     "LoadIntoError",
     "LoadResult",
+    "SaveFuture",
     "load_file",
     "load_files",
     "load_into",
@@ -69,13 +71,32 @@ _DTYPES: dict[str, tuple[str, str | None, int]] = {
 _SAVED_DTYPES = {names[0]: code for code, names in _DTYPES.items()}
 
 
+@overload
 def save_file(
     tensors: Mapping[str, Any],
     filename: _paths.StrPath,
     metadata: Mapping[str, str] | None = None,
     *,
     sync: bool = True,
-) -> None:
+    blocking: Literal[True] = True,
+) -> None: ...
+@overload
+def save_file(
+    tensors: Mapping[str, Any],
+    filename: _paths.StrPath,
+    metadata: Mapping[str, str] | None = None,
+    *,
+    sync: bool = True,
+    blocking: Literal[False],
+) -> SaveFuture: ...
+def save_file(
+    tensors: Mapping[str, Any],
+    filename: _paths.StrPath,
+    metadata: Mapping[str, str] | None = None,
+    *,
+    sync: bool = True,
+    blocking: bool = True,
+) -> SaveFuture | None:
     """Write tensors to a safetensors file, each straight from the memory it lies in.
 
     The arguments are those of ``safetensors.torch.save_file``, and the file is one that
@@ -119,6 +140,21 @@ def save_file(
         leaves the writing back to the operating system (a power failure soon after may
         then lose the new file, though never leave a partial one under ``filename``).
         The ``write_sync`` setting does not apply here.
+    blocking
+        ``True`` (the default): return once the file is written. ``False``: copy every
+        tensor, start writing the copies on a thread of its own, and return a
+        :class:`SaveFuture` at once; the caller may change its tensors as soon as the
+        call returns. GPU tensors are copied on their GPU (queued on its current stream)
+        within the ``checkpoint_staging`` setting per device, the rest into pinned host
+        memory, with torch; host arrays in host memory. Refused input is refused by the
+        call itself; errors of the writing (a full disk, a missing directory) are raised
+        by :meth:`SaveFuture.get`. An interpreter that exits waits for the save.
+
+    Returns
+    -------
+    SaveFuture or None
+        With ``blocking=False``, the save's future (``get()`` returns the file's size in
+        bytes; awaitable); otherwise ``None``.
 
     Raises
     ------
@@ -136,10 +172,12 @@ def save_file(
     --------
     >>> from kvikpy.safetensors import save_file                   # doctest: +SKIP
     >>> save_file(model.state_dict(), "model.safetensors", {"format": "pt"})  # doctest: +SKIP
+    >>> saving = save_file(model.state_dict(), "s100.safetensors", blocking=False)  # doctest: +SKIP
+    >>> saving.get()  # the size of the file, once written                   # doctest: +SKIP
     """
     from kvikpy._save import save
 
-    save(tensors, filename, metadata, _SAVED_DTYPES, sync)
+    return save(tensors, filename, metadata, _SAVED_DTYPES, sync, blocking)
 
 
 def save_pretrained(

@@ -9,6 +9,9 @@ import errno
 import json
 import os
 import struct
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -416,3 +419,144 @@ def test_the_module_describes_numpy_arrays_without_torch() -> None:
     t = _save._describe("a", BASE[2:5], {"float32": "F32"})
     assert (t.dtype, t.shape, t.nbytes, t.device, t.storage) == ("F32", (3,), 12, None, None)
     assert t.address == BASE.ctypes.data + 8
+
+
+# --- saving in the background (blocking=False) ---
+
+
+def held_writes(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Hold every ``CuFile.pwrite`` until the returned event is set: what a background
+    save writes is then surely written after the test has changed the arrays."""
+    release = threading.Event()
+    real = CuFile.pwrite
+
+    def held(self: CuFile, *args: Any, **kwargs: Any) -> Any:
+        assert release.wait(60), "the test never let the write go"
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(CuFile, "pwrite", held)
+    return release
+
+
+def test_a_background_save_writes_the_values_of_the_moment_of_the_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "m.safetensors"
+    tensors = sample()
+    kept = {k: v.copy() for k, v in tensors.items()}
+    release = held_writes(monkeypatch)
+    future = kst.save_file(tensors, path, {"step": "7"}, blocking=False)
+    assert isinstance(future, kst.SaveFuture)
+    for a in tensors.values():  # the caller goes on changing its arrays at once
+        a.fill(0)
+    release.set()
+    size = future.get(timeout=60)
+    assert future.done() and size == path.stat().st_size
+    read_back(path, kept, {"step": "7"})
+    # The same bytes as a blocking save of those values.
+    again = tmp_path / "again.safetensors"
+    kst.save_file(kept, again, {"step": "7"})
+    assert again.read_bytes() == path.read_bytes()
+    assert "written" in repr(future) and "m.safetensors" in repr(future)
+
+
+@SETTINGS
+@given(
+    arrays=st.dictionaries(
+        st.text(min_size=1, max_size=8).filter(lambda s: s != "__metadata__"),
+        hnp.arrays(
+            st.sampled_from(sorted(NUMPY_DTYPES)),
+            hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5),
+        ),
+        max_size=6,
+    )
+)
+def test_background_saves_round_trip(tmp_path: Path, arrays: dict[str, np.ndarray]) -> None:
+    path = tmp_path / "h.safetensors"
+    kept = {k: v.copy() for k, v in arrays.items()}
+    with pytest.MonkeyPatch.context() as patch:
+        release = held_writes(patch)
+        future = kst.save_file(arrays, path, blocking=False)
+        for a in arrays.values():
+            a[...] = 0
+        release.set()
+        assert future.get(timeout=60) == path.stat().st_size
+    for loaded in (stn.load_file(path), kst.load_file(path, framework="numpy")):
+        assert loaded.keys() == kept.keys()
+        for name, a in kept.items():
+            assert same(loaded[name], a), name
+
+
+def test_a_background_save_is_awaitable_and_calls_back_once(tmp_path: Path) -> None:
+    import asyncio
+
+    path = tmp_path / "a.safetensors"
+    seen: list[kst.SaveFuture] = []
+
+    async def main() -> int:
+        future = kst.save_file(sample(), path, blocking=False)
+        future.add_done_callback(seen.append)
+        return await future
+
+    size = asyncio.run(main())
+    assert size == path.stat().st_size
+    assert len(seen) == 1 and seen[0].done()
+    # A callback added once the save is done is called at once.
+    seen[0].add_done_callback(seen.append)
+    assert len(seen) == 2
+
+
+def test_refused_input_raises_at_the_call_and_starts_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "bad.safetensors"
+    with pytest.raises(ValueError, match="not contiguous"):
+        kst.save_file({"a": np.zeros((4, 4))[:, ::2]}, path, blocking=False)
+    with pytest.raises(TypeError, match="metadata"):
+        kst.save_file({"a": BASE}, path, {"k": 1}, blocking=False)  # type: ignore[dict-item]
+    assert os.listdir(tmp_path) == []
+    assert not [t for t in threading.enumerate() if t.name == "kvikpy-save"]
+
+
+def test_a_background_save_that_fails_raises_from_get_and_leaves_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"the old checkpoint")
+    failing_writes(monkeypatch, 2)
+    future = kst.save_file(sample(), path, blocking=False)
+    with pytest.raises(OSError, match="No space left"):
+        future.get(timeout=60)
+    assert future.done() and "failed: OSError" in repr(future)
+    assert os.listdir(tmp_path) == ["model.safetensors"]
+    assert path.read_bytes() == b"the old checkpoint"
+    # A missing directory is found by the background save, with the path in the error.
+    missing = kst.save_file(sample(), tmp_path / "no" / "m.safetensors", blocking=False)
+    with pytest.raises(FileNotFoundError):
+        missing.get(timeout=60)
+
+
+def test_get_times_out_while_the_save_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = held_writes(monkeypatch)
+    path = tmp_path / "slow.safetensors"
+    future = kst.save_file({"a": BASE}, path, blocking=False)
+    with pytest.raises(TimeoutError, match="goes on in the background"):
+        future.get(timeout=0.05)
+    assert not future.done() and "saving" in repr(future)
+    assert not path.exists()  # nothing under the name until every byte is written
+    release.set()
+    assert future.get(timeout=60) == path.stat().st_size
+
+
+def test_the_interpreter_waits_for_a_background_save_at_exit(tmp_path: Path) -> None:
+    """A script that starts a save and exits at once leaves the whole file."""
+    path = tmp_path / "exit.safetensors"
+    script = (
+        "import numpy as np, kvikpy.safetensors as kst\n"
+        "a = np.arange(1 << 20, dtype=np.float32)\n"
+        f"kst.save_file({{'a': a}}, {str(path)!r}, blocking=False)\n"
+        "a[:] = -1\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    loaded = kst.load_file(path, framework="numpy")
+    assert same(loaded["a"], np.arange(1 << 20, dtype=np.float32))

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import kvikpy
 import kvikpy.safetensors as kst
 from kvikpy.cufile import CuFile
 
@@ -161,3 +162,70 @@ def test_an_interrupted_write_from_the_gpu_leaves_no_file(
     with pytest.raises(KeyboardInterrupt):
         kst.save_file(state("cuda"), path)
     assert os.listdir(tmp_path) == []
+
+
+# --- saving in the background (blocking=False) ---
+
+
+def held_writes(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Hold every ``CuFile.pwrite`` until the returned event is set."""
+    import threading
+
+    release = threading.Event()
+    real = CuFile.pwrite
+
+    def held(self: CuFile, *args: Any, **kwargs: Any) -> Any:
+        assert release.wait(60), "the test never let the write go"
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(CuFile, "pwrite", held)
+    return release
+
+
+@pytest.mark.parametrize("staging", ["default", "2MiB"])
+def test_a_background_save_writes_what_the_tensors_held_at_the_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, staging: str
+) -> None:
+    """GPU tensors changed on the stream right after the call (and the host ones at
+    once) are written as they were; with a 2 MiB staging bound the large tensor's copy
+    goes to pinned host memory, the small ones stay on the GPU."""
+    if staging != "default":
+        kvikpy.defaults.set("checkpoint_staging", 2 << 20)  # restored after the test
+    tensors = {**state("cuda"), **{f"host.{n}": t for n, t in state("cpu", seed=5).items()}}
+    tensors["big"] = (torch.arange(1 << 22, device="cuda", dtype=torch.float32) * 3).sin()
+    kept = {n: t.clone() for n, t in tensors.items()}
+    on_gpu = sum(t.numel() * t.element_size() for t in tensors.values() if t.is_cuda)
+    release = held_writes(monkeypatch)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    future = kst.save_file(tensors, tmp_path / "m.st", {"format": "pt"}, blocking=False)
+    copies = torch.cuda.memory_allocated() - before  # the GPU copies, held until written
+    for t in tensors.values():  # the training step goes on: same stream, new values
+        t.reshape(-1).view(torch.uint8).fill_(7)
+    if staging == "default":
+        assert copies >= on_gpu
+    else:
+        assert copies <= (2 << 20) + (64 << 10)  # the big tensor went to pinned memory
+    release.set()
+    assert future.get(timeout=120) == (tmp_path / "m.st").stat().st_size
+    loaded = st.load_file(str(tmp_path / "m.st"))
+    for name, t in kept.items():
+        assert same(loaded[name], t), name
+    st.save_file(kept, str(tmp_path / "reference.st"), {"format": "pt"})
+    assert (tmp_path / "m.st").read_bytes() == (tmp_path / "reference.st").read_bytes()
+
+
+def test_a_background_save_of_cupy_arrays_and_on_a_side_stream(tmp_path: Path) -> None:
+    cupy = pytest.importorskip("cupy")
+    arrays = {"f": cupy.arange(1000, dtype=cupy.float32), "u": cupy.ones((3, 4), cupy.uint16)}
+    expected = {n: cupy.asnumpy(a) for n, a in arrays.items()}
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        x = torch.full((1 << 20,), 3.0, device="cuda")
+        future = kst.save_file({**arrays, "x": x}, tmp_path / "m.st", blocking=False)
+        x.fill_(-1)  # queued on the side stream after the copy
+    future.get(timeout=120)
+    loaded = kst.load_file(tmp_path / "m.st", framework="numpy")
+    for name, a in expected.items():
+        assert (loaded[name] == a).all() and loaded[name].dtype == a.dtype
+    assert (loaded["x"] == 3.0).all()
