@@ -24,7 +24,9 @@ GPU: nvCOMP decoding against host decoding and pyarrow plus CuPy), arrow-wide (a
 tables into host memory against pyarrow's read_all and memory map, three shapes),
 remote-checkpoint (a safetensors checkpoint from a loopback S3 server onto the GPU:
 kvikpy's load_file against the Run:ai model streamer and boto3 + safetensors, beside the
-server's own ceiling).
+server's own ceiling), save (a checkpoint written by kvikpy's save_file, its background
+save and save_pretrained against safetensors, torch.save and torch.distributed.checkpoint,
+to the disk and to /dev/shm).
 Each prints a summary and takes --help; see docs/benchmarks.md for the results so far.
 """
 
@@ -56,6 +58,7 @@ SCRIPTS = {
     "regimes": "benchmarks.regimes",
     "percall": "benchmarks.percall",
     "load_into": "benchmarks.load_into",
+    "save": "benchmarks.save",
     "arrow": "benchmarks.arrow_tables",
     "arrow-zstd": "benchmarks.arrow_zstd",
     "arrow-wide": "benchmarks.arrow_wide",
