@@ -18,7 +18,9 @@ for machines without torch or a GPU). Writers (``--writers``):
 * ``dcp``: ``torch.distributed.checkpoint.save`` with ``FileSystemWriter(thread_count=8)``,
   one rank (a gloo process group of one);
 * ``dcp-async``: ``torch.distributed.checkpoint.async_save`` with the same writer: blocked
-  and total as for ``kvikpy-async``.
+  and total as for ``kvikpy-async``;
+* ``dcp-kvikpy`` and ``dcp-kvikpy-async``: the same two with ``kvikpy.dcp.FileSystemWriter``
+  (read back with ``kvikpy.dcp.FileSystemReader``, PyTorch's with its own reader).
 
 Each run writes into an empty folder and is timed twice: to the page cache (the call
 returning; for the async writers, the save finishing) and including ``os.sync()`` after
@@ -57,9 +59,11 @@ WRITERS = {
     "torch-save": "`torch.save`",
     "dcp": "`torch.distributed.checkpoint.save`, `FileSystemWriter(thread_count=8)`",
     "dcp-async": "`torch.distributed.checkpoint.async_save`, the same writer",
+    "dcp-kvikpy": "`torch.distributed.checkpoint.save`, `kvikpy.dcp.FileSystemWriter`",
+    "dcp-kvikpy-async": "`torch.distributed.checkpoint.async_save`, `kvikpy.dcp.FileSystemWriter`",
 }
-NEEDS_TORCH = ("torch-save", "dcp", "dcp-async")
-ASYNC = ("kvikpy-async", "dcp-async")
+NEEDS_TORCH = ("torch-save", "dcp", "dcp-async", "dcp-kvikpy", "dcp-kvikpy-async")
+ASYNC = ("kvikpy-async", "dcp-async", "dcp-kvikpy-async")
 
 #: One writer's process: ``python -c CHILD spec.json``; prints one JSON line.
 CHILD = r"""
@@ -69,7 +73,8 @@ spec = json.load(open(sys.argv[1]))
 writer, folder, runs = spec["writer"], spec["folder"], spec["runs"]
 n, each, cuda = spec["tensors"], spec["bytes"] // spec["tensors"] // 4, spec["device"] != "cpu"
 import kvikpy, kvikpy.safetensors as kst
-if cuda or writer in ("torch-save", "dcp", "dcp-async"):
+TORCH = ("torch-save", "dcp", "dcp-async", "dcp-kvikpy", "dcp-kvikpy-async")
+if cuda or writer in TORCH:
     import torch
 rng = np.random.default_rng(11)
 host = {f"layer{k:03d}.weight": rng.standard_normal(each, dtype=np.float32) for k in range(n)}
@@ -77,7 +82,7 @@ sums = {name: int(a.view(np.uint8).sum(dtype=np.uint64)) for name, a in host.ite
 if cuda:
     state = {name: torch.from_numpy(a).to(spec["device"]) for name, a in host.items()}
     torch.cuda.synchronize()
-elif writer in ("torch-save", "dcp", "dcp-async"):
+elif writer in TORCH:
     state = {name: torch.from_numpy(a) for name, a in host.items()}
 else:
     state = host
@@ -87,6 +92,7 @@ total = sum(a.nbytes for a in state.values()) if not cuda else sum(
 if writer.startswith("dcp"):
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
+    import kvikpy.dcp as kdcp
     dist.init_process_group("gloo", rank=0, world_size=1,
                             init_method="file://" + os.path.join(folder, "pg"))
 if writer == "kvikpy-flat":
@@ -133,6 +139,13 @@ def write(out):
         t1 = time.perf_counter()
         future.result()
         return t1 - t0, time.perf_counter() - t0
+    elif writer == "dcp-kvikpy":
+        dcp.save(state, storage_writer=kdcp.FileSystemWriter(out))
+    elif writer == "dcp-kvikpy-async":
+        future = dcp.async_save(state, storage_writer=kdcp.FileSystemWriter(out))
+        t1 = time.perf_counter()
+        future.result()
+        return t1 - t0, time.perf_counter() - t0
     else:
         raise SystemExit(f"unknown writer {writer}")
     if cuda:
@@ -151,7 +164,8 @@ def check(out):
                                                        map_location="cpu").items()}
     elif writer.startswith("dcp"):
         into = {k: torch.zeros(each, dtype=torch.float32) for k in sums}
-        dcp.load(into, storage_reader=dcp.FileSystemReader(out))
+        reader = kdcp.FileSystemReader if "kvikpy" in writer else dcp.FileSystemReader
+        dcp.load(into, storage_reader=reader(out))
         loaded = {k: v.numpy() for k, v in into.items()}
     elif writer == "kvikpy-shards":
         files = sorted(f for f in os.listdir(out) if f.endswith(".safetensors"))
@@ -308,10 +322,15 @@ def main() -> None:
                 f"{results[f'kvikpy-async@{where}']['blocked_s'] / sync_s:.3f} of a "
                 "synced save's time (target below 0.1)"
             )
-        if "dcp" in rate and "dcp" in run and "kvikpy-sync" in rate:
+        if "dcp" in rate and "kvikpy-sync" in rate:
             ratios.append(
                 f"{where}: kvikpy save_file incl. sync / dcp.save "
                 f"{rate['kvikpy-sync'] / rate['dcp']:.2f}x"
+            )
+        if "dcp" in rate and "dcp-kvikpy" in rate:
+            ratios.append(
+                f"{where}: dcp.save incl. sync through kvikpy.dcp / through PyTorch's "
+                f"storage {rate['dcp-kvikpy'] / rate['dcp']:.2f}x (target 2x)"
             )
     table = "\n".join(lines + (["", *ratios] if ratios else []))
     raw = {

@@ -28,7 +28,7 @@ from kvikpy._dtypes import BFLOAT16_TYPESTR
 from kvikpy._save_async import SaveFuture, snapshot, start
 from kvikpy.cufile import CuFile, IOFuture, wait_all
 
-__all__ = ["save"]
+__all__ = ["save", "write_pieces"]
 
 
 @dataclass(frozen=True)
@@ -75,11 +75,10 @@ def save(
     _refuse_overlaps(described)
     rows = [(t.name, t.dtype, list(t.shape), t.nbytes) for t in described]
     header, offsets, size = _lib.safetensors_new_header(rows, pairs)
-    pieces = [
-        (len(header) + offset, t.nbytes) for t, offset in zip(described, offsets, strict=True)
-    ]
+    at = [len(header) + offset for offset in offsets]
     if blocking:
-        _write(name, header, [t.buf for t in described], pieces, bool(sync))
+        pieces = [(t.buf, t.nbytes, o) for t, o in zip(described, at, strict=True)]
+        write_pieces(name, [(header, len(header), 0), *pieces], bool(sync))
         return None
     # Everything is checked: copy the tensors, then write the copies in the background.
     copies, ready = snapshot(
@@ -89,25 +88,20 @@ def save(
 
     def job() -> int:
         ready()
-        _write(name, header, copies, pieces, bool(sync))
+        pieces = [(c, t.nbytes, o) for c, t, o in zip(copies, described, at, strict=True)]
+        write_pieces(name, [(header, len(header), 0), *pieces], bool(sync))
         return int(size)
 
     return start(name, job)
 
 
-def _write(
-    name: str, header: bytes, bufs: list[Any], pieces: list[tuple[int, int]], sync: bool
-) -> None:
-    """Write ``header`` and each of ``bufs`` at its ``(file_offset, nbytes)`` into a new
-    file that takes ``name``'s place once every byte is written (synced first with
-    ``sync``); a failure (a full disk, Ctrl-C) removes it, leaving ``name`` as it was."""
+def write_pieces(name: str, pieces: list[tuple[Any, int, int]], sync: bool) -> None:
+    """Write each ``(buffer, nbytes, file_offset)`` of ``pieces`` (those of no bytes
+    write nothing) into a new file that takes ``name``'s place once every byte is written
+    (synced first with ``sync``), all started at once on kvikpy's pool; a failure (a full
+    disk, Ctrl-C) removes it, leaving ``name`` as it was."""
     with CuFile._one_shot(name, sync=sync) as f:
-        jobs: list[tuple[CuFile, Any, int, int]] = [(f, header, len(header), 0)]
-        jobs += [
-            (f, buf, nbytes, offset)
-            for buf, (offset, nbytes) in zip(bufs, pieces, strict=True)
-            if nbytes
-        ]
+        jobs = [(f, buf, nbytes, offset) for buf, nbytes, offset in pieces if nbytes]
         written = _write_all(jobs)
         for (_, _, size, offset), n in zip(jobs, written, strict=True):
             if n != size:

@@ -51,7 +51,8 @@ def test_every_writer_on_the_host_checks_its_checkpoint(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     torch = importlib.util.find_spec("torch") is not None
     ran = ["kvikpy-flat", "kvikpy", "kvikpy-sync", "kvikpy-async", "kvikpy-shards"]
-    ran += ["safetensors"] + (["torch-save", "dcp", "dcp-async"] if torch else [])
+    torch_writers = ["torch-save", "dcp", "dcp-async", "dcp-kvikpy", "dcp-kvikpy-async"]
+    ran += ["safetensors"] + (torch_writers if torch else [])
     places = ["disk"] + (["shm"] if os.path.isdir("/dev/shm") else [])
     assert sorted(result["results"]) == sorted(f"{w}@{p}" for w in ran for p in places)
     for key, row in result["results"].items():
@@ -59,11 +60,10 @@ def test_every_writer_on_the_host_checks_its_checkpoint(tmp_path: Path) -> None:
         assert len(row["runs"]) == 1, key
         run = row["runs"][0]
         assert 0 < run["blocked_s"] <= run["written_s"] <= run["synced_s"], key
-        if not key.startswith(("kvikpy-async", "dcp-async")):
+        if not key.startswith(("kvikpy-async", "dcp-async", "dcp-kvikpy-async")):
             assert run["blocked_s"] == run["written_s"], key
     if not torch:
-        missing = ("torch-save", "dcp", "dcp-async")
-        assert result["skipped"] == {w: "torch not installed" for w in missing}
+        assert result["skipped"] == {w: "torch not installed" for w in torch_writers}
     table = md.read_text()
     assert "kvikpy `save_file(sync=False, blocking=False)`" in table
     assert "disk: kvikpy save_file incl. sync / safetensors" in table

@@ -1,0 +1,292 @@
+"""PyTorch distributed checkpoints through kvikpy: storage for ``torch.distributed.checkpoint``.
+
+``dcp.save(state_dict, storage_writer=kvikpy.dcp.FileSystemWriter(path))`` writes each
+rank's tensors, from the GPU or the host, straight from their memory into one file per
+rank, all started at once on kvikpy's pool; ``dcp.load(state_dict,
+storage_reader=kvikpy.dcp.FileSystemReader(path))`` reads each tensor straight into the
+tensor it loads into. Both are the classes of ``torch.distributed.checkpoint`` of the same
+names, with the data files written and read by kvikpy; planning, metadata, deduplication
+and resharding are PyTorch's own.
+
+What differs from PyTorch's own files: PyTorch writes each tensor of a data file as
+``torch.save`` writes a tensor (a small zip archive), which takes a host copy of GPU
+tensors to make; kvikpy writes the tensor's bytes alone, so that they go from GPU memory
+to the file and back with no copy. kvikpy's data files are named ``__{rank}_0.kvikpy``;
+``kvikpy.dcp.FileSystemReader`` reads checkpoints written by either writer, while
+PyTorch's ``FileSystemReader`` reads only those PyTorch wrote (it fails on kvikpy's data
+files, unpickling raw bytes).
+
+Needs torch (``import kvikpy.dcp`` raises ``ModuleNotFoundError`` saying so without it).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Sequence
+from typing import Any
+
+try:
+    import torch  # type: ignore[import-not-found, unused-ignore]
+    import torch.distributed.checkpoint as _dcp  # type: ignore[import-not-found, unused-ignore]
+    from torch.distributed.checkpoint.filesystem import (  # type: ignore[import-not-found, unused-ignore]
+        _StorageInfo,
+    )
+    from torch.distributed.checkpoint.metadata import (  # type: ignore[import-not-found, unused-ignore]
+        TensorStorageMetadata,
+    )
+    from torch.distributed.checkpoint.planner import (  # type: ignore[import-not-found, unused-ignore]
+        LoadItemType,
+        LoadPlan,
+        WriteItemType,
+    )
+    from torch.distributed.checkpoint.storage import (  # type: ignore[import-not-found, unused-ignore]
+        WriteResult,
+    )
+except ModuleNotFoundError as e:
+    raise ModuleNotFoundError(
+        f"kvikpy.dcp is storage for torch.distributed.checkpoint and needs torch ({e}); "
+        "install torch"
+    ) from None
+
+from kvikpy._save import write_pieces
+from kvikpy.cufile import CuFile, wait_all
+
+__all__ = ["SUFFIX", "FileSystemReader", "FileSystemWriter"]
+
+#: The ending of the data files kvikpy writes: a rank's file is ``__{rank}_0.kvikpy``.
+SUFFIX = ".kvikpy"
+
+#: Tensors of at least this many bytes start at a multiple of 4 KiB in a data file (their
+#: aligned middle can move by direct I/O); smaller ones at a multiple of 64 bytes.
+_PAGE_FROM = 1 << 20
+
+
+def _bytes_of(t: Any) -> Any:
+    """Tensor ``t`` (contiguous) as a flat ``uint8`` tensor over the same memory."""
+    return t.detach().reshape(-1).view(torch.uint8)
+
+
+class FileSystemWriter(_dcp.FileSystemWriter):  # type: ignore[misc]
+    """``torch.distributed.checkpoint.FileSystemWriter`` whose data files kvikpy writes.
+
+    Each rank writes one data file, ``__{rank}_0.kvikpy``: its tensors' bytes, each from
+    the memory it lies in (any GPU of the host, or the host), and its other items (the
+    bytes PyTorch serialises for non-tensor values), all started at once on kvikpy's
+    pool. The file is written under a temporary name and takes its name once every byte
+    is written (synced to the disk first with ``sync_files``); a rank whose write fails
+    (a full disk, Ctrl-C) leaves no data file, and the checkpoint's ``.metadata`` is only
+    written once every rank has written its data. The metadata is PyTorch's own.
+
+    Parameters
+    ----------
+    path
+        The checkpoint's directory (created if missing).
+    sync_files
+        Whether each data file reaches the disk before it takes its name (PyTorch's
+        meaning; on by default).
+    overwrite
+        Whether a checkpoint already in ``path`` may be overwritten (PyTorch's meaning).
+    cache_staged_state_dict
+        For ``dcp.async_save``: keep the host copy PyTorch stages between saves
+        (PyTorch's meaning).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        sync_files: bool = True,
+        overwrite: bool = True,
+        cache_staged_state_dict: bool = False,
+    ) -> None:
+        super().__init__(
+            path,
+            single_file_per_rank=True,
+            sync_files=sync_files,
+            overwrite=overwrite,
+            cache_staged_state_dict=cache_staged_state_dict,
+        )
+
+    def write_data(self, plan: Any, planner: Any) -> Any:
+        """Write this rank's items (``plan``, their data from ``planner``) into its data
+        file; the returned ``torch.futures.Future`` is already done: its results say where
+        each item lies.
+
+        Parameters
+        ----------
+        plan
+            This rank's ``SavePlan``, its ``storage_data`` the rank's file prefix.
+        planner
+            The ``SavePlanner`` that resolves each item's data.
+        """
+        name = f"{plan.storage_data.prefix}0{SUFFIX}"
+        pieces: list[tuple[Any, int, int]] = []
+        results = []
+        at = 0
+        for item in plan.items:
+            data = planner.resolve_data(item)
+            if item.type == WriteItemType.BYTE_IO:
+                buf: Any = bytes(data.getbuffer()) if isinstance(data, io.BytesIO) else data
+                nbytes = len(buf)
+            else:
+                t = data.detach()
+                if not t.is_contiguous():
+                    t = t.contiguous()
+                buf = _bytes_of(t)
+                nbytes = t.numel() * t.element_size()
+            align = 4096 if nbytes >= _PAGE_FROM else 64
+            at = -(-at // align) * align
+            pieces.append((buf, nbytes, at))
+            results.append(
+                WriteResult(
+                    index=item.index,
+                    size_in_bytes=nbytes,
+                    storage_data=_StorageInfo(relative_path=name, offset=at, length=nbytes),
+                )
+            )
+            at += nbytes
+        write_pieces(os.path.join(os.fspath(self.path), name), pieces, bool(self.sync_files))
+        done = torch.futures.Future()
+        done.set_result(results)
+        return done
+
+
+class FileSystemReader(_dcp.FileSystemReader):  # type: ignore[misc]
+    """``torch.distributed.checkpoint.FileSystemReader`` that reads kvikpy's data files.
+
+    Items in files that :class:`FileSystemWriter` wrote are read by kvikpy, each tensor
+    straight into the tensor it loads into (on any GPU of the host, or the host) where it
+    is the stored tensor whole, contiguous and of its dtype, else into a buffer on the
+    target's device that is then narrowed and copied (a checkpoint resharded on loading);
+    all of a rank's reads are started at once on kvikpy's pool. Items in files PyTorch's
+    own writer wrote are read by PyTorch, so checkpoints from either writer load.
+
+    Parameters
+    ----------
+    path
+        The checkpoint's directory.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__(path)
+        self._metadata: Any = None
+
+    def set_up_storage_reader(
+        self, metadata: Any, is_coordinator: bool, *args: Any, **kwargs: Any
+    ) -> None:
+        """PyTorch's, keeping the checkpoint's metadata (each stored tensor's dtype and
+        chunks) for the reads.
+
+        Parameters
+        ----------
+        metadata
+            The checkpoint's metadata.
+        is_coordinator
+            Whether this rank coordinates the load.
+        *args
+            Further positional arguments of PyTorch's method, passed on.
+        **kwargs
+            Its keyword arguments (``rank``, ``use_collectives``), passed on.
+        """
+        super().set_up_storage_reader(metadata, is_coordinator, *args, **kwargs)
+        self._metadata = metadata
+
+    def read_data(self, plan: Any, planner: Any) -> Any:
+        """Read the items of ``plan`` into what ``planner`` resolves them to.
+
+        Parameters
+        ----------
+        plan
+            This rank's ``LoadPlan``.
+        planner
+            The ``LoadPlanner`` that gives each item's destination.
+        """
+        ours = [r for r in plan.items if self._info(r).relative_path.endswith(SUFFIX)]
+        theirs = [r for r in plan.items if not self._info(r).relative_path.endswith(SUFFIX)]
+        if theirs:
+            super().read_data(LoadPlan(theirs, plan.storage_data, plan.planner_data), planner)
+        if ours:
+            self._read_ours(ours, planner)
+        done = torch.futures.Future()
+        done.set_result(None)
+        return done
+
+    def _info(self, req: Any) -> Any:
+        return self.storage_data[req.storage_index]
+
+    def _stored(self, req: Any) -> tuple[Any, Sequence[int]]:
+        """The dtype and shape of the stored chunk that ``req`` reads from."""
+        md = self._metadata.state_dict_metadata[req.storage_index.fqn]
+        if not isinstance(md, TensorStorageMetadata):
+            raise ValueError(f"{req.storage_index.fqn!r} is not a tensor in this checkpoint")
+        offsets = list(req.storage_index.offset)
+        for chunk in md.chunks:
+            if list(chunk.offsets) == offsets:
+                return md.properties.dtype, list(chunk.sizes)
+        raise ValueError(
+            f"the checkpoint has no chunk of {req.storage_index.fqn!r} at offsets {offsets}"
+        )
+
+    def _read_ours(self, reqs: list[Any], planner: Any) -> None:
+        """Start every read of ``reqs`` at once, wait for all, then hand each item over."""
+        files: dict[str, CuFile] = {}
+        started: list[tuple[Any, Any, Any, int]] = []  # (req, what was read into, target, n)
+        try:
+            for req in reqs:
+                info = self._info(req)
+                f = files.get(info.relative_path)
+                if f is None:
+                    path = os.path.join(os.fspath(self.path), info.relative_path)
+                    f = files[info.relative_path] = CuFile(path, "r")
+                if req.type == LoadItemType.BYTE_IO:
+                    into = torch.empty(info.length, dtype=torch.uint8)
+                    started.append((req, into, None, info.length))
+                    continue
+                target = planner.resolve_tensor(req).detach()
+                dtype, shape = self._stored(req)
+                whole = (
+                    all(o == 0 for o in req.storage_offsets)
+                    and list(req.lengths) == list(shape)
+                    and target.dtype == dtype
+                    and target.is_contiguous()
+                )
+                into = target if whole else torch.empty(shape, dtype=dtype, device=target.device)
+                nbytes = into.numel() * into.element_size()
+                if nbytes != info.length:
+                    raise ValueError(
+                        f"{info.relative_path}: {req.storage_index.fqn!r} holds {info.length} "
+                        f"bytes, but its stored chunk of {list(shape)} {dtype} is {nbytes}; "
+                        "the checkpoint's metadata and data do not match"
+                    )
+                started.append((req, into, target, nbytes))
+            futures = [
+                files[self._info(req).relative_path].pread(
+                    _bytes_of(into), n, self._info(req).offset
+                )
+                for req, into, _, n in started
+                if n
+            ]
+            got = wait_all(futures)
+        finally:
+            for f in files.values():
+                f.close()
+        counts = iter(got)
+        for req, into, target, n in started:
+            if n and (k := next(counts)) != n:
+                info = self._info(req)
+                raise OSError(
+                    f"{info.relative_path} ended after {k} of the {n} bytes of "
+                    f"{req.storage_index.fqn!r} at offset {info.offset} (cut short?)"
+                )
+            if target is None:
+                planner.load_bytes(req, io.BytesIO(into.numpy().tobytes()))
+                continue
+            if into is not target:
+                part = into
+                for dim, (offset, length) in enumerate(
+                    zip(req.storage_offsets, req.lengths, strict=True)
+                ):
+                    part = part.narrow(dim, offset, length)
+                target.copy_(part)
+            planner.commit_tensor(req, target)

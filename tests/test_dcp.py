@@ -1,0 +1,201 @@
+"""kvikpy.dcp: torch.distributed.checkpoint's FileSystemWriter and FileSystemReader with
+the data files written and read by kvikpy. Where torch is installed: exact round trips of
+every dtype and plain values, checkpoints of PyTorch's own writer read by kvikpy's reader,
+what PyTorch's reader does with kvikpy's files, loads into other dtypes and views,
+async_save, a failed write that leaves no checkpoint, and two gloo ranks on loopback with
+a DTensor resharded on loading. Without torch, importing kvikpy.dcp says what is missing."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from distributed_launch import run_ranks
+
+from kvikpy.cufile import CuFile
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+WORKER = Path(__file__).with_name("dcp_worker.py")
+
+
+@pytest.mark.skipif(HAVE_TORCH, reason="torch is installed here")
+def test_without_torch_the_import_says_what_is_missing() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import kvikpy.dcp"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode != 0
+    assert "kvikpy.dcp is storage for torch.distributed.checkpoint and needs torch" in done.stderr
+
+
+torch_only = pytest.mark.skipif(not HAVE_TORCH, reason="needs torch")
+
+
+def state() -> dict[str, Any]:
+    import torch
+
+    g = torch.Generator().manual_seed(3)
+    return {
+        "w": torch.randn(300, 7, generator=g),
+        "d": torch.randn(9, generator=g).double(),
+        "h": torch.randn(5, generator=g).half(),
+        "bf": torch.randn(1 << 19, generator=g).bfloat16(),  # 1 MiB: page-aligned
+        "ids": torch.randint(-(2**40), 2**40, (77,), generator=g),
+        "i8": torch.randint(-128, 127, (3,), generator=g).to(torch.int8),
+        "u8": torch.randint(0, 255, (11,), generator=g).to(torch.uint8),
+        "m": torch.randint(0, 2, (4, 5), generator=g).bool(),
+        "c": torch.randn(4, generator=g, dtype=torch.complex64),
+        "scalar": torch.tensor(3.5),
+        "empty": torch.zeros(0, 3),
+        "step": 12,
+        "name": "run-a",
+        "nested": {"lr": 0.1, "betas": [0.9, 0.99]},
+    }
+
+
+def zeros_like(s: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    out: dict[str, Any] = {}
+    for k, v in s.items():
+        out[k] = torch.zeros_like(v) if isinstance(v, torch.Tensor) else None
+    out["step"], out["name"], out["nested"] = 0, "", {"lr": 0.0, "betas": [0.0, 0.0]}
+    return out
+
+
+def assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
+    import torch
+
+    assert got.keys() == want.keys()
+    for k, v in want.items():
+        if isinstance(v, torch.Tensor):
+            assert got[k].dtype == v.dtype and torch.equal(got[k], v), k
+        else:
+            assert got[k] == v, k
+
+
+@torch_only
+def test_a_checkpoint_round_trips_exactly(tmp_path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    import kvikpy.dcp as kdcp
+
+    s = state()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save(s, storage_writer=kdcp.FileSystemWriter(tmp_path))
+        assert sorted(os.listdir(tmp_path)) == [".metadata", "__0_0.kvikpy"]
+        into = zeros_like(s)
+        dcp.load(into, storage_reader=kdcp.FileSystemReader(tmp_path))
+    assert_same(into, s)
+
+
+@torch_only
+def test_pytorchs_own_checkpoints_load_through_kvikpys_reader(tmp_path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    import kvikpy.dcp as kdcp
+
+    s = state()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save(s, storage_writer=dcp.FileSystemWriter(tmp_path))
+        assert not [f for f in os.listdir(tmp_path) if f.endswith(kdcp.SUFFIX)]
+        into = zeros_like(s)
+        dcp.load(into, storage_reader=kdcp.FileSystemReader(tmp_path))
+    assert_same(into, s)
+
+
+@torch_only
+def test_pytorchs_reader_fails_on_kvikpys_data_files(tmp_path: Path) -> None:
+    """As documented: PyTorch's reader unpickles each tensor, and kvikpy's are raw bytes."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    import kvikpy.dcp as kdcp
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save({"w": torch.ones(8)}, storage_writer=kdcp.FileSystemWriter(tmp_path))
+        with pytest.raises(BaseException, match=r"(?i)unpickl|weights only"):
+            dcp.load({"w": torch.zeros(8)}, storage_reader=dcp.FileSystemReader(tmp_path))
+
+
+@torch_only
+def test_loads_into_another_dtype_and_into_a_strided_view(tmp_path: Path) -> None:
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    import kvikpy.dcp as kdcp
+
+    s = state()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save(s, storage_writer=kdcp.FileSystemWriter(tmp_path))
+        into = {
+            "w": torch.zeros(300, 7, dtype=torch.float64),
+            "d": torch.zeros(9, 2, dtype=torch.float64)[:, 1],
+        }
+        strided = torch.zeros(7, 300).t()  # not contiguous: read aside, then copied
+        dcp.load({"w": strided}, storage_reader=kdcp.FileSystemReader(tmp_path))
+        dcp.load(into, storage_reader=kdcp.FileSystemReader(tmp_path))
+    assert torch.equal(strided, s["w"])
+    assert torch.equal(into["w"], s["w"].double())
+    assert torch.equal(into["d"], s["d"])
+
+
+@torch_only
+def test_async_save_through_kvikpy(tmp_path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    import kvikpy.dcp as kdcp
+
+    s = state()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.async_save(s, storage_writer=kdcp.FileSystemWriter(tmp_path)).result(timeout=120)
+        into = zeros_like(s)
+        dcp.load(into, storage_reader=kdcp.FileSystemReader(tmp_path))
+    assert_same(into, s)
+
+
+@torch_only
+def test_a_failed_write_leaves_no_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    import torch.distributed.checkpoint as dcp
+
+    import kvikpy.dcp as kdcp
+
+    class Full:
+        def get(self) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(CuFile, "pwrite", lambda *a, **k: Full())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        with pytest.raises(BaseException, match="No space left"):
+            dcp.save(state(), storage_writer=kdcp.FileSystemWriter(tmp_path))
+    assert os.listdir(tmp_path) == []  # no data file, no metadata
+
+
+@torch_only
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("writer", ["kvikpy", "torch"])
+def test_two_gloo_ranks_save_and_load_a_resharded_dtensor(tmp_path: Path, writer: str) -> None:
+    folder = tmp_path / "ckpt"
+    results = run_ranks(tmp_path, "gloo", "cpu", writer, [folder], world=2, worker=WORKER)
+    for rank, got in enumerate(results):
+        assert got["checked"] == sorted([f"rank{rank}.ids", "shared.w", "sharded", "step"])
+    data = [f for f in results[0]["files"] if f != ".metadata"]
+    if writer == "kvikpy":
+        assert data == ["__0_0.kvikpy", "__1_0.kvikpy"]
+    else:
+        assert data and not [f for f in data if f.endswith(".kvikpy")]
