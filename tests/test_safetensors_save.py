@@ -560,3 +560,24 @@ def test_the_interpreter_waits_for_a_background_save_at_exit(tmp_path: Path) -> 
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
     loaded = kst.load_file(path, framework="numpy")
     assert same(loaded["a"], np.arange(1 << 20, dtype=np.float32))
+
+
+def test_a_background_save_of_torch_cpu_tensors_is_the_blocking_saves_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(5)
+    tensors = {
+        "w": torch.randn(33, 7, generator=g),
+        "bf": torch.randn(100, generator=g).bfloat16(),
+        "m": torch.randint(0, 2, (9,), generator=g).bool(),
+        "scalar": torch.tensor(1.5),
+    }
+    kst.save_file(tensors, tmp_path / "blocking.st")
+    release = held_writes(monkeypatch)
+    future = kst.save_file(tensors, tmp_path / "background.st", blocking=False)
+    for t in tensors.values():
+        t.reshape(-1).view(torch.uint8).fill_(0)
+    release.set()
+    future.get(timeout=60)
+    assert (tmp_path / "background.st").read_bytes() == (tmp_path / "blocking.st").read_bytes()
