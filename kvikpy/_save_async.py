@@ -16,14 +16,13 @@ copy.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import threading
 from collections.abc import Callable, Generator
 from typing import Any
 
 import kvikpy._lib as _lib
-from kvikpy.cufile import _resolve
+from kvikpy.cufile import _until_done
 
 __all__ = ["SaveFuture", "snapshot", "start"]
 
@@ -105,19 +104,7 @@ class SaveFuture:
         _call(fn, self)
 
     def __await__(self) -> Generator[Any, None, int]:
-        if not self.done():
-            import asyncio  # deferred, as kvikpy's I/O futures defer it
-
-            loop = asyncio.get_running_loop()
-            waiter: asyncio.Future[None] = loop.create_future()
-
-            def wake(_: SaveFuture) -> None:
-                # RuntimeError: the loop was closed in the meantime; nobody is waiting.
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(_resolve, waiter)
-
-            self.add_done_callback(wake)
-            yield from waiter.__await__()
+        yield from _until_done(self)
         return self.get()
 
     def __repr__(self) -> str:

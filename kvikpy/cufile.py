@@ -126,19 +126,7 @@ class IOFuture:
         self._handle.add_done_callback(lambda: fn(self))
 
     def __await__(self) -> Generator[Any, None, int]:
-        if not self.done():
-            import asyncio  # deferred: asyncio costs ~40 ms of `import kvikpy`
-
-            loop = asyncio.get_running_loop()
-            waiter = loop.create_future()
-
-            def wake(_: IOFuture) -> None:
-                # RuntimeError: the loop was closed in the meantime; nobody is waiting.
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(_resolve, waiter)
-
-            self.add_done_callback(wake)
-            yield from waiter.__await__()
+        yield from _until_done(self)
         return self.get()
 
     def __repr__(self) -> str:
@@ -150,6 +138,25 @@ class IOFuture:
         from kvikpy._display import future_rows, html_table
 
         return html_table("kvikpy.IOFuture", future_rows(self._handle))
+
+
+def _until_done(future: Any) -> Generator[Any, None, None]:
+    """Wait in the running asyncio loop until ``future`` (anything with ``done()`` and
+    ``add_done_callback(fn)``, ``fn`` called with the future from any thread) is done."""
+    if future.done():
+        return
+    import asyncio  # deferred: asyncio costs ~40 ms of `import kvikpy`
+
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+
+    def wake(_: Any) -> None:
+        # RuntimeError: the loop was closed in the meantime; nobody is waiting.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_resolve, waiter)
+
+    future.add_done_callback(wake)
+    yield from waiter.__await__()
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:

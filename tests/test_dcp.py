@@ -7,11 +7,13 @@ a DTensor resharded on loading. Without torch, importing kvikpy.dcp says what is
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,20 +81,33 @@ def assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
             assert got[k] == v, k
 
 
-@torch_only
-def test_a_checkpoint_round_trips_exactly(tmp_path: Path) -> None:
-    import torch.distributed.checkpoint as dcp
-
-    import kvikpy.dcp as kdcp
-
-    s = state()
+@contextlib.contextmanager
+def one_process() -> Iterator[None]:
+    """DCP without a process group, whose warning that it assumes one process is
+    expected here."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.save(s, storage_writer=kdcp.FileSystemWriter(tmp_path))
-        assert sorted(os.listdir(tmp_path)) == [".metadata", "__0_0.kvikpy"]
+        yield
+
+
+def round_trip(folder: Path, writer: Any, reader: Any) -> None:
+    """``state()`` saved with ``writer`` into ``folder`` and loaded back exactly."""
+    import torch.distributed.checkpoint as dcp
+
+    s = state()
+    with one_process():
+        dcp.save(s, storage_writer=writer(folder))
         into = zeros_like(s)
-        dcp.load(into, storage_reader=kdcp.FileSystemReader(tmp_path))
+        dcp.load(into, storage_reader=reader(folder))
     assert_same(into, s)
+
+
+@torch_only
+def test_a_checkpoint_round_trips_exactly(tmp_path: Path) -> None:
+    import kvikpy.dcp as kdcp
+
+    round_trip(tmp_path, kdcp.FileSystemWriter, kdcp.FileSystemReader)
+    assert sorted(os.listdir(tmp_path)) == [".metadata", "__0_0.kvikpy"]
 
 
 @torch_only
@@ -101,14 +116,8 @@ def test_pytorchs_own_checkpoints_load_through_kvikpys_reader(tmp_path: Path) ->
 
     import kvikpy.dcp as kdcp
 
-    s = state()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.save(s, storage_writer=dcp.FileSystemWriter(tmp_path))
-        assert not [f for f in os.listdir(tmp_path) if f.endswith(kdcp.SUFFIX)]
-        into = zeros_like(s)
-        dcp.load(into, storage_reader=kdcp.FileSystemReader(tmp_path))
-    assert_same(into, s)
+    round_trip(tmp_path, dcp.FileSystemWriter, kdcp.FileSystemReader)
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(kdcp.SUFFIX)]
 
 
 @torch_only
@@ -119,8 +128,7 @@ def test_pytorchs_reader_fails_on_kvikpys_data_files(tmp_path: Path) -> None:
 
     import kvikpy.dcp as kdcp
 
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+    with one_process():
         dcp.save({"w": torch.ones(8)}, storage_writer=kdcp.FileSystemWriter(tmp_path))
         with pytest.raises(BaseException, match=r"(?i)unpickl|weights only"):
             dcp.load({"w": torch.zeros(8)}, storage_reader=dcp.FileSystemReader(tmp_path))
@@ -134,8 +142,7 @@ def test_loads_into_another_dtype_and_into_a_strided_view(tmp_path: Path) -> Non
     import kvikpy.dcp as kdcp
 
     s = state()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+    with one_process():
         dcp.save(s, storage_writer=kdcp.FileSystemWriter(tmp_path))
         into = {
             "w": torch.zeros(300, 7, dtype=torch.float64),
@@ -156,8 +163,7 @@ def test_async_save_through_kvikpy(tmp_path: Path) -> None:
     import kvikpy.dcp as kdcp
 
     s = state()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+    with one_process():
         dcp.async_save(s, storage_writer=kdcp.FileSystemWriter(tmp_path)).result(timeout=120)
         into = zeros_like(s)
         dcp.load(into, storage_reader=kdcp.FileSystemReader(tmp_path))
@@ -179,10 +185,8 @@ def test_a_failed_write_leaves_no_checkpoint(
             raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(CuFile, "pwrite", lambda *a, **k: Full())
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        with pytest.raises(BaseException, match="No space left"):
-            dcp.save(state(), storage_writer=kdcp.FileSystemWriter(tmp_path))
+    with one_process(), pytest.raises(BaseException, match="No space left"):
+        dcp.save(state(), storage_writer=kdcp.FileSystemWriter(tmp_path))
     assert os.listdir(tmp_path) == []  # no data file, no metadata
 
 

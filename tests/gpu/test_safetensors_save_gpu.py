@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_safetensors_save import held_writes
 
 import kvikpy
 import kvikpy.safetensors as kst
@@ -165,21 +166,6 @@ def test_an_interrupted_write_from_the_gpu_leaves_no_file(
 
 
 # --- saving in the background (blocking=False) ---
-
-
-def held_writes(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Hold every ``CuFile.pwrite`` until the returned event is set."""
-    import threading
-
-    release = threading.Event()
-    real = CuFile.pwrite
-
-    def held(self: CuFile, *args: Any, **kwargs: Any) -> Any:
-        assert release.wait(60), "the test never let the write go"
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(CuFile, "pwrite", held)
-    return release
 
 
 @pytest.mark.parametrize("staging", ["default", "2MiB"])
