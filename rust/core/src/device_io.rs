@@ -34,7 +34,7 @@ const MANY_THREADS: usize = 4;
 /// the downloads, and a write is paced by the disk, where a larger `pwrite` (with
 /// O_DIRECT, a larger request in flight) beats overlapping a download that takes a
 /// twentieth of its time. `write_chunk_size` (`KVIKPY_WRITE_CHUNK_SIZE`) overrides the
-/// choice for writes.
+/// choice for writes, `read_chunk_size` (`KVIKPY_READ_CHUNK_SIZE`) for reads.
 fn chunk_size(len: usize, settings: &Settings, source_min: usize, direction: Direction) -> usize {
     let threads = crate::pool::gpu_threads(settings);
     let wanted = match direction {
@@ -42,6 +42,9 @@ fn chunk_size(len: usize, settings: &Settings, source_min: usize, direction: Dir
             align_up(settings.write_chunk_size as u64, DIRECT_IO_ALIGNMENT) as usize
         }
         Direction::Write if threads >= MANY_THREADS => len,
+        Direction::Read if settings.read_chunk_size > 0 => {
+            align_up(settings.read_chunk_size as u64, DIRECT_IO_ALIGNMENT) as usize
+        }
         _ => {
             let piece = align_up(len.div_ceil(CHUNKS_PER_TASK) as u64, DIRECT_IO_ALIGNMENT);
             let floor = if threads >= MANY_THREADS {
@@ -162,8 +165,8 @@ pub fn via_ring(
     // slot, so that the process's pinned buffers in use, which every byte is copied into
     // and read out of by the DMA, stay few enough to sit in the CPU's cache (one process
     // onto two H200s: 16 MiB batch pieces read over two 4 MiB slots at 60-65 GB/s, over
-    // one at 78-80).
-    let many = crate::pool::gpu_threads(settings) >= MANY_THREADS;
+    // one at 78-80). A chunk size set by `KVIKPY_READ_CHUNK_SIZE` reads over two.
+    let many = crate::pool::gpu_threads(settings) >= MANY_THREADS && settings.read_chunk_size == 0;
     let slots = if span.len > chunk && !(many && direction == Direction::Read) {
         MAX_SLOTS
     } else {
@@ -458,6 +461,15 @@ mod tests {
         };
         assert_eq!(chunk_size(16 << 20, &knob, 0, write), 4 << 20);
         assert_eq!(chunk_size(16 << 20, &knob, 0, Direction::Read), 4 << 20);
+        let reads = Settings {
+            read_chunk_size: (1 << 20) + 1,
+            ..many
+        };
+        assert_eq!(
+            chunk_size(16 << 20, &reads, 0, Direction::Read),
+            (1 << 20) + 4096
+        );
+        assert_eq!(chunk_size(16 << 20, &reads, 0, write), 16 << 20);
     }
 
     proptest! {

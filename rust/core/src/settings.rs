@@ -170,6 +170,11 @@ pub struct Settings {
     /// device write one pinned bounce buffer carries per `pwrite`; 0 (the default) lets
     /// the device pipeline choose. A tuning knob for benchmarks, not a named setting.
     pub write_chunk_size: usize,
+    /// kvikpy's own, environment only (`KVIKPY_READ_CHUNK_SIZE`, bytes): the piece of a
+    /// device read one pinned bounce buffer carries, each task then reading into two
+    /// buffers in turn; 0 (the default) lets the device pipeline choose. A tuning knob
+    /// for benchmarks, not a named setting.
+    pub read_chunk_size: usize,
     /// kvikpy's own, environment only (`KVIKPY_WRITE_PREALLOCATE`, on by default): before
     /// a write of several tasks that extends a file written with O_DIRECT, allocate its
     /// range with `fallocate`, so the tasks' direct writes land inside the file's size on
@@ -215,6 +220,7 @@ impl Default for Settings {
             http_ca_bundle: None,
             checkpoint_staging: DEFAULT_CHECKPOINT_STAGING,
             write_chunk_size: 0,
+            read_chunk_size: 0,
             write_preallocate: true,
         }
     }
@@ -310,6 +316,9 @@ impl Settings {
         }
         if let Some(v) = getenv("KVIKPY_WRITE_CHUNK_SIZE") {
             s.write_chunk_size = env_int("KVIKPY_WRITE_CHUNK_SIZE", &v, 0)? as usize;
+        }
+        if let Some(v) = getenv("KVIKPY_READ_CHUNK_SIZE") {
+            s.read_chunk_size = env_int("KVIKPY_READ_CHUNK_SIZE", &v, 0)? as usize;
         }
         if let Some(v) = getenv("KVIKPY_WRITE_PREALLOCATE") {
             s.write_preallocate = env_bool("KVIKPY_WRITE_PREALLOCATE", &v)?;
@@ -809,6 +818,13 @@ mod tests {
         assert!(env(&[("KVIKPY_WRITE_CHUNK_SIZE", "4 MiB")]).is_err());
         assert!(env(&[("KVIKPY_WRITE_PREALLOCATE", "maybe")]).is_err());
         assert!(!SETTING_NAMES.contains(&"write_chunk_size"));
+        let s = env(&[("KVIKPY_READ_CHUNK_SIZE", "1048576")]).unwrap();
+        assert_eq!(
+            (s.read_chunk_size, env(&[]).unwrap().read_chunk_size),
+            (1 << 20, 0)
+        );
+        assert!(env(&[("KVIKPY_READ_CHUNK_SIZE", "-1")]).is_err());
+        assert!(!SETTING_NAMES.contains(&"read_chunk_size"));
     }
 
     #[test]
