@@ -16,18 +16,20 @@ torch is never imported here: a module is recognised through ``sys.modules``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
 import sys
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import kvikpy._lib as _lib
 from kvikpy import _paths
 from kvikpy._pretrained import _INDEX, _SINGLE
 from kvikpy._save import _describe, _metadata, _refuse_overlaps, _Tensor, _write_all
+from kvikpy._save_async import SaveFuture, snapshot, start
 from kvikpy.cufile import CuFile
 
 __all__ = ["SHARD_NAME", "pack", "parse_size", "save_pretrained"]
@@ -175,10 +177,12 @@ def save_pretrained(
     metadata: Any,
     sync: bool,
     dtypes: Mapping[str, str],
-) -> None:
+    blocking: bool = True,
+) -> SaveFuture | None:
     """Write ``tensors`` to checkpoint ``directory`` (see
     :func:`kvikpy.safetensors.save_pretrained`); ``dtypes`` as :func:`kvikpy._save.save`
-    takes them."""
+    takes them. Without ``blocking``, the tensors are copied and the copies written in the
+    background (:mod:`kvikpy._save_async`): returns the save's future."""
     where = _directory(directory)
     limit = parse_size(max_shard_size)
     pairs = _metadata(metadata)
@@ -211,11 +215,13 @@ def save_pretrained(
         names = [f"model-{k:05d}-of-{n:05d}.safetensors" for k in range(1, n + 1)]
     # Every shard's header, laid out (names and sizes checked) before any file is made.
     layouts = []
+    size = 0  # of every file written, the index included
     for members in shards:
         chosen = [described[k] for k in members]
         rows = [(t.name, t.dtype, list(t.shape), t.nbytes) for t in chosen]
-        header, offsets, _ = _lib.safetensors_new_header(rows, pairs)
+        header, offsets, shard_size = _lib.safetensors_new_header(rows, pairs)
         layouts.append((chosen, header, offsets))
+        size += shard_size
     index = None
     if len(shards) > 1:
         weight_map = {
@@ -226,7 +232,38 @@ def save_pretrained(
         total = sum(t.nbytes for t in described)
         body = {"metadata": {"total_size": total}, "weight_map": weight_map}
         index = (json.dumps(body, indent=2, sort_keys=True) + "\n").encode()
+        size += len(index)
     # Everything is checked: only now does anything change on disk.
+    if blocking:
+        _put_in_place(where, names, layouts, index, sync)
+        return None
+    copies, ready = snapshot(
+        [(t.buf, t.nbytes, t.device, t.address) for t in described],
+        int(cast(int, _lib.get_setting("checkpoint_staging"))),
+    )
+    copy_of = {id(t): c for t, c in zip(described, copies, strict=True)}
+    layouts = [
+        ([dataclasses.replace(t, buf=copy_of[id(t)]) for t in chosen], header, offsets)
+        for chosen, header, offsets in layouts
+    ]
+
+    def job() -> int:
+        ready()
+        _put_in_place(where, names, layouts, index, sync)
+        return size
+
+    return start(where, job)
+
+
+def _put_in_place(
+    where: str,
+    names: list[str],
+    layouts: list[tuple[list[_Tensor], bytes, list[int]]],
+    index: bytes | None,
+    sync: bool,
+) -> None:
+    """Make the directory, write the checkpoint's files (:func:`_write`) and remove what
+    a former save left; a directory made for a save that fails is removed again."""
     made = _make_directory(where)
     try:
         _write(where, names, layouts, index, sync)

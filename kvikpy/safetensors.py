@@ -180,6 +180,7 @@ def save_file(
     return save(tensors, filename, metadata, _SAVED_DTYPES, sync, blocking)
 
 
+@overload
 def save_pretrained(
     tensors: Any,
     directory: _paths.StrPath,
@@ -187,7 +188,27 @@ def save_pretrained(
     max_shard_size: int | str = "5GB",
     metadata: Mapping[str, str] | None = None,
     sync: bool = True,
-) -> None:
+    blocking: Literal[True] = True,
+) -> None: ...
+@overload
+def save_pretrained(
+    tensors: Any,
+    directory: _paths.StrPath,
+    *,
+    max_shard_size: int | str = "5GB",
+    metadata: Mapping[str, str] | None = None,
+    sync: bool = True,
+    blocking: Literal[False],
+) -> SaveFuture: ...
+def save_pretrained(
+    tensors: Any,
+    directory: _paths.StrPath,
+    *,
+    max_shard_size: int | str = "5GB",
+    metadata: Mapping[str, str] | None = None,
+    sync: bool = True,
+    blocking: bool = True,
+) -> SaveFuture | None:
     """Write a checkpoint directory as transformers' ``save_pretrained`` writes its
     weights: ``model.safetensors``, or shards and their index.
 
@@ -247,6 +268,17 @@ def save_pretrained(
     sync
         Whether every file is synced to the disk (``fsync``) before the renames, and the
         directory after them, before this returns (see :func:`save_file`).
+    blocking
+        ``True`` (the default): return once the checkpoint is in place. ``False``: copy
+        every tensor as :func:`save_file` does with ``blocking=False``, write the copies
+        in the background and return a :class:`SaveFuture` at once (``get()`` returns the
+        bytes of every file written, the index included). Refused input is refused by
+        the call; errors of the writing are raised by ``get()``, the directory as it was.
+
+    Returns
+    -------
+    SaveFuture or None
+        With ``blocking=False``, the save's future; otherwise ``None``.
 
     Raises
     ------
@@ -270,7 +302,7 @@ def save_pretrained(
     """
     from kvikpy._save_pretrained import save_pretrained as save
 
-    save(tensors, directory, max_shard_size, metadata, sync, _SAVED_DTYPES)
+    return save(tensors, directory, max_shard_size, metadata, sync, _SAVED_DTYPES, blocking)
 
 
 def read_header(path: _paths.StrPath) -> tuple[int, dict[str, Any], dict[str, str]]:

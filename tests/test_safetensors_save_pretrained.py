@@ -20,7 +20,7 @@ import safetensors.numpy as stn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from test_safetensors_save import failing_writes
+from test_safetensors_save import failing_writes, held_writes
 
 import kvikpy
 import kvikpy.safetensors as kst
@@ -573,3 +573,44 @@ def test_save_file_syncs_unless_told_not_to(
     assert commits == [True, False, False]
     for name in ("a.st", "b.st", "c.st"):
         assert same(stn.load_file(tmp_path / name)["a"], BASE)
+
+
+def test_a_background_save_writes_the_shards_of_the_moment_of_the_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tensors = sample()
+    kst.save_pretrained(
+        {k: v.copy() for k, v in tensors.items()}, tmp_path / "blocking", max_shard_size=1000
+    )
+    release = held_writes(monkeypatch)
+    future = kst.save_pretrained(
+        tensors, tmp_path / "background", max_shard_size=1000, blocking=False
+    )
+    assert isinstance(future, kst.SaveFuture)
+    for a in tensors.values():  # training goes on at once
+        a.fill(0)
+    # Nothing under the checkpoint's names until every byte is written.
+    assert not [
+        n for n in snapshot(tmp_path / "blocking") if (tmp_path / "background" / n).exists()
+    ]
+    release.set()
+    size = future.get(timeout=60)
+    written = snapshot(tmp_path / "background")
+    assert len(shard_files(tmp_path / "background")) > 1
+    assert written == snapshot(tmp_path / "blocking")
+    assert size == sum(len(b) for b in written.values())
+
+
+def test_a_background_save_that_fails_leaves_the_directory_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kst.save_pretrained(sample(), tmp_path, max_shard_size=1000)
+    before = snapshot(tmp_path)
+    failing_writes(monkeypatch, 3)
+    future = kst.save_pretrained(sample(3), tmp_path, max_shard_size=500, blocking=False)
+    with pytest.raises(OSError, match="No space left"):
+        future.get(timeout=60)
+    assert snapshot(tmp_path) == before
+    # A refusal comes from the call itself, before anything is copied or started.
+    with pytest.raises(ValueError, match="max_shard_size"):
+        kst.save_pretrained(sample(), tmp_path, max_shard_size="lots", blocking=False)
