@@ -23,7 +23,7 @@ import re
 import sys
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import kvikpy._lib as _lib
 from kvikpy import _paths
@@ -235,7 +235,7 @@ def save_pretrained(
         size += len(index)
     # Everything is checked: only now does anything change on disk.
     if blocking:
-        _put_in_place(where, names, layouts, index, sync)
+        _put_in_place(_Files(where, names, layouts, index), sync)
         return None
     copies, ready = snapshot(
         [(t.buf, t.nbytes, t.device, t.address) for t in described],
@@ -249,24 +249,29 @@ def save_pretrained(
 
     def job() -> int:
         ready()
-        _put_in_place(where, names, layouts, index, sync)
+        _put_in_place(_Files(where, names, layouts, index), sync)
         return size
 
     return start(where, job)
 
 
-def _put_in_place(
-    where: str,
-    names: list[str],
-    layouts: list[tuple[list[_Tensor], bytes, list[int]]],
-    index: bytes | None,
-    sync: bool,
-) -> None:
+class _Files(NamedTuple):
+    """A checkpoint directory's files, laid out: each shard's name, tensors, header and
+    tensor offsets, and the index's bytes (``None`` for one shard)."""
+
+    where: str
+    names: list[str]
+    layouts: list[tuple[list[_Tensor], bytes, list[int]]]
+    index_json: bytes | None
+
+
+def _put_in_place(files: _Files, sync: bool) -> None:
     """Make the directory, write the checkpoint's files (:func:`_write`) and remove what
     a former save left; a directory made for a save that fails is removed again."""
+    where, names = files.where, files.names
     made = _make_directory(where)
     try:
-        _write(where, names, layouts, index, sync)
+        _write(files, sync)
     except BaseException:
         for path in made:  # the directories made for this save, deepest first
             with contextlib.suppress(OSError):
@@ -294,16 +299,11 @@ def _make_directory(where: str) -> list[str]:
     return missing
 
 
-def _write(
-    where: str,
-    names: list[str],
-    layouts: list[tuple[list[_Tensor], bytes, list[int]]],
-    index: bytes | None,
-    sync: bool,
-) -> None:
+def _write(files: _Files, sync: bool) -> None:
     """Every shard (and the index) under a temporary name, in one parallel pass, then
     renamed into place, the index last; on any failure before the renames, every
     temporary file is removed."""
+    where, names, layouts, index = files
     with contextlib.ExitStack() as stack:
         replacements: list[_lib.Replacement] = []
 
