@@ -67,6 +67,16 @@ def _bytes_of(t: Any) -> Any:
     return t.detach().reshape(-1).view(torch.uint8)
 
 
+def _inside(name: str, req: Any) -> None:
+    """``ValueError`` unless ``name`` (a data file the metadata names) is a plain file name
+    in the checkpoint's directory: a reader never opens anything outside it."""
+    if not name or name in (".", "..") or os.path.basename(name) != name or "\0" in name:
+        raise ValueError(
+            f"the checkpoint's metadata puts {req.storage_index.fqn!r} in {name!r}, which is "
+            "not a file of the checkpoint's directory; the metadata is damaged or hostile"
+        )
+
+
 class FileSystemWriter(_dcp.FileSystemWriter):  # type: ignore[misc]
     """``torch.distributed.checkpoint.FileSystemWriter`` whose data files kvikpy writes.
 
@@ -237,6 +247,7 @@ class FileSystemReader(_dcp.FileSystemReader):  # type: ignore[misc]
                 info = self._info(req)
                 f = files.get(info.relative_path)
                 if f is None:
+                    _inside(info.relative_path, req)
                     path = os.path.join(os.fspath(self.path), info.relative_path)
                     f = files[info.relative_path] = CuFile(path, "r")
                 if req.type == LoadItemType.BYTE_IO:

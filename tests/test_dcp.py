@@ -203,3 +203,28 @@ def test_two_gloo_ranks_save_and_load_a_resharded_dtensor(tmp_path: Path, writer
         assert data == ["__0_0.kvikpy", "__1_0.kvikpy"]
     else:
         assert data and not [f for f in data if f.endswith(".kvikpy")]
+
+
+@torch_only
+@pytest.mark.parametrize("name", ["../outside.kvikpy", "/etc/passwd.kvikpy", "sub/x.kvikpy"])
+def test_metadata_naming_a_file_outside_the_checkpoint_is_refused(
+    tmp_path: Path, name: str
+) -> None:
+    import pickle
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    import kvikpy.dcp as kdcp
+
+    folder = tmp_path / "ckpt"
+    with one_process():
+        dcp.save({"w": torch.ones(8)}, storage_writer=kdcp.FileSystemWriter(folder))
+    meta_path = folder / ".metadata"
+    meta = pickle.loads(meta_path.read_bytes())
+    for info in meta.storage_data.values():
+        info.relative_path = name
+    meta_path.write_bytes(pickle.dumps(meta))
+    (tmp_path / "outside.kvikpy").write_bytes(bytes(64))
+    with one_process(), pytest.raises(BaseException, match="not a file of the checkpoint"):
+        dcp.load({"w": torch.zeros(8)}, storage_reader=kdcp.FileSystemReader(folder))
