@@ -42,7 +42,7 @@ def main() -> None:
             "shared.w": shared,
             f"rank{rank}.ids": mine,
             "sharded": distribute_tensor(full, mesh, [Shard(0)]),
-            "step": 41 + rank * 0,
+            "step": 41,
         }
         writer = kdcp.FileSystemWriter(folder) if how == "kvikpy" else dcp.FileSystemWriter(folder)
         dcp.save(state, storage_writer=writer)
