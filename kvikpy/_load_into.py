@@ -668,6 +668,62 @@ def _meta_buffers_left(module: Any, names: set[str]) -> list[str]:
     return out
 
 
+def _unfilled_error(unfilled: list[str], why: str = "") -> LoadIntoError:
+    return LoadIntoError(
+        "these buffers are on the meta device and the checkpoint has no values for them "
+        f"(non-persistent buffers): {', '.join(unfilled)}{why}; build the model under "
+        "accelerate.init_empty_weights(), which keeps buffers real, or create them on a "
+        "real device"
+    )
+
+
+def _owner(module: Any, name: str) -> tuple[Any, str]:
+    """The submodule of ``module`` that holds buffer ``name``, and the buffer's own name."""
+    path, _, key = name.rpartition(".")
+    return (module.get_submodule(path) if path else module), key
+
+
+def _recomputable(module: Any, unfilled: list[str]) -> bool:
+    """Whether ``module`` can compute the buffers ``unfilled`` itself, as transformers
+    does after building a model on the meta device: a transformers model (it has
+    ``_init_weights``, which recomputes non-persistent buffers such as a rotary
+    embedding's from the config) and buffers of floating dtypes (whose every value
+    :func:`_recompute` can check was written)."""
+    if not callable(getattr(module, "_init_weights", None)):
+        return False
+    for name in unfilled:
+        sub, key = _owner(module, name)
+        if not sub._buffers[key].dtype.is_floating_point:
+            return False
+    return True
+
+
+def _recompute(module: Any, unfilled: list[str]) -> None:
+    """Fill the materialised buffers ``unfilled`` with NaN, let the model's own
+    ``_init_weights`` compute them (before the checkpoint is read, so the checkpoint's
+    values win for anything else it initialises), and check that every value was
+    written; ``LoadIntoError`` if not, the model then back on the meta device."""
+    import torch
+
+    owners: dict[int, Any] = {}
+    with torch.no_grad():
+        for name in unfilled:
+            sub, key = _owner(module, name)
+            sub._buffers[key].fill_(float("nan"))
+            owners[id(sub)] = sub
+        for sub in owners.values():
+            module._init_weights(sub)
+    left = [n for n in unfilled if bool(torch.isnan(_buffer(module, n)).any())]
+    if left:
+        module.to_empty(device="meta")
+        raise _unfilled_error(left, ", which its _init_weights does not compute")
+
+
+def _buffer(module: Any, name: str) -> Any:
+    sub, key = _owner(module, name)
+    return sub._buffers[key]
+
+
 def load(
     target: Any,
     sources: Sequence[Source],
@@ -702,6 +758,7 @@ def load(
         described = {name: _describe(name, obj) for name, obj in tensors.items()}
         read, missing, unexpected = _check(by_name, described, strict, convert, what)
         metas = [n for n, t in described.items() if t.device == -1]
+        unfilled: list[str] = []
         if metas:
             if module is None:
                 raise LoadIntoError(
@@ -709,13 +766,8 @@ def load(
                     "load_into can materialise it"
                 )
             unfilled = _meta_buffers_left(module, set(by_name))
-            if unfilled:
-                raise LoadIntoError(
-                    "these buffers are on the meta device and the checkpoint has no values "
-                    f"for them (non-persistent buffers): {', '.join(unfilled)}; build the "
-                    "model under accelerate.init_empty_weights(), which keeps buffers "
-                    "real, or create them on a real device"
-                )
+            if unfilled and not _recomputable(module, unfilled):
+                raise _unfilled_error(unfilled)
     except (LoadIntoError, TypeError, ValueError):
         if process_group is not None:  # the other ranks must not wait for this one
             from kvikpy._read_once import exchange_status
@@ -724,6 +776,8 @@ def load(
         raise
     if metas:
         _materialise(module, _torch_device(device))
+        if unfilled:
+            _recompute(module, unfilled)
         tensors, _ = _targets(module)
         described = {name: _describe(name, obj) for name, obj in tensors.items()}
         read, missing, unexpected = _check(by_name, described, strict, convert, what)
