@@ -16,9 +16,10 @@ torch tensors are recognised by their type, so torch is never imported here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -28,7 +29,7 @@ from kvikpy._dtypes import BFLOAT16_TYPESTR
 from kvikpy._save_async import SaveFuture, snapshot, start
 from kvikpy.cufile import CuFile, IOFuture, wait_all
 
-__all__ = ["save", "write_pieces"]
+__all__ = ["copies_of", "save", "write_checked", "write_pieces"]
 
 
 @dataclass(frozen=True)
@@ -81,18 +82,25 @@ def save(
         write_pieces(name, [(header, len(header), 0), *pieces], bool(sync))
         return None
     # Everything is checked: copy the tensors, then write the copies in the background.
-    copies, ready = snapshot(
-        [(t.buf, t.nbytes, t.device, t.address) for t in described],
-        int(cast(int, _lib.get_setting("checkpoint_staging"))),
-    )
+    copied, ready = copies_of(described)
 
     def job() -> int:
         ready()
-        pieces = [(c, t.nbytes, o) for c, t, o in zip(copies, described, at, strict=True)]
+        pieces = [(t.buf, t.nbytes, o) for t, o in zip(copied, at, strict=True)]
         write_pieces(name, [(header, len(header), 0), *pieces], bool(sync))
         return int(size)
 
     return start(name, job)
+
+
+def copies_of(described: list[_Tensor]) -> tuple[list[_Tensor], Callable[[], None]]:
+    """``described`` with each buffer replaced by a copy, for a save in the background
+    (GPU copies within the ``checkpoint_staging`` setting per device, see
+    :func:`kvikpy._save_async.snapshot`), and the function that waits for the copies."""
+    staging = int(cast(int, _lib.get_setting("checkpoint_staging")))
+    copies, ready = snapshot([(t.buf, t.nbytes, t.device, t.address) for t in described], staging)
+    copied = [dataclasses.replace(t, buf=c) for t, c in zip(described, copies, strict=True)]
+    return copied, ready
 
 
 def write_pieces(name: str, pieces: list[tuple[Any, int, int]], sync: bool) -> None:
@@ -102,13 +110,19 @@ def write_pieces(name: str, pieces: list[tuple[Any, int, int]], sync: bool) -> N
     disk, Ctrl-C) removes it, leaving ``name`` as it was."""
     with CuFile._one_shot(name, sync=sync) as f:
         jobs = [(f, buf, nbytes, offset) for buf, nbytes, offset in pieces if nbytes]
-        written = _write_all(jobs)
-        for (_, _, size, offset), n in zip(jobs, written, strict=True):
-            if n != size:
-                raise OSError(
-                    f"{name}: {n} of {size} bytes were written at offset {offset}; the file "
-                    "was not replaced"
-                )
+        write_checked(jobs, [name] * len(jobs), "the file")
+
+
+def write_checked(jobs: list[tuple[CuFile, Any, int, int]], shown: list[str], what: str) -> None:
+    """Run ``jobs`` (:func:`_write_all`); ``OSError`` naming the file (``shown``, one name
+    per job) and ``what`` was not replaced for a write that wrote fewer bytes than asked."""
+    written = _write_all(jobs)
+    for (_, _, size, offset), name, n in zip(jobs, shown, written, strict=True):
+        if n != size:
+            raise OSError(
+                f"{name}: {n} of {size} bytes were written at offset {offset}; {what} was "
+                "not replaced"
+            )
 
 
 def _write_all(jobs: list[tuple[CuFile, Any, int, int]]) -> list[int]:

@@ -21,7 +21,8 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any
 
-import kvikpy._lib as _lib
+import numpy as np
+
 from kvikpy.cufile import _until_done
 
 __all__ = ["SaveFuture", "snapshot", "start"]
@@ -149,30 +150,49 @@ def snapshot(
     """Copies of ``tensors`` (each ``(buf, nbytes, device, address)``: what a write reads,
     its bytes, its GPU or ``None``, its address), and a function that waits until the
     copies are complete. GPU copies stay on their GPU while each device's copies fit in
-    ``staging`` bytes, else go to pinned host memory; the copies of zero-byte tensors are
-    the tensors themselves."""
-    copies: list[Any] = []
+    ``staging`` bytes; the others share one pinned host allocation (torch's pinned
+    memory cache serves the next save of the same size without pinning again), and
+    host arrays one host allocation. The copies of zero-byte tensors are the tensors
+    themselves."""
+    copies: list[Any] = [buf for buf, _, _, _ in tensors]
     on_gpu: dict[int, int] = {}
+    to_host: list[int] = []  # host arrays, copied in host memory
+    to_pinned: list[tuple[int, Any, int]] = []  # GPU tensors past the staging: (k, src, GPU)
     torch = None
-    for buf, nbytes, device, address in tensors:
+    for k, (buf, nbytes, device, _) in enumerate(tensors):
         if not nbytes:
-            copies.append(buf)
-        elif device is None:
-            copy = _lib.Buffer.allocate(nbytes, None, False)
-            ctypes.memmove(copy.ptr, address, nbytes)
-            copies.append(copy)
-        else:
-            torch = torch or _torch()
-            src = _flat_bytes(torch, buf)
-            used = on_gpu.setdefault(device, 0)
+            continue
+        if device is None:
+            to_host.append(k)
+            continue
+        torch = torch or _torch()
+        src = _flat_bytes(torch, buf)
+        used = on_gpu.setdefault(device, 0)
+        if used + nbytes <= staging:
+            on_gpu[device] = used + nbytes
             with torch.cuda.device(device):
-                if used + nbytes <= staging:
-                    on_gpu[device] = used + nbytes
-                    copies.append(src.clone())
-                else:
-                    pinned = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-                    pinned.copy_(src, non_blocking=True)
-                    copies.append(pinned)
+                copies[k] = src.clone()
+        else:
+            to_pinned.append((k, src, device))
+    if to_host:
+        block = np.empty(sum(tensors[k][1] for k in to_host), np.uint8)
+        at = 0
+        for k in to_host:
+            _, nbytes, _, address = tensors[k]
+            ctypes.memmove(block.ctypes.data + at, address, nbytes)
+            copies[k] = block[at : at + nbytes]
+            at += nbytes
+    if to_pinned:
+        assert torch is not None
+        total = sum(tensors[k][1] for k, _, _ in to_pinned)
+        pinned = torch.empty(total, dtype=torch.uint8, pin_memory=True)
+        at = 0
+        for k, src, device in to_pinned:
+            part = pinned[at : at + tensors[k][1]]
+            with torch.cuda.device(device):
+                part.copy_(src, non_blocking=True)
+            copies[k] = part
+            at += tensors[k][1]
     events = []
     if torch is not None:
         for device in on_gpu:

@@ -16,20 +16,19 @@ torch is never imported here: a module is recognised through ``sys.modules``.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import re
 import sys
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import kvikpy._lib as _lib
 from kvikpy import _paths
 from kvikpy._pretrained import _INDEX, _SINGLE
-from kvikpy._save import _describe, _metadata, _refuse_overlaps, _Tensor, _write_all
-from kvikpy._save_async import SaveFuture, snapshot, start
+from kvikpy._save import _describe, _metadata, _refuse_overlaps, _Tensor, copies_of, write_checked
+from kvikpy._save_async import SaveFuture, start
 from kvikpy.cufile import CuFile
 
 __all__ = ["SHARD_NAME", "pack", "parse_size", "save_pretrained"]
@@ -237,14 +236,10 @@ def save_pretrained(
     if blocking:
         _put_in_place(_Files(where, names, layouts, index), sync)
         return None
-    copies, ready = snapshot(
-        [(t.buf, t.nbytes, t.device, t.address) for t in described],
-        int(cast(int, _lib.get_setting("checkpoint_staging"))),
-    )
-    copy_of = {id(t): c for t, c in zip(described, copies, strict=True)}
+    copied, ready = copies_of(described)
+    copy_of = {id(t): c for t, c in zip(described, copied, strict=True)}
     layouts = [
-        ([dataclasses.replace(t, buf=copy_of[id(t)]) for t in chosen], header, offsets)
-        for chosen, header, offsets in layouts
+        ([copy_of[id(t)] for t in chosen], header, offsets) for chosen, header, offsets in layouts
     ]
 
     def job() -> int:
@@ -325,13 +320,7 @@ def _write(files: _Files, sync: bool) -> None:
                     if t.nbytes
                 ]
                 shown += [name] * (len(jobs) - len(shown))
-            written = _write_all(jobs)
-            for (_, _, size, offset), name, n in zip(jobs, shown, written, strict=True):
-                if n != size:
-                    raise OSError(
-                        f"{name}: {n} of {size} bytes were written at offset {offset}; the "
-                        f"checkpoint in {where!r} was not replaced"
-                    )
+            write_checked(jobs, shown, f"the checkpoint in {where!r}")
         if index is not None:
             with open(replacement(_INDEX).path, "wb") as out:
                 out.write(index)

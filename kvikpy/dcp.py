@@ -137,7 +137,7 @@ class FileSystemWriter(_dcp.FileSystemWriter):  # type: ignore[misc]
         for item in plan.items:
             data = planner.resolve_data(item)
             if item.type == WriteItemType.BYTE_IO:
-                buf: Any = bytes(data.getbuffer()) if isinstance(data, io.BytesIO) else data
+                buf: Any = data.getbuffer() if isinstance(data, io.BytesIO) else data
                 nbytes = len(buf)
             else:
                 t = data.detach()
@@ -251,8 +251,7 @@ class FileSystemReader(_dcp.FileSystemReader):  # type: ignore[misc]
                     path = os.path.join(os.fspath(self.path), info.relative_path)
                     f = files[info.relative_path] = CuFile(path, "r")
                 if req.type == LoadItemType.BYTE_IO:
-                    into = torch.empty(info.length, dtype=torch.uint8)
-                    started.append((req, into, None, info.length))
+                    started.append((req, bytearray(info.length), None, info.length))
                     continue
                 target = planner.resolve_tensor(req).detach()
                 dtype, shape = self._stored(req)
@@ -273,9 +272,9 @@ class FileSystemReader(_dcp.FileSystemReader):  # type: ignore[misc]
                 started.append((req, into, target, nbytes))
             futures = [
                 files[self._info(req).relative_path].pread(
-                    _bytes_of(into), n, self._info(req).offset
+                    into if target is None else _bytes_of(into), n, self._info(req).offset
                 )
-                for req, into, _, n in started
+                for req, into, target, n in started
                 if n
             ]
             got = wait_all(futures)
@@ -291,7 +290,7 @@ class FileSystemReader(_dcp.FileSystemReader):  # type: ignore[misc]
                     f"{req.storage_index.fqn!r} at offset {info.offset} (cut short?)"
                 )
             if target is None:
-                planner.load_bytes(req, io.BytesIO(into.numpy().tobytes()))
+                planner.load_bytes(req, io.BytesIO(into))
                 continue
             if into is not target:
                 part = into
