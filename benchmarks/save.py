@@ -33,16 +33,17 @@ state dict's device (zeroed outside the clock before every load), and the clock 
 once the GPU is done. ``os.sync()`` has no part in a load: their column of rates
 including it is empty (``None`` in the JSON), and their blocked time is the whole load.
 
-The ``dcp`` rows (the six above) run as ``--ranks`` processes forming one process group
-on 127.0.0.1 (default 1, a gloo group of one): with more, NCCL where ``--device cuda``
-finds at least that many GPUs (rank ``r`` on GPU ``r``), else gloo (ranks sharing the
-GPUs round robin, or on the host with ``--device cpu``). Each rank holds its own shard,
-``--tensors / --ranks`` of the tensors (named ``r{rank}.layer{k}.weight``, so no name
-is shared between ranks), ``--size-mib / --ranks`` of the bytes. Every rank waits at a
-barrier before its clock starts and again before it stops; a run's time is the slowest
-rank's, and its rate is the bytes of all ranks over that time. The other rows are not
-distributed: each is one process with the whole state dict, whatever ``--ranks`` is, and
-the table's ``ranks`` column says which is which (with the group's backend).
+The six ``dcp`` rows run as ``--ranks`` processes forming one process group on
+127.0.0.1 (default 1, a gloo group of one): with more, NCCL where ``--device cuda`` finds
+at least that many GPUs (rank ``r`` on GPU ``r``; gloo beside it for what ``async_save``
+does on the CPU), else gloo (ranks sharing the GPUs round robin, or on the host with
+``--device cpu``). Each rank holds its own shard: ``--tensors / --ranks`` of the tensors
+(named ``r{rank}.layer{k}.weight``, so no name is shared between ranks), ``--size-mib /
+--ranks`` of the bytes. Every rank waits at a barrier before its clock starts and again
+before it stops; a run's time is the slowest rank's, and its rate is the bytes of all
+ranks over that time. The other rows are not distributed: each is one process with the
+whole state dict, whatever ``--ranks`` is; the table's ``ranks`` column says which is
+which, with the group's backend.
 
 Each save is made into an empty folder and timed twice: to the page cache (the call
 returning; for the async writers, the save finishing) and including ``os.sync()`` after
@@ -158,7 +159,9 @@ if group:
         backend = "nccl" if gpus >= world else "gloo"
     if cuda:
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, timeout=timedelta(seconds=spec["group_timeout_s"]))
+    # async_save needs a CPU backend in the group: NCCL comes with gloo beside it.
+    dist.init_process_group("cpu:gloo,cuda:nccl" if backend == "nccl" else "gloo",
+                            timeout=timedelta(seconds=spec["group_timeout_s"]))
 rng = np.random.default_rng(11 + rank)
 prefix = f"r{rank}." if world > 1 else ""
 host = {f"{prefix}layer{k:03d}.weight": rng.standard_normal(each, dtype=np.float32)
@@ -365,9 +368,9 @@ def run_ranks(spec: str, ranks: int, what: str, timeout: float) -> list[Any]:
     Raises
     ------
     RuntimeError
-        When a rank fails (its exit status and the end of its stderr are given) or the
-        ranks run past ``timeout``; the ranks still running are killed first, so that
-        none waits for a failed peer.
+        When a rank fails or the ranks run past ``timeout``, with the exit status and the
+        end of the stderr of every rank that failed (of every rank, past the time); the
+        ranks still running are killed, so that none waits for a failed peer.
     """
     port = free_port()
     procs: list[subprocess.Popen[str]] = []
@@ -400,10 +403,13 @@ def run_ranks(spec: str, ranks: int, what: str, timeout: float) -> list[Any]:
             while (codes := [p.poll() for p in procs]).count(0) < ranks:
                 failed = [r for r, c in enumerate(codes) if c]
                 if failed or time.monotonic() > deadline:
-                    r = failed[0] if failed else 0
-                    logs[r][1].seek(0)
-                    why = f"rank {r} exited {codes[r]}" if failed else f"past {timeout} s"
-                    raise RuntimeError(f"{what}: {why}: {logs[r][1].read()[-2000:]}")
+                    told = []
+                    for r in failed or range(ranks):
+                        logs[r][1].seek(0)
+                        state = "running" if codes[r] is None else f"exited {codes[r]}"
+                        told.append(f"rank {r} {state}: {logs[r][1].read()[-2000:]}")
+                    why = "" if failed else f"past {timeout} s; "
+                    raise RuntimeError(f"{what}: {why}{'; '.join(told)}")
                 time.sleep(0.05)
         finally:
             for p in procs:

@@ -1,16 +1,21 @@
 """``python -m benchmarks save`` on the host (``--device cpu``: numpy state dicts): every
 writer that can run here writes, reads back and checks its checkpoint and reaches the JSON
 and the markdown table with its ratios, writers whose libraries are missing are reported
-as skipped, and bad arguments are refused. The GPU run is on the GPU machine."""
+as skipped, and bad arguments are refused. Where torch is installed: the dcp rows, the
+loads among them, as two gloo ranks of one process group; a wrong checkpoint or a wrong
+load fails the run, in one rank as in two; ranks past their time are stopped. The GPU run
+is on the GPU machine."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +24,12 @@ from conftest import clean_env
 import kvikpy
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # `python -m pytest` from the checkout has it already
+    sys.path.append(str(REPO))
+
+from benchmarks import save  # noqa: E402
+
+PLACE = "shm" if os.path.isdir("/dev/shm") else "disk"
 TINY = ["--size-mib", "4", "--tensors", "8", "--rounds", "1", "--runs", "1", "--device", "cpu"]
 
 
@@ -43,6 +54,7 @@ def bench(folder: Path, *args: str, startup: str = "") -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_every_writer_on_the_host_checks_its_checkpoint(tmp_path: Path) -> None:
     out, md = tmp_path / "r.json", tmp_path / "r.md"
@@ -51,7 +63,7 @@ def test_every_writer_on_the_host_checks_its_checkpoint(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     torch = importlib.util.find_spec("torch") is not None
     ran = ["kvikpy-flat", "kvikpy", "kvikpy-sync", "kvikpy-async", "kvikpy-shards"]
-    torch_writers = ["torch-save", "dcp", "dcp-async", "dcp-kvikpy", "dcp-kvikpy-async"]
+    torch_writers = ["torch-save", *save.DCP]
     ran += ["safetensors"] + (torch_writers if torch else [])
     places = ["disk"] + (["shm"] if os.path.isdir("/dev/shm") else [])
     assert sorted(result["results"]) == sorted(f"{w}@{p}" for w in ran for p in places)
@@ -59,6 +71,11 @@ def test_every_writer_on_the_host_checks_its_checkpoint(tmp_path: Path) -> None:
         assert row["bytes"] == 4 << 20, key
         assert len(row["runs"]) == 1, key
         run = row["runs"][0]
+        assert row["ranks"] == 1 and row["backend"] == ("gloo" if key[0] == "d" else None), key
+        if key.split("@")[0] in save.LOADS:
+            assert run["synced_s"] is None and row["synced_GBps"] is None, key
+            assert 0 < run["blocked_s"] == run["written_s"], key
+            continue
         assert 0 < run["blocked_s"] <= run["written_s"] <= run["synced_s"], key
         if not key.startswith(("kvikpy-async", "dcp-async", "dcp-kvikpy-async")):
             assert run["blocked_s"] == run["written_s"], key
@@ -68,6 +85,35 @@ def test_every_writer_on_the_host_checks_its_checkpoint(tmp_path: Path) -> None:
     assert "kvikpy `save_file(sync=False, blocking=False)`" in table
     assert "disk: kvikpy save_file incl. sync / safetensors" in table
     assert "blocks for" in table and "(target below 0.1)" in table
+    if torch:
+        assert "| disk | 1 (gloo) |" in table and "dcp.load from the page cache" in table
+        assert "`os.sync()` has no part in a load" in table
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_dcp_rows_as_two_gloo_ranks(tmp_path: Path) -> None:
+    """Each dcp row is two processes of one gloo group, each rank saving (or loading) its
+    half; a row's bytes are both ranks'; the rows not of dcp stay one process."""
+    pytest.importorskip("torch")
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    writers = ",".join(["kvikpy", *save.DCP])
+    done = bench(tmp_path, *TINY, "--dirs", PLACE, "--ranks", "2", "--writers", writers,
+                 "--out", str(out), "--markdown", str(md))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["args"]["ranks"] == 2
+    assert sorted(result["results"]) == sorted(f"{w}@{PLACE}" for w in writers.split(","))
+    for key, row in result["results"].items():
+        w = key.split("@")[0]
+        assert row["bytes"] == 4 << 20, key
+        assert (row["ranks"], row["backend"]) == ((2, "gloo") if w in save.DCP else (1, None))
+        assert row["page_cache_GBps"]["median"] > 0, key
+        assert (row["synced_GBps"] is None) == (w in save.LOADS), key
+    table = md.read_text()
+    assert f"| {PLACE} | 2 (gloo) |" in table and f"| {PLACE} | 1 |" in table
+    assert "The dcp rows ran as 2 ranks" in table
+    assert f"{PLACE}: dcp.load from the page cache through kvikpy.dcp" in table
 
 
 LOSES_A_TENSOR = """
@@ -102,12 +148,115 @@ def test_a_wrong_checkpoint_fails_the_run(tmp_path: Path, startup: str) -> None:
     assert done.returncode != 0 and "AssertionError" in done.stderr
 
 
+#: From the second load on (the first timed run's; the warm-up's is left alone), one
+#: byte of the first tensor loaded is changed, in rank 1 only (so rank 0 is left waiting).
+FLIPS_A_LOADED_BYTE = """
+import os
+if os.environ.get("RANK") == "1":
+    import kvikpy.dcp as kdcp
+    real, calls = kdcp.FileSystemReader.read_data, []
+    def read_data(self, plan, planner):
+        done = real(self, plan, planner)
+        calls.append(1)
+        if len(calls) > 1:
+            t = planner.resolve_tensor(plan.items[0])
+            t.reshape(-1).view(__import__("torch").uint8)[0] ^= 1
+        return done
+    kdcp.FileSystemReader.read_data = read_data
+"""
+
+#: From the second load on, the reader leaves the last tensor unread.
+SKIPS_A_TENSOR = """
+import os
+if "RANK" in os.environ:
+    import kvikpy.dcp as kdcp
+    from torch.distributed.checkpoint.planner import LoadPlan
+    real, calls = kdcp.FileSystemReader.read_data, []
+    def read_data(self, plan, planner):
+        calls.append(1)
+        if len(calls) > 1:
+            plan = LoadPlan(plan.items[:-1], plan.storage_data, plan.planner_data)
+        return real(self, plan, planner)
+    kdcp.FileSystemReader.read_data = read_data
+"""
+
+#: kvikpy.dcp's writer changes one byte of each data file it writes.
+FLIPS_A_SAVED_BYTE = """
+import os
+if "RANK" in os.environ:
+    import kvikpy._save
+    real = kvikpy._save.write_pieces
+    def write_pieces(path, pieces, sync):
+        real(path, pieces, sync)
+        with open(path, "r+b") as f:
+            f.seek(pieces[0][2])
+            b = f.read(1)[0]
+            f.seek(pieces[0][2])
+            f.write(bytes([b ^ 1]))
+    kvikpy._save.write_pieces = write_pieces
+"""
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    ("writer", "ranks", "startup", "rank", "tensor"),
+    [
+        ("dcp-kvikpy-load", 2, FLIPS_A_LOADED_BYTE, "1", r"r1\.layer000"),
+        ("dcp-kvikpy-load", 1, SKIPS_A_TENSOR, "0", "layer007"),
+        ("dcp-kvikpy", 2, FLIPS_A_SAVED_BYTE, "([01])", r"r\1\.layer000"),
+    ],
+    ids=["load-flipped-2-ranks", "load-lost-1-rank", "save-flipped-2-ranks"],
+)
+def test_a_wrong_dcp_checkpoint_or_load_fails_the_run(
+    tmp_path: Path, writer: str, ranks: int, startup: str, rank: str, tensor: str
+) -> None:
+    """The dcp rows' checks are real: a load that changes a byte or leaves a tensor
+    unread in a timed run, or a save that changes a byte, fails the run naming the rank
+    and the tensor, and a rank that fails stops its peers, which do not wait out the
+    group's timeout."""
+    pytest.importorskip("torch")
+    t0 = time.monotonic()
+    done = bench(tmp_path, *TINY, "--writers", writer, "--dirs", PLACE, "--ranks", str(ranks),
+                 startup=startup)  # fmt: skip
+    assert done.returncode != 0, done.stderr[-3000:]
+    says = rf"rank {rank} exited 1: .*AssertionError: {tensor}\.weight"
+    assert re.search(says, done.stderr, re.DOTALL), done.stderr[-3000:]
+    assert time.monotonic() - t0 < 120
+
+
+@pytest.mark.timeout(120)
+def test_ranks_past_their_time_are_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank that never joins its group: the run fails once its time is up, saying so,
+    with every rank stopped."""
+    pytest.importorskip("torch")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "kvikpy").symlink_to(Path(kvikpy.__file__).resolve().parent)
+    (site / "sitecustomize.py").write_text(
+        "import os, time\nif os.environ.get('RANK') == '1':\n    time.sleep(600)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(REPO)]))
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({
+        "writer": "dcp", "folder": str(tmp_path), "runs": 1, "tensors": 2, "bytes": 1 << 16,
+        "device": "cpu", "dcp_rows": save.DCP, "load_rows": save.LOADS,
+        "torch_rows": save.NEEDS_TORCH, "group_timeout_s": 600,
+    }))  # fmt: skip
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"dcp: past 5 s; rank 0 running: .*rank 1 running"):
+        save.run_ranks(str(spec), 2, "dcp", timeout=5)
+    assert time.monotonic() - t0 < 30
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--writers", "kvikpy,nope"], "--writers takes"),
         (["--dirs", "cloud"], "--dirs takes disk and shm"),
         (["--runs", "0"], "must be at least 1"),
+        (["--ranks", "0"], "must be at least 1"),
+        (["--ranks", "3"], "--tensors must be a multiple of --ranks"),
+        (["--ranks", "2", "--device", "cuda:1"], "--ranks above 1 takes --device cuda"),
     ],
 )
 def test_bad_arguments_are_refused(tmp_path: Path, args: list[str], message: str) -> None:
