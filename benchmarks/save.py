@@ -22,18 +22,23 @@ for machines without torch or a GPU). Writers (``--writers``):
   and total as for ``kvikpy-async``;
 * ``dcp-kvikpy`` and ``dcp-kvikpy-async``: the same two with ``kvikpy.dcp.FileSystemWriter``
   (read back with ``kvikpy.dcp.FileSystemReader``, PyTorch's with its own reader);
+* ``dcp-none``: ``dcp.save`` through ``kvikpy.dcp.FileSystemWriter`` with its file
+  write left out (a probe, not a writer): PyTorch's planning, item resolution, collectives
+  and ``.metadata`` file, the time no storage writer can go below; checked for its
+  metadata only;
 * ``dcp-load``: ``torch.distributed.checkpoint.load`` with PyTorch's ``FileSystemReader``
   of a checkpoint PyTorch's ``FileSystemWriter(thread_count=8)`` wrote;
 * ``dcp-kvikpy-load``: the same with ``kvikpy.dcp.FileSystemReader`` of a checkpoint
   ``kvikpy.dcp.FileSystemWriter`` wrote.
 
-The two load rows write their checkpoint outside the clock just before each load, so the
-load reads it from a warm page cache; it loads into tensors allocated beforehand on the
+The two load rows write their checkpoint outside the clock just before each load and read
+its files once (kvikpy's direct writes leave none of it in the page cache), so the load
+reads it from a warm page cache; it loads into tensors allocated beforehand on the
 state dict's device (zeroed outside the clock before every load), and the clock stops
 once the GPU is done. ``os.sync()`` has no part in a load: their column of rates
 including it is empty (``None`` in the JSON), and their blocked time is the whole load.
 
-The six ``dcp`` rows run as ``--ranks`` processes forming one process group on
+The seven ``dcp`` rows run as ``--ranks`` processes forming one process group on
 127.0.0.1 (default 1, a gloo group of one): with more, NCCL where ``--device cuda`` finds
 at least that many GPUs (rank ``r`` on GPU ``r``; gloo beside it for what ``async_save``
 does on the CPU), else gloo (ranks sharing the GPUs round robin, or on the host with
@@ -90,12 +95,21 @@ WRITERS = {
     "dcp-async": "`torch.distributed.checkpoint.async_save`, the same writer",
     "dcp-kvikpy": "`torch.distributed.checkpoint.save`, `kvikpy.dcp.FileSystemWriter`",
     "dcp-kvikpy-async": "`torch.distributed.checkpoint.async_save`, `kvikpy.dcp.FileSystemWriter`",
+    "dcp-none": "`torch.distributed.checkpoint.save` writing no tensor bytes (DCP's own work)",
     "dcp-load": "`torch.distributed.checkpoint.load`, `FileSystemReader` (load, warm)",
     "dcp-kvikpy-load": "`torch.distributed.checkpoint.load`, `kvikpy.dcp.FileSystemReader` "
     "(load, warm)",
 }
 #: The rows run by ``--ranks`` processes in one process group.
-DCP = ("dcp", "dcp-async", "dcp-kvikpy", "dcp-kvikpy-async", "dcp-load", "dcp-kvikpy-load")
+DCP = (
+    "dcp",
+    "dcp-async",
+    "dcp-kvikpy",
+    "dcp-kvikpy-async",
+    "dcp-none",
+    "dcp-load",
+    "dcp-kvikpy-load",
+)
 #: The rows that time a load, not a save.
 LOADS = ("dcp-load", "dcp-kvikpy-load")
 NEEDS_TORCH = ("torch-save", *DCP)
@@ -114,12 +128,24 @@ RATIOS = (
         "synced_GBps",
         "kvikpy save_file / its flat write of the same bytes {:.2f} (target 0.9)",
     ),
+    (
+        "kvikpy-sync",
+        "kvikpy-flat",
+        "synced_GBps",
+        "kvikpy save_file with its file synced / the flat write of the same bytes {:.2f}",
+    ),
     ("kvikpy-sync", "dcp", "synced_GBps", "kvikpy save_file incl. sync / dcp.save {:.2f}x"),
     (
         "dcp-kvikpy",
         "dcp",
         "synced_GBps",
         "dcp.save incl. sync through kvikpy.dcp / through PyTorch's storage {:.2f}x (target 2x)",
+    ),
+    (
+        "dcp-kvikpy",
+        "dcp-none",
+        "page_cache_GBps",
+        "dcp.save through kvikpy.dcp / DCP's own work with no bytes written {:.2f}",
     ),
     (
         "dcp-kvikpy-load",
@@ -158,7 +184,7 @@ if group:
         device = f"cuda:{rank % gpus}"
         backend = "nccl" if gpus >= world else "gloo"
     if cuda:
-        torch.cuda.set_device(device)
+        torch.cuda.set_device(torch.device(device).index or 0)
     # async_save needs a CPU backend in the group: NCCL comes with gloo beside it.
     dist.init_process_group("cpu:gloo,cuda:nccl" if backend == "nccl" else "gloo",
                             timeout=timedelta(seconds=spec["group_timeout_s"]))
@@ -188,6 +214,20 @@ def storage_writer(out):
     return kdcp.FileSystemWriter(out) if "kvikpy" in writer else dcp.FileSystemWriter(
         out, thread_count=8)
 
+if writer == "dcp-none":  # DCP's own work: kvikpy.dcp's writer with its file write left out
+    kdcp.write_pieces = lambda name, pieces, sync: None
+    storage_writer = lambda out: kdcp.FileSystemWriter(out, sync_files=False)
+
+def warm(out):
+    # Every file of the checkpoint read once through the page cache (a direct write
+    # leaves none of it there), so that every load reads from memory.
+    if rank == 0:
+        buf = bytearray(16 << 20)
+        for name in sorted(os.listdir(out)):
+            with open(os.path.join(out, name), "rb", buffering=0) as f:
+                while f.readinto(buf):
+                    pass
+
 def storage_reader(out):
     return kdcp.FileSystemReader(out) if "kvikpy" in writer else dcp.FileSystemReader(out)
 
@@ -212,6 +252,8 @@ def write(out):
         dcp.save(state, storage_writer=storage_writer(out))
         for t in into.values():
             t.zero_()
+        settle()
+        warm(out)
     settle()
     t0 = time.perf_counter()
     future = None
@@ -235,7 +277,7 @@ def write(out):
         sf.save_file(state, os.path.join(out, "m.safetensors"))
     elif writer == "torch-save":
         torch.save(state, os.path.join(out, "m.pt"))
-    elif writer in ("dcp", "dcp-kvikpy"):
+    elif writer in ("dcp", "dcp-kvikpy", "dcp-none"):
         dcp.save(state, storage_writer=storage_writer(out))
     elif writer in ("dcp-async", "dcp-kvikpy-async"):
         future = dcp.async_save(state, storage_writer=storage_writer(out))
@@ -254,6 +296,9 @@ def write(out):
 
 def check(out):
     # Every tensor's bytes against the sums taken when the state dict was made.
+    if writer == "dcp-none":  # nothing was written; its metadata is all there is
+        assert os.path.exists(os.path.join(out, ".metadata")), "metadata"
+        return
     if writer == "kvikpy-flat":
         got = np.fromfile(os.path.join(out, "flat.bin"), np.uint8)
         assert got.size == total and int(got.sum(dtype=np.uint64)) == flat_sum, "flat file"
