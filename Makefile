@@ -34,7 +34,7 @@ MATURIN_DEVELOP = PIP_QUIET=1 VIRTUAL_ENV=$(CURDIR)/$(1) $(1)/bin/maturin develo
 .PHONY: demo test docs lint fmt develop rust-test stubtest typecheck py-test wheel wheels \
         gpu-wheel gpu-test gpu-bench gpu-bench-wheels gpu-bench-regimes gpu-notebooks nb-wheels clean check-rust \
         notebooks bench-engine kvikio-tests-fetch kvikio-tests gpu-kvikio-tests cufile-standin \
-        zarr-wheels dask-wheels remote-wheels streamer-wheels
+        zarr-wheels dask-wheels remote-wheels streamer-wheels peer-wheels
 
 # The demo needs only numpy and a build of kvikpy: its own small environment, with the
 # same pinned numpy and maturin as the development one.
@@ -268,6 +268,16 @@ STREAMER_WHEELS = runai-model-streamer==$(STREAMER_VERSION) \
 streamer-wheels:
 	rm -rf .swhl && $(GPU_WHEEL_DOWNLOAD) --platform manylinux_2_30_x86_64 -d .swhl $(STREAMER_WHEELS)
 	du -sh .swhl
+
+# The local rows of `python -m benchmarks remote-checkpoint` (the same checkpoint from the
+# local disk) on the GPU machine: `make peer-wheels` downloads FlashPack (pure Python; what
+# it imports, accelerate among them, the machine has) into .pwhl/ (git-ignored); carry it
+# with .gpu/, .rwhl/, .swhl/ and .whl/ (InstantTensor's wheel).
+FLASHPACK_VERSION := 0.4.5
+PEER_WHEELS = flashpack==$(FLASHPACK_VERSION)
+peer-wheels:
+	rm -rf .pwhl && $(GPU_WHEEL_DOWNLOAD) -d .pwhl $(PEER_WHEELS)
+	du -sh .pwhl
 
 gpu-notebooks:
 	$(GPU_INSTALL) .gpu/*.whl .nbwhl/*.whl $(wildcard .whl/nanoarrow-*.whl) $(wildcard .zwhl/*.whl) \

@@ -29,21 +29,51 @@ the same fake credentials, given in the environment (``AWS_ACCESS_KEY_ID``,
   arrays (``framework="numpy"``, ``safetensors.numpy.load``), for machines without torch
   or a GPU (the checkpoint then has no bfloat16 tensors).
 
-GB/s is checkpoint bytes (the object's size) per second, from the start of the load to its
-last tensor on the device (synchronised). Each library runs in its own fresh process per
-round, the order reversed every other round; a process does one verified warm-up load,
-then ``--runs`` timed loads. Every load's tensors (names, dtypes, shapes, device) are
-checked outside the clock against per-tensor sums of their bytes computed when the file
-was written (the ceiling's buffer, zeroed before each fetch, against the object's byte
-sum). Reported: the median over all timed loads with the lowest and highest, the child's
-peak host RSS (``VmHWM``, beside its resident size before the first load; ``ru_maxrss``
-would start at the parent's own peak, kept through vfork and exec) and the peak GPU
-memory of a load: the device's used memory (``torch.cuda.mem_get_info``, sampled every
-5 ms by a thread) above what it was before the load, torch's cache emptied between loads
-as in a fresh process, and what the process still held on the device between loads
-beyond its CUDA context (a library's own pools). Libraries that cannot be imported are
-reported as skipped with the reason; a peer that fails is reported and the others go on
-(a kvikpy failure makes the exit status 1).
+Local rows, ``local-*``: the same checkpoint bytes read from a file on the local disk (the
+file the object was uploaded from, kept in the scratch folder; its filesystem is
+recorded), its pages in the page cache (warm: the file is read once before each of their
+processes, and the share of its pages cached then is recorded), so that the remote and
+local numbers sit side by side:
+
+* ``local-kvikpy``: ``kvikpy.safetensors.load_file(path, device=device)``;
+* ``local-kvikpy-into``: ``kvikpy.safetensors.load_into(tensors, path)`` into tensors
+  allocated before, as ``kvikpy-into`` does from the server;
+* ``local-safetensors``: ``safetensors.torch.load_file(path, device=device)``;
+* ``local-instanttensor``: InstantTensor's ``safe_open(path, framework="pt",
+  device=device, backend=BackendPolicy.BUFFERED)``, every tensor of ``tensors()``: one
+  process on one GPU, no process group; its buffered backend, the one for a file the page
+  cache holds (its default reads with ``O_DIRECT``). It loads onto CUDA devices only:
+  skipped with ``--device cpu``;
+* ``local-flashpack``: FlashPack's ``assign_from_file(model, pack, device=device)``.
+  FlashPack reads its own file format only, so the checkpoint is converted into it once
+  (``pack_to_file`` of the tensors ``safetensors.torch.load_file`` reads, every dtype
+  kept), in a process of its own before the rounds and outside every clock (its time and
+  the pack's size are recorded); the pack is warmed as the checkpoint is. FlashPack
+  assigns tensors to a ``torch.nn.Module``, not into a dict, so each load gets a module
+  built before the clock that holds every tensor as a parameter on the meta device (no
+  memory, as FlashPack's own ``from_flashpack`` builds a model's skeleton), and the load's
+  tensors are its parameters afterwards. With ``--device cpu`` it runs with
+  ``FLASHPACK_CPU_PARALLEL_READ=1`` (unless set): by default FlashPack maps a file for a
+  host target lazily, and the load would read no byte.
+
+Under the table, ratios of the medians: each kvikpy row against the peers that read from
+the same place (the server, or the local file), and ``kvikpy`` against ``local-kvikpy``.
+
+GB/s is checkpoint bytes (the object's size, for the local rows too, FlashPack's included)
+per second, from the start of the load to its last tensor on the device (synchronised).
+Each library runs in its own fresh process per round, the order reversed every other
+round; a process does one verified warm-up load, then ``--runs`` timed loads. Every load's
+tensors (names, dtypes, shapes, device) are checked outside the clock against per-tensor
+sums of their bytes computed when the file was written (the ceiling's buffer, zeroed
+before each fetch, against the object's byte sum). Reported: the median over all timed
+loads with the lowest and highest, the child's peak host RSS (``VmHWM``, beside its
+resident size before the first load; ``ru_maxrss`` would start at the parent's own peak,
+kept through vfork and exec) and the peak GPU memory of a load: the device's used memory
+(``torch.cuda.mem_get_info``, sampled every 5 ms by a thread) above what it was before the
+load, torch's cache emptied between loads as in a fresh process, and what the process
+still held on the device between loads beyond its CUDA context (a library's own pools).
+Libraries that cannot be imported are reported as skipped with the reason; a peer that
+fails is reported and the others go on (a kvikpy failure makes the exit status 1).
 
 moto's server answers a GET, ranged or not, by reading the whole object from its spooled
 temporary file and slicing it, so with a 2 GiB object each 4 MiB range would cost a
@@ -55,6 +85,17 @@ is read once before the first contender. ``--moto-as-is`` runs moto unchanged.
 Usage: python -m benchmarks remote-checkpoint [--size-mib 2048] [--tensors 256]
     [--rounds 2] [--runs 3] [--device cuda:0] [--libs kvikpy,runai,boto3+safetensors,ceiling]
     [--ceiling-streams 16] [--runai-concurrency N] [--out F.json] [--markdown F.md]
+
+The remote and local rows of one run, side by side (every contender but the staging
+variants)::
+
+    --libs kvikpy,kvikpy-into,runai,boto3+safetensors,ceiling,local-kvikpy,\
+local-kvikpy-into,local-safetensors,local-instanttensor,local-flashpack
+
+On the GPU machine (no network): the wheels of ``make remote-wheels`` (.rwhl/),
+``make streamer-wheels`` (.swhl/) and ``make peer-wheels`` (.pwhl/, FlashPack) installed
+beside kvikpy's (.gpu/), InstantTensor's from .whl/: carry .pwhl/ beside .gpu/ .rwhl/
+.swhl/ .whl/.
 """
 
 from __future__ import annotations
@@ -77,7 +118,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import run_child, scratch_dir, versions, write_report
+from benchmarks.common import run_child, scratch_dir, versions, warm_page_cache, write_report
 
 BUCKET = "kvikpy-bench"
 KEY = "model.safetensors"
@@ -96,12 +137,37 @@ LIBS = {
     "kvikpy-numpy": '`kvikpy.safetensors.load_file("s3://...", framework="numpy")`',
     "boto3-numpy": "boto3 `get_object` into bytes, `safetensors.numpy.load`",
     "ceiling": "the server's ceiling",
+    # The local rows: the table adds where they read from (a warm page cache).
+    "local-kvikpy": "`kvikpy.safetensors.load_file(path, device=...)`",
+    "local-kvikpy-into": "`kvikpy.safetensors.load_into(tensors, path)` into tensors "
+    "allocated before, staging at its default",
+    "local-safetensors": "`safetensors.torch.load_file(path, device=...)`",
+    "local-instanttensor": 'InstantTensor `safe_open(path, framework="pt", device=..., '
+    "backend=BackendPolicy.BUFFERED)`, every tensor of `tensors()`, one process, no process "
+    "group",
+    "local-flashpack": "FlashPack `assign_from_file(model, pack, device=...)` into a module "
+    "whose parameters wait on the meta device; the pack converted from the checkpoint "
+    "(`pack_to_file`) once before the rounds, not timed",
 }
 DEFAULT_LIBS = "kvikpy,runai,boto3+safetensors,ceiling"
+# The remote and the local rows side by side (all but kvikpy-into's staging variants).
+FULL_LIBS = (
+    "kvikpy,kvikpy-into,runai,boto3+safetensors,ceiling,local-kvikpy,local-kvikpy-into,"
+    "local-safetensors,local-instanttensor,local-flashpack"
+)
 HOST_ONLY = ("kvikpy-numpy", "boto3-numpy")  # numpy arrays: host memory, no bfloat16
 INTO = {"kvikpy-into": None, "kvikpy-into-256m": 256 * MiB, "kvikpy-into-1g": 1024 * MiB}
-OWN = ("kvikpy", "kvikpy-numpy", *INTO)  # a failure here fails the run
-# Beside common.PEERS: the clients and the server.
+# The same checkpoint read from the local disk, not from the server.
+LOCAL = (
+    "local-kvikpy",
+    "local-kvikpy-into",
+    "local-safetensors",
+    "local-instanttensor",
+    "local-flashpack",
+)
+# A failure here fails the run.
+OWN = ("kvikpy", "kvikpy-numpy", *INTO, "local-kvikpy", "local-kvikpy-into")
+# Beside common.PEERS: the clients, the server and the local peers.
 EXTRA_VERSIONS = (
     "runai-model-streamer",
     "runai-model-streamer-s3",
@@ -109,6 +175,9 @@ EXTRA_VERSIONS = (
     "botocore",
     "moto",
     "werkzeug",
+    "instanttensor",
+    "flashpack",
+    "accelerate",
 )
 # Fake credentials: moto accepts any.
 CREDENTIALS = {
@@ -159,22 +228,37 @@ runs = int(runs)
 with open(expected_path) as fh:
     expected = json.load(fh)
 bucket, key = url[len("s3://"):].split("/", 1)
+local = lib.startswith("local-")
+path = expected["local_path"]  # the same checkpoint on the local disk
+source = path if local else url
 torch = None
+if lib == "local-instanttensor" and device == "cpu":
+    print(json.dumps({"skipped": "InstantTensor loads onto CUDA devices only "
+                      "(its safe_open refuses a cpu device)"}))
+    sys.exit(0)
+if lib == "local-flashpack" and device == "cpu":
+    # For a host target FlashPack maps the file lazily by default: the load would read none
+    # of it. Its parallel reader reads the bytes.
+    os.environ.setdefault("FLASHPACK_CPU_PARALLEL_READ", "1")
 try:
-    into = lib.startswith("kvikpy-into")
-    if lib in ("kvikpy", "runai", "boto3+safetensors") or into:
+    into = lib.startswith("kvikpy-into") or lib == "local-kvikpy-into"
+    if lib in ("kvikpy", "runai", "boto3+safetensors") or into or local:
         import torch
-    if lib in ("kvikpy", "kvikpy-numpy") or into:
+    if lib in ("kvikpy", "kvikpy-numpy", "local-kvikpy") or into:
         import kvikpy, kvikpy.safetensors
     if lib == "runai":
         import runai_model_streamer_s3.credentials.credentials  # the S3 plug-in
         from runai_model_streamer import SafetensorsStreamer
     if lib in ("boto3+safetensors", "boto3-numpy"):
         import boto3
-    if lib == "boto3+safetensors":
+    if lib in ("boto3+safetensors", "local-safetensors"):
         import safetensors.torch
     if lib == "boto3-numpy":
         import safetensors.numpy
+    if lib == "local-instanttensor":
+        from instanttensor import BackendPolicy, safe_open
+    if lib == "local-flashpack":
+        from flashpack import assign_from_file
     if lib == "ceiling":
         import http.client
         from urllib.parse import urlsplit
@@ -215,21 +299,60 @@ def memory_mib(field):
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 settings = {}
-if lib == "kvikpy":
+prepare = None  # what a load needs ready before its clock starts, done before each load
+kinds = {}
+if torch is not None:
+    kinds = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+if lib in ("kvikpy", "local-kvikpy"):
     def load():
-        return kvikpy.safetensors.load_file(url, device=device)
+        return kvikpy.safetensors.load_file(source, device=device)
 elif into:
     # The tensors exist before the clock (as a model's do); only the staging is the load's.
     staging = expected["staging"].get(lib)
     if staging is not None:
         kvikpy.defaults.set("checkpoint_staging", staging)
-    names = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
-    _, header, _ = kvikpy.safetensors.read_header(url)
-    targets = {n: torch.empty(i["shape"], dtype=names[i["dtype"]], device=target)
+    _, header, _ = kvikpy.safetensors.read_header(source)
+    targets = {n: torch.empty(i["shape"], dtype=kinds[i["dtype"]], device=target)
                for n, i in header.items()}
     def load():
-        kvikpy.safetensors.load_into(targets, url)
+        kvikpy.safetensors.load_into(targets, source)
         return targets
+elif lib == "local-safetensors":
+    def load():
+        return safetensors.torch.load_file(path, device=device)
+elif lib == "local-instanttensor":
+    # One process on one GPU, no process group; its buffered backend: the page cache holds
+    # the file (its default backend reads with O_DIRECT).
+    gpu = target if target.index is not None else torch.device("cuda", torch.cuda.current_device())
+    def load():
+        with safe_open(path, framework="pt", device=gpu, backend=BackendPolicy.BUFFERED) as f:
+            out = dict(f.tensors())
+        settings.update(backend=f.backend.name, chunk_size=f.chunk_size, io_depth=f.io_depth,
+                        concurrency=f.concurrency, buffer_size=f.buffer_size)
+        return out
+elif lib == "local-flashpack":
+    pack = expected["flashpack_path"]
+    settings = {"pack_bytes": expected["flashpack_bytes"],
+                "convert_seconds": expected["flashpack_seconds"]}
+    settings |= {k: v for k, v in sorted(os.environ.items()) if k.startswith("FLASHPACK_")}
+    model = None
+    def prepare():
+        # A model's skeleton, as FlashPack's from_flashpack builds one: every tensor a
+        # parameter on the meta device (no memory), which the load replaces with its own.
+        global model
+        model = torch.nn.Module()
+        for name, info in expected["tensors"].items():
+            *parents, leaf = name.split(".")
+            owner = model
+            for part in parents:
+                if part not in owner._modules:
+                    owner.add_module(part, torch.nn.Module())
+                owner = owner._modules[part]
+            empty = torch.empty(info["shape"], dtype=kinds[info["dtype"]], device="meta")
+            owner.register_parameter(leaf, torch.nn.Parameter(empty, requires_grad=False))
+    def load():
+        assign_from_file(model, pack, device=target)
+        return dict(model.named_parameters())
 elif lib == "kvikpy-numpy":
     def load():
         return kvikpy.safetensors.load_file(url, device="cpu", framework="numpy")
@@ -367,6 +490,8 @@ class GpuPeak:
         self.peak = max(self.peak, gpu_used())
 
 def settle():
+    if prepare is not None:
+        prepare()  # the last load's tensors go with what it replaces
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()
@@ -394,7 +519,7 @@ for i in range(1 + runs):
             # What the process still held on the device from the loads before this one.
             gpu_held.append((peak.base - gpu_floor) / 2**20)
     del state
-if lib in ("kvikpy", "kvikpy-numpy") or into:
+if lib in ("kvikpy", "kvikpy-numpy", "local-kvikpy") or into:
     settings = {k: kvikpy.defaults.get(k)
                 for k in ("num_threads", "task_size", "checkpoint_staging")}
 print(json.dumps({
@@ -408,6 +533,23 @@ print(json.dumps({
     "settings": settings,
     "machine": machine,
 }))
+"""
+
+# FlashPack's format from the checkpoint, once, outside every clock: the tensors as
+# safetensors reads them onto the host, every dtype kept (no target dtype).
+CONVERT = r"""
+import json, os, sys, time
+src, dst = sys.argv[1:3]
+try:
+    import torch
+    import safetensors.torch
+    from flashpack import pack_to_file
+except (ImportError, OSError) as e:
+    print(json.dumps({"skipped": f"{type(e).__name__}: {e}"}))
+    sys.exit(0)
+t0 = time.perf_counter()
+pack_to_file(safetensors.torch.load_file(src), dst, None)
+print(json.dumps({"seconds": time.perf_counter() - t0, "bytes": os.path.getsize(dst)}))
 """
 
 
@@ -523,9 +665,63 @@ def summary(times: list[float], size: int) -> dict[str, float]:
     }
 
 
+def warm(path: str) -> float | None:
+    """Read ``path`` once so that the page cache holds it; return the share of its pages
+    cached then (``kvikpy.get_page_cache_info``), or ``None`` where that cannot be told."""
+    warm_page_cache(path)
+    try:
+        import kvikpy
+
+        cached, total = kvikpy.get_page_cache_info(path)
+    except (ImportError, OSError, RuntimeError):
+        return None
+    return cached / total if total else 1.0
+
+
+def filesystem(path: str) -> str:
+    """The type of the filesystem that holds ``path`` and where it is mounted (from
+    ``/proc/mounts``), or ``"unknown"``."""
+    real = os.path.realpath(path)
+    mount, kind = "", "unknown"
+    with contextlib.suppress(OSError), open("/proc/mounts") as fh:
+        for line in fh:
+            fields = line.split()
+            if len(fields) < 3:
+                continue
+            point = fields[1].replace("\\040", " ")
+            inside = real == point or real.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= len(mount):
+                mount, kind = point, fields[2]
+    return f"{kind} at {mount}" if mount else kind
+
+
+def cached_text(row: dict[str, Any]) -> str:
+    """Where a local row read from: the local file, warm, with the least share of the
+    file's pages that the page cache held before any of its processes, where known."""
+    shares = [s for s in row.get("page_cache_resident", []) if s is not None]
+    text = "from the local file, warm page cache"
+    if shares and min(shares) >= 1:
+        text += " (every page of the file cached before each process)"
+    elif shares:
+        text += f" (at least {min(shares):.1%} of the file's pages cached before each process)"
+    return text
+
+
 def how(lib: str, row: dict[str, Any]) -> str:
     """The table's description of ``lib``, with the settings its processes reported."""
     s = row.get("settings", {})
+    if lib in LOCAL:
+        text = LIBS[lib]
+        if lib in OWN and s:
+            text += f", {s['num_threads']} threads, {s['task_size'] / MiB:g} MiB tasks"
+        if lib == "local-instanttensor" and s:
+            text += (
+                f", its {s['backend']} backend, {s['chunk_size'] / MiB:g} MiB chunks, "
+                f"I/O depth {s['io_depth']}, a {s['buffer_size'] / MiB:,.0f} MiB GPU buffer"
+            )
+        if lib == "local-flashpack" and s:
+            text += f" ({s['convert_seconds']:.2f} s, a {s['pack_bytes'] / MiB:,.1f} MiB pack)"
+        return f"{text}; {cached_text(row)}"
     if lib in OWN and s:
         return f"{LIBS[lib]}, {s['num_threads']} threads, {s['task_size'] / MiB:g} MiB tasks"
     if lib == "runai" and s:
@@ -555,7 +751,9 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for lib, row in results.items():
         cell = f"{row['median_GBps']:.2f} ({row['min_GBps']:.2f}-{row['max_GBps']:.2f})"
-        share = f"{row['median_GBps'] / ceiling['median_GBps']:.0%}" if ceiling else "-"
+        share = "-"  # the local rows do not read from the server
+        if ceiling and lib not in LOCAL:
+            share = f"{row['median_GBps'] / ceiling['median_GBps']:.0%}"
         rss = max(row["rss_peak_mib"])
         grow = max(p - s for p, s in zip(row["rss_peak_mib"], row["rss_start_mib"], strict=True))
         gpu = "-"
@@ -573,10 +771,16 @@ def markdown(report: dict[str, Any]) -> str:
             "concurrent ranged GETs into host memory, in this run.",
             "",
         ]
-    ratios = report["ratios"]
-    if ratios:
-        lines += ["; ".join(f"{k.replace('_vs_', ' / ')}: {v:.2f}x" for k, v in ratios.items())]
-        lines.append("")
+    # One line each: the remote rows against each other, the local rows against each
+    # other, kvikpy from the server against kvikpy from the local disk.
+    groups: dict[tuple[bool, bool], list[str]] = {}
+    for k, v in report["ratios"].items():
+        own, peer = k.split("_vs_")
+        group = groups.setdefault((own in LOCAL, peer in LOCAL), [])
+        group.append(f"{own} / {peer}: {v:.2f}x")
+    for key in ((False, False), (True, True), (False, True)):
+        if key in groups:
+            lines += ["; ".join(groups[key]), ""]
     for lib, why in report["skipped"].items():
         lines.append(f"`{lib}` skipped: {why}")
     for lib, why in report["failed"].items():
@@ -594,7 +798,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="fresh processes per library")
     parser.add_argument("--runs", type=int, default=3, help="timed loads per process")
     parser.add_argument("--device", default="cuda:0", help="cuda, cuda:N or cpu")
-    parser.add_argument("--libs", default=DEFAULT_LIBS, help=f"from {', '.join(LIBS)}")
+    parser.add_argument(
+        "--libs",
+        default=DEFAULT_LIBS,
+        help=f"from {', '.join(LIBS)} (remote and local side by side: {FULL_LIBS})",
+    )
     parser.add_argument("--ceiling-streams", type=int, default=16)
     parser.add_argument(
         "--ceiling-part-mib", type=int, default=0, help="range size (0: the object / streams)"
@@ -651,16 +859,41 @@ def main() -> int:
         "ceiling_part_bytes": args.ceiling_part_mib * MiB,
         "runai_settings": list(RUNAI_SETTINGS),
         "staging": INTO,
+        "local_path": path,
     }
-    expected_path = os.path.join(folder, "expected.json")
-    with open(expected_path, "w") as fh:
-        json.dump(expected, fh)
     print(
         f"{size / MiB:,.0f} MiB checkpoint, {args.tensors} tensors "
         f"({', '.join(expected['dtypes'])}), written in {time.time() - started:.0f} s",
         file=sys.stderr,
         flush=True,
     )
+    skipped: dict[str, str] = {}
+    failed: dict[str, str] = {}
+    local = [lib for lib in libs if lib in LOCAL]
+    if "local-flashpack" in libs:
+        # FlashPack reads its own format only: converted once, outside every clock.
+        pack = os.path.join(folder, "model.flashpack")
+        try:
+            got = run_child(CONVERT, path, pack, what="local-flashpack (converting)")
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            failed["local-flashpack"] = str(e)[-3000:]
+        else:
+            if "skipped" in got:
+                skipped["local-flashpack"] = got["skipped"]
+            else:
+                expected |= {
+                    "flashpack_path": pack,
+                    "flashpack_bytes": got["bytes"],
+                    "flashpack_seconds": got["seconds"],
+                }
+                print(
+                    f"converted into FlashPack's format in {got['seconds']:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    expected_path = os.path.join(folder, "expected.json")
+    with open(expected_path, "w") as fh:
+        json.dump(expected, fh)
 
     # Every client, this process's boto3 included, reaches the server through these alone:
     # no proxy, no profile or credentials file of the machine's.
@@ -682,8 +915,6 @@ def main() -> int:
         os.environ["RUNAI_STREAMER_CONCURRENCY"] = str(args.runai_concurrency)
 
     samples: dict[str, dict[str, list[Any]]] = {}
-    skipped: dict[str, str] = {}
-    failed: dict[str, str] = {}
     settings: dict[str, Any] = {}
     machine = ""
     server: dict[str, Any] = {}
@@ -706,7 +937,8 @@ def main() -> int:
         if client.head_object(Bucket=BUCKET, Key=KEY)["ContentLength"] != size:
             raise RuntimeError("the uploaded object's size differs from the file's")
         client.get_object(Bucket=BUCKET, Key=KEY, Range="bytes=0-0")["Body"].read()
-        os.unlink(path)  # the server holds it now
+        if not local:
+            os.unlink(path)  # the server holds it now
         print(
             f"uploaded to {endpoint} in {server['upload_seconds']:.1f} s",
             file=sys.stderr,
@@ -716,6 +948,9 @@ def main() -> int:
             for lib in libs if k % 2 == 0 else list(reversed(libs)):
                 if lib in skipped or lib in failed:
                     continue
+                cached = None
+                if lib in LOCAL:  # warm: the file read once just before the process
+                    cached = warm(expected["flashpack_path"] if lib == "local-flashpack" else path)
                 try:
                     got = run_child(
                         CHILD, lib, url, args.device, args.runs, expected_path, what=lib
@@ -731,6 +966,8 @@ def main() -> int:
                     row.setdefault(name, []).extend(got[name])
                 for name in ("verified_bytes", "verified_loads", "rss_start_mib", "rss_peak_mib"):
                     row.setdefault(name, []).append(got[name])
+                if lib in LOCAL:
+                    row.setdefault("page_cache_resident", []).append(cached)
                 settings[lib] = got["settings"]
                 machine = machine or got["machine"]
             print(f"round {k + 1}: {time.time() - started:.0f} s", file=sys.stderr, flush=True)
@@ -751,13 +988,26 @@ def main() -> int:
             "gpu_held_mib": row["gpu_held_mib"],
             "settings": settings[lib],
         }
+        if lib in LOCAL:
+            results[lib]["page_cache_resident"] = row["page_cache_resident"]
+    # kvikpy against the peers reading from where it read (the server, or the local disk),
+    # and kvikpy from the server against kvikpy from the local disk.
     ratios: dict[str, float] = {}
     for own in OWN:
         for peer in results:
-            if own in results and peer not in OWN and peer != "ceiling":
+            if (
+                own in results
+                and peer not in OWN
+                and peer != "ceiling"
+                and (own in LOCAL) == (peer in LOCAL)
+            ):
                 ratios[f"{own}_vs_{peer}"] = (
                     results[own]["median_GBps"] / results[peer]["median_GBps"]
                 )
+    if "kvikpy" in results and "local-kvikpy" in results:
+        ratios["kvikpy_vs_local-kvikpy"] = (
+            results["kvikpy"]["median_GBps"] / results["local-kvikpy"]["median_GBps"]
+        )
     found = versions()
     for name in EXTRA_VERSIONS:
         with contextlib.suppress(metadata.PackageNotFoundError):
@@ -767,7 +1017,16 @@ def main() -> int:
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M")
     peers = ", ".join(
         f"{name} {found[name]}"
-        for name in ("kvikpy", "runai-model-streamer", "boto3", "safetensors", "torch", "moto")
+        for name in (
+            "kvikpy",
+            "runai-model-streamer",
+            "boto3",
+            "safetensors",
+            "torch",
+            "moto",
+            "instanttensor",
+            "flashpack",
+        )
         if name in found
     )
     size_text = f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / MiB:,.1f} MiB"
@@ -786,6 +1045,14 @@ def main() -> int:
         "and what the process still held on the device between loads, beyond its CUDA "
         "context."
     )
+    if local:
+        intro += (
+            " The `local-*` rows read the same checkpoint from a file on the local disk "
+            f"({filesystem(path)}), warm (its pages in the page cache: the file read once "
+            "before each of their processes); FlashPack from its own format, the checkpoint "
+            "converted into it once before the rounds (not timed); their GB/s of the same "
+            "checkpoint bytes."
+        )
     report = {
         "intro": intro,
         "results": results,
@@ -804,6 +1071,7 @@ def main() -> int:
             "tensor_bytes": expected["tensor_bytes"],
             "tensors": args.tensors,
             "dtypes": expected["dtypes"],
+            "local_filesystem": filesystem(path) if local else None,
         },
         "server": server,
         **report,

@@ -2,10 +2,14 @@
 server, on the host (``--device cpu``: kvikpy and boto3 into numpy arrays, and the server's
 ceiling): moto's server starts and is gone afterwards, every contender verifies its bytes
 and reaches the JSON and the markdown table, libraries that cannot be imported are
-reported as skipped, and bad arguments are refused. The GPU run is on the GPU machine."""
+reported as skipped, and bad arguments are refused. Where torch is installed, the local
+rows (the same checkpoint from the local file, warm) run beside kvikpy's remote row, and a
+local row whose bytes differ from the checkpoint's fails naming the tensor. The GPU run is
+on the GPU machine."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -113,6 +117,116 @@ def test_a_failing_kvikpy_is_reported_and_fails_the_run(tmp_path: Path) -> None:
     assert list(result["results"]) == ["ceiling"]
     assert "`kvikpy-numpy` failed: kvikpy.errors.ConfigError" in done.stdout
     assert gone(result["server"]["pid"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_local_rows_beside_the_remote_one(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    libs = (
+        "kvikpy,local-kvikpy,local-kvikpy-into,local-safetensors,local-instanttensor,"
+        "local-flashpack,ceiling"
+    )
+    done = bench(tmp_path, *TINY, "--libs", libs, "--out", str(out), "--markdown", str(md))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["checkpoint"]["dtypes"] == ["F32", "F16", "BF16"]  # torch wrote it
+    assert result["checkpoint"]["local_filesystem"]
+    tensor_bytes = result["checkpoint"]["tensor_bytes"]
+    # FlashPack runs where it is installed, else it is skipped with the reason.
+    flashpack = "local-flashpack" in result["results"]
+    assert flashpack or "No module named" in result["skipped"]["local-flashpack"]
+    local = ["local-kvikpy", "local-kvikpy-into", "local-safetensors"]
+    for lib in ["kvikpy", *local] + (["local-flashpack"] if flashpack else []):
+        row = result["results"][lib]
+        assert 0 < row["min_GBps"] <= row["median_GBps"] <= row["max_GBps"], lib
+        assert len(row["seconds"]) == 1
+        # The warm-up and the timed load, every tensor's bytes verified.
+        assert row["verified_loads"] == 2
+        assert row["verified_bytes"] == 2 * tensor_bytes, lib
+        assert row["rss_peak_mib"][0] >= row["rss_start_mib"][0] > 0
+        assert row["gpu_peak_mib"] == row["gpu_held_mib"] == []
+        if lib != "kvikpy":  # warm: the file read just before the process
+            assert row["page_cache_resident"][0] > 0.99, lib
+    for lib in ("local-kvikpy", "local-kvikpy-into"):
+        assert result["results"][lib]["settings"]["task_size"] > 0
+    if flashpack:
+        settings = result["results"]["local-flashpack"]["settings"]
+        assert settings["pack_bytes"] >= tensor_bytes and settings["convert_seconds"] > 0
+        assert settings["FLASHPACK_CPU_PARALLEL_READ"] == "1"  # read, not mapped lazily
+    why = result["skipped"]["local-instanttensor"]
+    assert "InstantTensor loads onto CUDA devices only" in why
+    assert result["failed"] == {}
+    # kvikpy against the local peers, and from the server against from the local file.
+    peers = ["local-safetensors"] + (["local-flashpack"] if flashpack else [])
+    assert set(result["ratios"]) == {
+        f"{own}_vs_{peer}" for own in ("local-kvikpy", "local-kvikpy-into") for peer in peers
+    } | {"kvikpy_vs_local-kvikpy"}
+    assert gone(result["server"]["pid"])
+    text = md.read_text()
+    assert text in done.stdout
+    assert "The `local-*` rows read the same checkpoint from a file on the local disk" in text
+    for lib in local:
+        line = next(x for x in text.splitlines() if x.startswith(f"| `{lib}` |"))
+        assert "warm page cache (every page of the file cached before each process)" in line
+        assert line.split(" | ")[3] == "-"  # no share of the server's ceiling
+    assert "kvikpy / local-kvikpy: " in text
+    assert "local-kvikpy / local-safetensors: " in text
+    assert "`local-instanttensor` skipped: InstantTensor loads onto CUDA devices only" in text
+
+
+# A local row whose file holds other bytes than the checkpoint's sums say (its last byte
+# flipped after they were taken): the check outside the clock fails the process.
+WRONG = """
+import json, os, sys
+from benchmarks.common import run_child
+from benchmarks.remote_checkpoint import CHILD, CONVERT, write_checkpoint
+lib, folder = sys.argv[1:3]
+path = os.path.join(folder, "model.safetensors")
+expected = write_checkpoint(path, 1, 4, True)
+expected |= {"local_path": path, "staging": {}, "tensor_bytes": 0}
+with open(path, "r+b") as fh:
+    fh.seek(-1, os.SEEK_END)
+    last = fh.read(1)[0]
+    fh.seek(-1, os.SEEK_END)
+    fh.write(bytes([last ^ 0xFF]))
+if lib == "local-flashpack":
+    pack = os.path.join(folder, "model.flashpack")
+    got = run_child(CONVERT, path, pack, what="converting")
+    expected |= {"flashpack_path": pack, "flashpack_bytes": got["bytes"],
+                 "flashpack_seconds": got["seconds"]}
+expected_path = os.path.join(folder, "expected.json")
+with open(expected_path, "w") as fh:
+    json.dump(expected, fh)
+try:
+    run_child(CHILD, lib, "s3://bucket/key", "cpu", 1, expected_path, what=lib)
+except RuntimeError as e:
+    print(e)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "lib", ["local-kvikpy", "local-kvikpy-into", "local-safetensors", "local-flashpack"]
+)
+def test_a_local_row_with_other_bytes_fails_naming_the_tensor(tmp_path: Path, lib: str) -> None:
+    pytest.importorskip("torch")
+    if lib == "local-flashpack" and importlib.util.find_spec("flashpack") is None:
+        pytest.skip("flashpack is not installed")
+    done = subprocess.run(
+        [sys.executable, "-c", WRONG, lib, str(tmp_path)],
+        cwd=tmp_path,
+        env=child_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=100,
+    )
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert f"{lib}: model.layers." in done.stdout
+    assert "holds different bytes" in done.stdout
 
 
 SERVE = """
