@@ -15,7 +15,11 @@ One file per GPU (``--file-mib`` each, random bytes, warm in the page cache). Ro
 - kvikpy in one process: one ``CuFile.read`` per GPU from Python threads started
   together, at each ``--threads`` value (``gpu_threads``: the threads of each GPU's pool;
   ``auto``: kvikpy's defaults), and ``read_many(files, device=[...])`` (which allocates
-  its destinations: the allocation is in the time); ``--also`` adds rows run under other
+  its destinations: the allocation is in the time), ``read_ranges`` of one file holding
+  every GPU's part in turn with the parts spread over the GPUs (allocation in the time),
+  and ``iter_chunks`` of that file over the GPUs in turn (``--chunk-mib`` chunks; its
+  first pass checks every byte with a sync per chunk, the timed passes only iterate);
+  ``--no-spread`` leaves these two out; ``--also`` adds rows run under other
   environment variables (e.g. ``--also lanes:KVIKPY_PAGE_CACHE_DMA_LANES=2``);
 - kvikpy with one process per GPU, started together (each its own pools);
 - kvikio 26.10 the same two ways (16 MiB tasks, ``--kvikio-threads`` threads), when it is
@@ -37,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -46,6 +51,13 @@ from typing import Any
 from benchmarks.common import scratch_dir, versions, warm_page_cache, write_random_file
 
 MIB = 1 << 20
+
+#: How each one-process way of reading is named in the table.
+WAY_NAMES = {
+    "read_many": "read_many",
+    "read_ranges": "read_ranges of one file holding every GPU's part",
+    "iter_chunks": "iter_chunks over the GPUs in turn",
+}
 
 #: The code of every worker process: ``python -c WORKER spec.json``; prints one JSON line.
 WORKER = r"""
@@ -92,11 +104,44 @@ def read_many(use):
         check(g, torch.from_dlpack(buf))
     return t0, t1
 
+def read_ranges(use):
+    # One file holding every GPU's part, its parts spread over the GPUs in one call.
+    t0 = time.time()
+    batch = io.read_ranges(spec["spread"][str(max(spec["counts"]))],
+                           [(k * nbytes, nbytes) for k in range(len(use))],
+                           device=[f"cuda:{g}" for g in use])
+    t1 = time.time()
+    for g, buf in zip(use, batch):
+        check(g, torch.from_dlpack(buf))
+    return t0, t1
+
+checked = set()
+def iter_chunks(use):
+    # The file of these GPUs' parts in chunks taking the GPUs in turn; every byte's sum
+    # checked on the first pass (a sync per chunk), the timed passes only iterate.
+    verify = len(use) not in checked
+    total = 0
+    t0 = time.time()
+    for chunk in io.iter_chunks(spec["spread"][str(len(use))], spec["chunk_bytes"],
+                                device=[f"cuda:{g}" for g in use]):
+        if verify:
+            total += int(torch.from_dlpack(chunk).sum(dtype=torch.int64).item())
+    for g in use:
+        torch.cuda.synchronize(g)
+    t1 = time.time()
+    if verify:
+        want = sum(sums[g] for g in use)
+        assert total == want, f"iter_chunks read wrong bytes: sum {total}, want {want}"
+        checked.add(len(use))
+    return t0, t1
+
+WAYS = {"cufile": cufile, "read_many": read_many, "read_ranges": read_ranges,
+        "iter_chunks": iter_chunks}
 out = {"runs": {}, "phases": {}}
 for label, counts in spec["plan"]:
     for count in counts:
         use = gpus[:count]
-        fn = read_many if label == "read_many" else cufile
+        fn = WAYS[label]
         profile = lib == "kvikpy" and spec.get("profile") and label == "cufile"
         fn(use)  # warm-up: pools, pinned buffers, contexts
         spans = []
@@ -268,6 +313,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--no-kvikio", action="store_true")
+    parser.add_argument(
+        "--no-spread",
+        action="store_true",
+        help="leave out the read_ranges and iter_chunks rows (and the files they read)",
+    )
+    parser.add_argument("--chunk-mib", type=int, default=256, help="iter_chunks' chunk size")
     parser.add_argument("--out", default=None)
     parser.add_argument("--markdown", default=None)
     args = parser.parse_args()
@@ -305,8 +356,27 @@ def main() -> None:
     sums = [write_random_file(f, nbytes, seed=g) for g, f in enumerate(files)]
     for f in files:
         warm_page_cache(f)
+    # For read_ranges and iter_chunks: one file of the first c GPUs' parts for each count.
+    spread: dict[str, str] = {}
+    if not args.no_spread:
+        for c in counts:
+            spread[str(c)] = files[0] if c == 1 else os.path.join(folder, f"spread{c}.bin")
+            if c > 1:
+                with open(spread[str(c)], "wb") as out:
+                    for f in files[:c]:
+                        with open(f, "rb") as part:
+                            shutil.copyfileobj(part, out, 64 * MIB)
+                warm_page_cache(spread[str(c)])
     env = {"KVIKIO_COMPAT_MODE": "ON", "NCCL_NVLS_ENABLE": "0"}
-    base = {"files": files, "sums": sums, "gpus": gpus, "runs": args.runs}
+    base = {
+        "files": files,
+        "sums": sums,
+        "gpus": gpus,
+        "runs": args.runs,
+        "spread": spread,
+        "counts": counts,
+        "chunk_bytes": args.chunk_mib * MIB,
+    }
 
     (ceil,) = collect(
         [
@@ -354,6 +424,9 @@ def main() -> None:
         plan: list[tuple[str, list[int]]] = [("cufile", counts)]
         if lib == "kvikpy" and not per_gpu:
             plan.append(("read_many", [c for c in counts if c > 1] or counts))
+            if spread:
+                plan.append(("read_ranges", [c for c in counts if c > 1] or counts))
+                plan.append(("iter_chunks", counts))
         spec = {
             **base,
             "lib": lib,
@@ -410,11 +483,13 @@ def main() -> None:
         for key, rounds in keys.items():
             label, count = key.split(":")
             name = (
-                row if label == "cufile" else row.replace("one process", "one process, read_many")
+                row
+                if label == "cufile"
+                else row.replace("one process", f"one process, {WAY_NAMES[label]}")
             )
             name = (
                 name
-                if label == "read_many" or "per GPU" in row
+                if label != "cufile" or "per GPU" in row
                 else name + ", one CuFile.read per GPU"
             )
             table.setdefault(name, {})[count] = statistics.median(
