@@ -56,6 +56,19 @@ def bench(folder: Path, *args: str, **env: str) -> subprocess.CompletedProcess[s
     )
 
 
+def child(folder: Path, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -c CODE ARGS`` in ``folder``, in a benchmark process's environment."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=folder,
+        env=child_env(folder),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=100,
+    )
+
+
 def gone(pid: int) -> bool:
     """Whether process ``pid`` has ended (a zombie no reaper collected counts as ended)."""
     try:
@@ -215,15 +228,7 @@ def test_a_local_row_with_other_bytes_fails_naming_the_tensor(tmp_path: Path, li
     pytest.importorskip("torch")
     if lib == "local-flashpack" and importlib.util.find_spec("flashpack") is None:
         pytest.skip("flashpack is not installed")
-    done = subprocess.run(
-        [sys.executable, "-c", WRONG, lib, str(tmp_path)],
-        cwd=tmp_path,
-        env=child_env(tmp_path),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=100,
-    )
+    done = child(tmp_path, WRONG, lib, str(tmp_path))
     assert done.returncode == 3, done.stderr[-3000:]
     assert f"{lib}: model.layers." in done.stdout
     assert "holds different bytes" in done.stdout
@@ -244,15 +249,7 @@ with moto_server(True, sys.argv[1]) as (endpoint, pid):
 @pytest.mark.parametrize("end", ["raise", "killed"])
 def test_the_server_stops_however_the_benchmark_ends(tmp_path: Path, end: str) -> None:
     # Interrupted: the block's exit stops it; killed: it sees its standard input close.
-    done = subprocess.run(
-        [sys.executable, "-c", SERVE, str(tmp_path / "moto.log"), end],
-        cwd=tmp_path,
-        env=child_env(tmp_path),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=100,
-    )
+    done = child(tmp_path, SERVE, str(tmp_path / "moto.log"), end)
     assert done.returncode != 0 and done.stdout.strip().isdigit(), done.stderr[-2000:]
     pid = int(done.stdout)
     deadline = time.monotonic() + 30
