@@ -15,6 +15,7 @@ import itertools
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -97,6 +98,21 @@ def clean_env(**overrides: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVIKIO_")}
     env.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy's BLAS threads: startup cost only
     env.update(overrides)
+    return env
+
+
+def benchmark_env(folder: Path, startup: str = "") -> dict[str, str]:
+    """The environment of a benchmark's processes (``clean_env``): the kvikpy under test (an
+    installed wheel, or this checkout's) through a link of its own in a new folder of
+    ``folder``, then this checkout's ``benchmarks``; ``startup``, if given, runs first in
+    every process (a ``sitecustomize``)."""
+    site = Path(tempfile.mkdtemp(prefix="site-", dir=folder))
+    (site / "kvikpy").symlink_to(Path(kvikpy.__file__).resolve().parent)
+    if startup:
+        (site / "sitecustomize.py").write_text(startup)
+    env = clean_env()
+    env.pop("PYTHONSAFEPATH", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), str(Path(__file__).resolve().parent.parent)])
     return env
 
 

@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from conftest import clean_env
-
-import kvikpy
+from conftest import benchmark_env
 
 pytest.importorskip("boto3")
 pytest.importorskip("moto.server")
@@ -31,24 +27,12 @@ REPO = Path(__file__).resolve().parent.parent
 TINY = ["--size-mib", "4", "--tensors", "8", "--rounds", "1", "--runs", "1", "--device", "cpu"]
 
 
-def child_env(folder: Path) -> dict[str, str]:
-    """The environment of a benchmark process: the kvikpy under test (an installed wheel,
-    or a build in another checkout) through a link of its own, then this checkout's
-    benchmarks."""
-    site = Path(tempfile.mkdtemp(prefix="site-", dir=folder))
-    (site / "kvikpy").symlink_to(Path(kvikpy.__file__).resolve().parent)
-    env = clean_env()
-    env.pop("PYTHONSAFEPATH", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO)])
-    return env
-
-
 def bench(folder: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """``python -m benchmarks remote-checkpoint ARGS`` in ``folder``, with ``env`` added."""
     return subprocess.run(
         [sys.executable, "-m", "benchmarks", "remote-checkpoint", *args],
         cwd=folder,
-        env=child_env(folder) | env,
+        env=benchmark_env(folder) | env,
         capture_output=True,
         text=True,
         check=False,
@@ -61,7 +45,7 @@ def child(folder: Path, code: str, *args: str) -> subprocess.CompletedProcess[st
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         cwd=folder,
-        env=child_env(folder),
+        env=benchmark_env(folder),
         capture_output=True,
         text=True,
         check=False,
