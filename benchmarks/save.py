@@ -20,8 +20,8 @@ for machines without torch or a GPU). Writers (``--writers``):
 * ``dcp``: ``torch.distributed.checkpoint.save`` with ``FileSystemWriter(thread_count=8)``;
 * ``dcp-async``: ``torch.distributed.checkpoint.async_save`` with the same writer: blocked
   and total as for ``kvikpy-async``;
-* ``dcp-kvikpy`` and ``dcp-kvikpy-async``: the same two with ``kvikpy.dcp.FileSystemWriter``
-  (read back with ``kvikpy.dcp.FileSystemReader``, PyTorch's with its own reader);
+* ``dcp-kvikpy`` and ``dcp-kvikpy-async``: the same two with
+  ``kvikpy.dcp.FileSystemWriter(thread_count=8)`` (read back with ``kvikpy.dcp.FileSystemReader``, PyTorch's with its own reader);
 * ``dcp-none``: ``dcp.save`` through ``kvikpy.dcp.FileSystemWriter`` with its file
   write left out (a probe, not a writer): PyTorch's planning, item resolution, collectives
   and ``.metadata`` file, the time no storage writer can go below; checked for its
@@ -93,7 +93,7 @@ WRITERS = {
     "torch-save": "`torch.save`",
     "dcp": "`torch.distributed.checkpoint.save`, `FileSystemWriter(thread_count=8)`",
     "dcp-async": "`torch.distributed.checkpoint.async_save`, the same writer",
-    "dcp-kvikpy": "`torch.distributed.checkpoint.save`, `kvikpy.dcp.FileSystemWriter`",
+    "dcp-kvikpy": "`torch.distributed.checkpoint.save`, `kvikpy.dcp.FileSystemWriter(thread_count=8)`",
     "dcp-kvikpy-async": "`torch.distributed.checkpoint.async_save`, `kvikpy.dcp.FileSystemWriter`",
     "dcp-none": "`torch.distributed.checkpoint.save` writing no tensor bytes (DCP's own work)",
     "dcp-load": "`torch.distributed.checkpoint.load`, `FileSystemReader` (load, warm)",
@@ -211,11 +211,12 @@ if writer in LOADS:
     into = {name: torch.empty_like(t) for name, t in state.items()}  # the load's targets
 
 def storage_writer(out):
-    return kdcp.FileSystemWriter(out) if "kvikpy" in writer else dcp.FileSystemWriter(
-        out, thread_count=8)
+    # Both storages write 8 data files a rank (PyTorch's: one per writing thread).
+    return kdcp.FileSystemWriter(out, thread_count=8) if "kvikpy" in writer else (
+        dcp.FileSystemWriter(out, thread_count=8))
 
 if writer == "dcp-none":  # DCP's own work: kvikpy.dcp's writer with its file write left out
-    kdcp.write_pieces = lambda name, pieces, sync: None
+    kdcp.write_files = lambda files, sync: None
     storage_writer = lambda out: kdcp.FileSystemWriter(out, sync_files=False)
 
 def warm(out):

@@ -29,7 +29,7 @@ from kvikpy._dtypes import BFLOAT16_TYPESTR
 from kvikpy._save_async import SaveFuture, snapshot, start
 from kvikpy.cufile import CuFile, IOFuture, wait_all
 
-__all__ = ["copies_of", "save", "write_checked", "write_pieces"]
+__all__ = ["copies_of", "save", "write_checked", "write_files", "write_pieces"]
 
 
 @dataclass(frozen=True)
@@ -108,14 +108,43 @@ def write_pieces(name: str, pieces: list[tuple[Any, int, int]], sync: bool) -> N
     write nothing) into a new file that takes ``name``'s place once every byte is written
     (synced first with ``sync``), all started at once on kvikpy's pool; a failure (a full
     disk, Ctrl-C) removes it, leaving ``name`` as it was."""
-    with CuFile._one_shot(name, sync=sync) as f:
-        jobs = [(f, buf, nbytes, offset) for buf, nbytes, offset in pieces if nbytes]
-        write_checked(jobs, [name] * len(jobs), "the file")
+    write_files([(name, pieces)], sync)
+
+
+def write_files(files: list[tuple[str, list[tuple[Any, int, int]]]], sync: bool) -> None:
+    """:func:`write_pieces` for several files, ``(name, pieces)`` each, every piece of
+    every file started at once; the files take their names only once every byte of all
+    of them is written, and a failure removes all of them."""
+    with contextlib.ExitStack() as stack:
+        jobs: list[tuple[CuFile, Any, int, int]] = []
+        shown: list[str] = []
+        for name, pieces in files:
+            f = stack.enter_context(CuFile._one_shot(name, sync=sync))
+            jobs += [(f, buf, nbytes, offset) for buf, nbytes, offset in pieces if nbytes]
+            shown += [name] * (len(jobs) - len(shown))
+        write_checked(jobs, shown, "the file")
+
+
+def _task_size(jobs: list[tuple[CuFile, Any, int, int]]) -> int | None:
+    """The task size to name for ``jobs`` started at once: the setting's, named (so that
+    no piece is cut finer to spread it over the pool: 4 MiB tensors stay 4 MiB writes)
+    when the pieces hold at least one task per thread; ``None`` (the engine may spread
+    them) for fewer bytes."""
+    task = int(cast(int, _lib.get_setting("task_size")))
+    threads = int(cast(int, _lib.get_setting("num_threads")))
+    return task if sum(job[2] for job in jobs) >= task * threads else None
 
 
 def write_checked(jobs: list[tuple[CuFile, Any, int, int]], shown: list[str], what: str) -> None:
-    """Run ``jobs`` (:func:`_write_all`); ``OSError`` naming the file (``shown``, one name
-    per job) and ``what`` was not replaced for a write that wrote fewer bytes than asked."""
+    """Run ``jobs`` (:func:`_write_all`) into new files, each first allocated up to the end
+    of its last piece (one ``fallocate``, not one per piece); ``OSError`` naming the file
+    (``shown``, one name per job) and ``what`` was not replaced for a write that wrote
+    fewer bytes than asked."""
+    ends: dict[int, tuple[CuFile, int]] = {}
+    for f, _, size, offset in jobs:
+        ends[id(f)] = (f, max(ends.get(id(f), (f, 0))[1], offset + size))
+    for f, end in ends.values():
+        f._handle.reserve(end)
     written = _write_all(jobs)
     for (_, _, size, offset), name, n in zip(jobs, shown, written, strict=True):
         if n != size:
@@ -129,9 +158,10 @@ def _write_all(jobs: list[tuple[CuFile, Any, int, int]]) -> list[int]:
     """Start every ``(file, buffer, size, file_offset)`` write at once, then wait for them
     all (the first error raised once all have finished); the bytes each wrote."""
     futures: list[IOFuture] = []
+    task = _task_size(jobs)
     try:
         for f, buf, size, offset in jobs:
-            futures.append(f.pwrite(buf, size, offset))
+            futures.append(f.pwrite(buf, size, offset, task))
     except BaseException:
         for started in futures:  # leave none running behind the error
             with contextlib.suppress(Exception):  # the error raised is the first one

@@ -1,8 +1,8 @@
 """PyTorch distributed checkpoints through kvikpy: storage for ``torch.distributed.checkpoint``.
 
 ``dcp.save(state_dict, storage_writer=kvikpy.dcp.FileSystemWriter(path))`` writes each
-rank's tensors, from the GPU or the host, straight from their memory into one file per
-rank, all started at once on kvikpy's pool; ``dcp.load(state_dict,
+rank's tensors, from the GPU or the host, straight from their memory into its data files
+(one per rank, or ``thread_count``), all started at once on kvikpy's pool; ``dcp.load(state_dict,
 storage_reader=kvikpy.dcp.FileSystemReader(path))`` reads each tensor straight into the
 tensor it loads into. Both are the classes of ``torch.distributed.checkpoint`` of the same
 names, with the data files written and read by kvikpy; planning, metadata, deduplication
@@ -11,7 +11,7 @@ and resharding are PyTorch's own.
 What differs from PyTorch's own files: PyTorch writes each tensor of a data file as
 ``torch.save`` writes a tensor (a small zip archive), which takes a host copy of GPU
 tensors to make; kvikpy writes the tensor's bytes alone, so that they go from GPU memory
-to the file and back with no copy. kvikpy's data files are named ``__{rank}_0.kvikpy``;
+to the file and back with no copy. kvikpy's data files are named ``__{rank}_{i}.kvikpy``;
 ``kvikpy.dcp.FileSystemReader`` reads checkpoints written by either writer, while
 PyTorch's ``FileSystemReader`` reads only those PyTorch wrote (it fails on kvikpy's data
 files, unpickling raw bytes).
@@ -21,6 +21,7 @@ Needs torch (``import kvikpy.dcp`` raises ``ModuleNotFoundError`` saying so with
 
 from __future__ import annotations
 
+import heapq
 import io
 import os
 from collections.abc import Sequence
@@ -49,12 +50,12 @@ except ModuleNotFoundError as e:
         "install torch"
     ) from None
 
-from kvikpy._save import write_pieces
+from kvikpy._save import write_files
 from kvikpy.cufile import CuFile, wait_all
 
 __all__ = ["SUFFIX", "FileSystemReader", "FileSystemWriter"]
 
-#: The ending of the data files kvikpy writes: a rank's file is ``__{rank}_0.kvikpy``.
+#: The ending of the data files kvikpy writes: a rank's files are ``__{rank}_{i}.kvikpy``.
 SUFFIX = ".kvikpy"
 
 #: Tensors of at least this many bytes start at a multiple of 4 KiB in a data file (their
@@ -77,16 +78,37 @@ def _inside(name: str, req: Any) -> None:
         )
 
 
+#: The most data files one rank writes (``thread_count``).
+_MOST_FILES = 1024
+
+
+def _spread(items: list[Any], files: int) -> list[list[Any]]:
+    """``items`` (``(item, buffer, nbytes)``) over at most ``files`` lists of about equal
+    bytes, largest first onto the lightest list, each list in the items' own order; no
+    empty list (fewer items than files make fewer files)."""
+    count = max(1, min(files, len(items)))
+    lightest = [(0, f) for f in range(count)]  # a heap of (bytes, list)
+    into = [0] * len(items)
+    for k in sorted(range(len(items)), key=lambda k: -items[k][2]):
+        load, into[k] = heapq.heappop(lightest)
+        heapq.heappush(lightest, (load + items[k][2], into[k]))
+    spread: list[list[Any]] = [[] for _ in range(count)]
+    for item, f in zip(items, into, strict=True):
+        spread[f].append(item)
+    return spread
+
+
 class FileSystemWriter(_dcp.FileSystemWriter):  # type: ignore[misc]
     """``torch.distributed.checkpoint.FileSystemWriter`` whose data files kvikpy writes.
 
-    Each rank writes one data file, ``__{rank}_0.kvikpy``: its tensors' bytes, each from
-    the memory it lies in (any GPU of the host, or the host), and its other items (the
-    bytes PyTorch serialises for non-tensor values), all started at once on kvikpy's
-    pool. The file is written under a temporary name and takes its name once every byte
-    is written (synced to the disk first with ``sync_files``); a rank whose write fails
-    (a full disk, Ctrl-C) leaves no data file, and the checkpoint's ``.metadata`` is only
-    written once every rank has written its data. The metadata is PyTorch's own.
+    Each rank writes ``thread_count`` data files (one by default), ``__{rank}_{i}.kvikpy``:
+    its tensors' bytes, each from the memory it lies in (any GPU of the host, or the
+    host), and its other items (the bytes PyTorch serialises for non-tensor values), all
+    started at once on kvikpy's pool, however many files they go to. Each file is written
+    under a temporary name and takes its name once every byte of every file is written
+    (synced to the disk first with ``sync_files``); a rank whose write fails (a full disk,
+    Ctrl-C) leaves no data file, and the checkpoint's ``.metadata`` is only written once
+    every rank has written its data. The metadata is PyTorch's own.
 
     Parameters
     ----------
@@ -95,6 +117,12 @@ class FileSystemWriter(_dcp.FileSystemWriter):  # type: ignore[misc]
     sync_files
         Whether each data file reaches the disk before it takes its name (PyTorch's
         meaning; on by default).
+    thread_count
+        The data files each rank writes (PyTorch's parameter: there, one writing thread
+        per file), its items spread over them by size. kvikpy writes a file from many
+        threads either way, so one is enough on filesystems that take parallel direct
+        writes (ext4, XFS); on one that writes a file one call at a time (tmpfs:
+        ``/dev/shm``) several files are written at once. At least 1.
     overwrite
         Whether a checkpoint already in ``path`` may be overwritten (PyTorch's meaning).
     cache_staged_state_dict
@@ -107,16 +135,28 @@ class FileSystemWriter(_dcp.FileSystemWriter):  # type: ignore[misc]
         path: str | os.PathLike[str],
         *,
         sync_files: bool = True,
+        thread_count: int = 1,
         overwrite: bool = True,
         cache_staged_state_dict: bool = False,
     ) -> None:
+        if isinstance(thread_count, bool) or not isinstance(thread_count, int):
+            raise TypeError(
+                f"thread_count must be an int (data files per rank), not "
+                f"{type(thread_count).__name__} {thread_count!r:.40}"
+            )
+        if not 1 <= thread_count <= _MOST_FILES:
+            raise ValueError(
+                f"thread_count must be 1 to {_MOST_FILES} (data files per rank), got {thread_count}"
+            )
         super().__init__(
             path,
             single_file_per_rank=True,
             sync_files=sync_files,
+            thread_count=thread_count,
             overwrite=overwrite,
             cache_staged_state_dict=cache_staged_state_dict,
         )
+        self._files = thread_count
 
     def write_data(self, plan: Any, planner: Any) -> Any:
         """Write this rank's items (``plan``, their data from ``planner``) into its data
@@ -130,10 +170,7 @@ class FileSystemWriter(_dcp.FileSystemWriter):  # type: ignore[misc]
         planner
             The ``SavePlanner`` that resolves each item's data.
         """
-        name = f"{plan.storage_data.prefix}0{SUFFIX}"
-        pieces: list[tuple[Any, int, int]] = []
-        results = []
-        at = 0
+        items = []
         for item in plan.items:
             data = planner.resolve_data(item)
             if item.type == WriteItemType.BYTE_IO:
@@ -145,18 +182,27 @@ class FileSystemWriter(_dcp.FileSystemWriter):  # type: ignore[misc]
                     t = t.contiguous()
                 buf = _bytes_of(t)
                 nbytes = t.numel() * t.element_size()
-            align = 4096 if nbytes >= _PAGE_FROM else 64
-            at = -(-at // align) * align
-            pieces.append((buf, nbytes, at))
-            results.append(
-                WriteResult(
-                    index=item.index,
-                    size_in_bytes=nbytes,
-                    storage_data=_StorageInfo(relative_path=name, offset=at, length=nbytes),
+            items.append((item, buf, nbytes))
+        files: list[tuple[str, list[tuple[Any, int, int]]]] = []
+        results = []
+        for i, bucket in enumerate(_spread(items, self._files)):
+            name = f"{plan.storage_data.prefix}{i}{SUFFIX}"
+            pieces: list[tuple[Any, int, int]] = []
+            at = 0
+            for item, buf, nbytes in bucket:
+                align = 4096 if nbytes >= _PAGE_FROM else 64
+                at = -(-at // align) * align
+                pieces.append((buf, nbytes, at))
+                results.append(
+                    WriteResult(
+                        index=item.index,
+                        size_in_bytes=nbytes,
+                        storage_data=_StorageInfo(relative_path=name, offset=at, length=nbytes),
+                    )
                 )
-            )
-            at += nbytes
-        write_pieces(os.path.join(os.fspath(self.path), name), pieces, bool(self.sync_files))
+                at += nbytes
+            files.append((os.path.join(os.fspath(self.path), name), pieces))
+        write_files(files, bool(self.sync_files))
         done = torch.futures.Future()
         done.set_result(results)
         return done

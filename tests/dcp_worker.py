@@ -4,7 +4,8 @@ environment).
 
 Usage: python dcp_worker.py BACKEND DEVICE HOW OUT DIR
 
-HOW is the writer, ``kvikpy`` or ``torch`` (PyTorch's own FileSystemWriter); the load is
+HOW is the writer, ``kvikpy``, ``kvikpy-files`` (three data files a rank) or ``torch``
+(PyTorch's own FileSystemWriter); the load is
 always kvikpy's FileSystemReader. Each rank saves a tensor every rank holds (saved once), a
 tensor of its own, a DTensor sharded by rows over the ranks and a plain value, then loads
 them into zeros (the DTensor sharded by columns: resharded on loading), checks every value
@@ -44,7 +45,13 @@ def main() -> None:
             "sharded": distribute_tensor(full, mesh, [Shard(0)]),
             "step": 41,
         }
-        writer = kdcp.FileSystemWriter(folder) if how == "kvikpy" else dcp.FileSystemWriter(folder)
+        writer = (
+            kdcp.FileSystemWriter(folder)
+            if how == "kvikpy"
+            else kdcp.FileSystemWriter(folder, thread_count=3)
+            if how == "kvikpy-files"
+            else dcp.FileSystemWriter(folder)
+        )
         dcp.save(state, storage_writer=writer)
         into = {
             "shared.w": torch.zeros_like(shared),

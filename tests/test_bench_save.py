@@ -170,20 +170,21 @@ if "RANK" in os.environ:
     kdcp.FileSystemReader.read_data = read_data
 """
 
-#: kvikpy.dcp's writer changes one byte of each data file it writes.
+#: kvikpy.dcp's writer changes one byte of each rank's first data file.
 FLIPS_A_SAVED_BYTE = """
 import os
 if "RANK" in os.environ:
     import kvikpy._save
-    real = kvikpy._save.write_pieces
-    def write_pieces(path, pieces, sync):
-        real(path, pieces, sync)
+    real = kvikpy._save.write_files
+    def write_files(files, sync):
+        real(files, sync)
+        path, pieces = files[0]  # the rank's first item, its first data file
         with open(path, "r+b") as f:
             f.seek(pieces[0][2])
             b = f.read(1)[0]
             f.seek(pieces[0][2])
             f.write(bytes([b ^ 1]))
-    kvikpy._save.write_pieces = write_pieces
+    kvikpy._save.write_files = write_files
 """
 
 

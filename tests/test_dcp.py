@@ -111,6 +111,41 @@ def test_a_checkpoint_round_trips_exactly(tmp_path: Path) -> None:
 
 
 @torch_only
+@pytest.mark.parametrize("files", [2, 3, 50])
+def test_a_rank_writes_thread_count_files_of_about_equal_bytes(tmp_path: Path, files: int) -> None:
+    import kvikpy.dcp as kdcp
+
+    round_trip(
+        tmp_path, lambda p: kdcp.FileSystemWriter(p, thread_count=files), kdcp.FileSystemReader
+    )
+    data = sorted(f for f in os.listdir(tmp_path) if f != ".metadata")
+    # thread_count files, or one per item where there are fewer items (fewer than 50
+    # here), none of them empty.
+    if files < 50:
+        assert len(data) == files
+    else:
+        assert len(state()) <= len(data) < 50
+    assert data == sorted(f"__0_{i}.kvikpy" for i in range(len(data)))
+    sizes = [os.path.getsize(tmp_path / f) for f in data]
+    assert all(sizes) or files == 50  # 50: the empty tensor may be a file of its own
+    if files == 2:  # the largest item alone in one file, the rest in the other
+        biggest = max(t.numel() * t.element_size() for t in state().values() if hasattr(t, "numel"))
+        assert max(sizes) >= biggest
+
+
+@torch_only
+@pytest.mark.parametrize("bad", [0, -1, 1025, 2.0, True, "4"])
+def test_thread_count_is_a_count_of_files(tmp_path: Path, bad: Any) -> None:
+    import kvikpy.dcp as kdcp
+
+    with pytest.raises(
+        TypeError if not isinstance(bad, int) or bad is True else ValueError, match="thread_count"
+    ):
+        kdcp.FileSystemWriter(tmp_path, thread_count=bad)
+    assert os.listdir(tmp_path) == []
+
+
+@torch_only
 def test_pytorchs_own_checkpoints_load_through_kvikpys_reader(tmp_path: Path) -> None:
     import torch.distributed.checkpoint as dcp
 
@@ -185,14 +220,15 @@ def test_a_failed_write_leaves_no_checkpoint(
             raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(CuFile, "pwrite", lambda *a, **k: Full())
-    with one_process(), pytest.raises(BaseException, match="No space left"):
-        dcp.save(state(), storage_writer=kdcp.FileSystemWriter(tmp_path))
-    assert os.listdir(tmp_path) == []  # no data file, no metadata
+    for files in (1, 3):
+        with one_process(), pytest.raises(BaseException, match="No space left"):
+            dcp.save(state(), storage_writer=kdcp.FileSystemWriter(tmp_path, thread_count=files))
+        assert os.listdir(tmp_path) == []  # no data file, no metadata
 
 
 @torch_only
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("writer", ["kvikpy", "torch"])
+@pytest.mark.parametrize("writer", ["kvikpy", "kvikpy-files", "torch"])
 def test_two_gloo_ranks_save_and_load_a_resharded_dtensor(tmp_path: Path, writer: str) -> None:
     folder = tmp_path / "ckpt"
     results = run_ranks(tmp_path, "gloo", "cpu", writer, [folder], world=2, worker=WORKER)
@@ -201,6 +237,12 @@ def test_two_gloo_ranks_save_and_load_a_resharded_dtensor(tmp_path: Path, writer
     data = [f for f in results[0]["files"] if f != ".metadata"]
     if writer == "kvikpy":
         assert data == ["__0_0.kvikpy", "__1_0.kvikpy"]
+    elif writer == "kvikpy-files":  # thread_count=3: up to three files a rank
+        for rank in (0, 1):
+            mine = sorted(f for f in data if f.startswith(f"__{rank}_"))
+            assert mine and mine == [f"__{rank}_{i}.kvikpy" for i in range(len(mine))]
+            assert len(mine) <= 3
+        assert len([f for f in data if f.startswith("__0_")]) == 3
     else:
         assert data and not [f for f in data if f.endswith(".kvikpy")]
 

@@ -304,6 +304,7 @@ class Recorder:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, fail_at: int = -1, raise_: Any = None):
         self.events: list[tuple[str, int, int]] = []
+        self.task_sizes: list[int | None] = []  # what each write named
         real = CuFile.pwrite
         recorder = self
 
@@ -315,12 +316,19 @@ class Recorder:
                 recorder.events.append(("wait", self.size, self.offset))
                 return int(self.inner.get())
 
-        def pwrite(f: CuFile, buf: Any, size: int | None = None, file_offset: int = 0) -> Any:
+        def pwrite(
+            f: CuFile,
+            buf: Any,
+            size: int | None = None,
+            file_offset: int = 0,
+            task_size: int | None = None,
+        ) -> Any:
             assert size is not None
             if len([e for e in self.events if e[0] == "start"]) == fail_at:
                 raise raise_
             self.events.append(("start", size, file_offset))
-            return Future(real(f, buf, size, file_offset), size, file_offset)
+            self.task_sizes.append(task_size)
+            return Future(real(f, buf, size, file_offset, task_size), size, file_offset)
 
         monkeypatch.setattr(CuFile, "pwrite", pwrite)
 
@@ -343,6 +351,41 @@ def test_the_header_and_every_tensor_are_started_before_any_is_waited_for(
     assert sorted(e[1:] for e in starts[1:]) == expected
     assert [e[0] for e in rec.events] == ["start"] * len(starts) + ["wait"] * len(starts)
     read_back(tmp_path / "m.st", tensors, None)
+
+
+def test_many_pieces_name_the_task_size_few_let_the_engine_spread_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 16 tensors of 64 KiB: at least one 64 KiB task per thread of 4, so each write names
+    # the setting's task size (no tensor cut finer); with 64 threads the same pieces are
+    # too few, and the engine may spread them.
+    tensors = {f"t{k:02d}": np.full(1 << 14, k, dtype=np.float32) for k in range(16)}
+    for threads, named in ((4, 1 << 16), (64, None)):
+        rec = Recorder(monkeypatch)
+        with kvikpy.defaults.set(task_size=1 << 16, num_threads=threads):
+            kst.save_file(tensors, tmp_path / f"m{threads}.st")
+        assert rec.task_sizes == [named] * 17, threads  # the header and 16 tensors
+        read_back(tmp_path / f"m{threads}.st", tensors, None)
+
+
+def test_reserve_allocates_a_new_file_for_direct_writes_and_never_shrinks_one(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "reserved.bin"
+    h = _lib.FileHandle(path, "w")
+    try:
+        h.reserve(1 << 20)
+        # Allocated (and so sized) where writes go through O_DIRECT; left alone elsewhere.
+        expected = 1 << 20 if h.is_direct_io_supported() else 0
+        assert path.stat().st_size == expected
+        h.reserve(4096)  # never smaller
+        assert path.stat().st_size == expected
+        assert path.read_bytes() == bytes(expected)  # no data written
+        with kvikpy.defaults.set(auto_direct_io_write=False):
+            h.reserve(2 << 20)  # buffered writes: nothing to allocate
+        assert path.stat().st_size == expected
+    finally:
+        h.close()
 
 
 @pytest.mark.parametrize("failure", [KeyboardInterrupt(), OSError(errno.ENOSPC, "No space")])

@@ -342,13 +342,19 @@ class Recorder:
                 recorder.events.append(("wait", *self.key))
                 return int(self.inner.get())
 
-        def pwrite(f: CuFile, buf: Any, size: int | None = None, file_offset: int = 0) -> Any:
+        def pwrite(
+            f: CuFile,
+            buf: Any,
+            size: int | None = None,
+            file_offset: int = 0,
+            task_size: int | None = None,
+        ) -> Any:
             assert size is not None
             if len([e for e in self.events if e[0] == "start"]) == fail_at:
                 raise raise_
             key = (f.fileno(), size, file_offset)
             self.events.append(("start", *key))
-            return Future(real(f, buf, size, file_offset), key)
+            return Future(real(f, buf, size, file_offset, task_size), key)
 
         monkeypatch.setattr(CuFile, "pwrite", pwrite)
 

@@ -51,7 +51,7 @@ def test_gpu_tensors_load_into_host_tensors_and_other_dtypes(tmp_path: Path) -> 
 
 @pytest.mark.multi_gpu
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("writer", ["kvikpy", "torch"])
+@pytest.mark.parametrize("writer", ["kvikpy", "kvikpy-files", "torch"])
 def test_ranks_over_nccl_save_and_load_a_resharded_dtensor(tmp_path: Path, writer: str) -> None:
     import torch.distributed as dist
 
@@ -62,6 +62,11 @@ def test_ranks_over_nccl_save_and_load_a_resharded_dtensor(tmp_path: Path, write
     results = run_ranks(tmp_path, "nccl", "cuda", writer, [folder], world=world, worker=WORKER)
     for rank, got in enumerate(results):
         assert got["checked"] == sorted([f"rank{rank}.ids", "shared.w", "sharded", "step"])
+    data = [f for f in results[0]["files"] if f != ".metadata"]
     if writer == "kvikpy":
-        data = [f for f in results[0]["files"] if f != ".metadata"]
         assert data == [f"__{r}_0.kvikpy" for r in range(world)]
+    elif writer == "kvikpy-files":  # thread_count=3: up to three files a rank, none empty
+        for rank in range(world):
+            mine = sorted(f for f in data if f.startswith(f"__{rank}_"))
+            assert mine == [f"__{rank}_{i}.kvikpy" for i in range(len(mine))]
+            assert 1 <= len(mine) <= 3

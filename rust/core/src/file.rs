@@ -129,6 +129,17 @@ impl FileHandle {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Ready a new file for many writes, started at once, that fill its first `size`
+    /// bytes (a checkpoint's tensors): with the `write_preallocate` setting, a file
+    /// written with O_DIRECT is allocated up to `size` now, with one `fallocate`, where
+    /// each write that extends it would otherwise take one of its own (which waits for
+    /// the direct writes already running). Best effort: nothing changes on a filesystem
+    /// without `fallocate`, or where the file is already that large.
+    pub fn reserve(&self, size: u64, settings: &Settings) -> Result<()> {
+        self.get()?.prepare_write(0, size, settings);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -28,7 +28,9 @@ pub struct Request {
     pub span: Span,
     /// Where in the file the transfer starts.
     pub file_offset: u64,
-    /// The most bytes one pool task moves; `None` for the `task_size` setting.
+    /// The most bytes one pool task moves, and the split a named size gets; `None` for
+    /// the `task_size` setting, which a lone request may cut finer to spread over the
+    /// pool (see [`request_task_size`]).
     pub task_size: Option<usize>,
     /// Reads only: the span must be filled. A read that reaches the end of the file first
     /// fails with [`Error::Truncated`] (the file shrank after it was sized) instead of
@@ -107,6 +109,26 @@ pub(crate) fn spread_task_size(size: usize, task_size: usize, threads: usize) ->
     share.max(MIN_SPREAD_TASK).min(task_size)
 }
 
+/// The task size a request of `size` bytes is split with: a `task_size` the caller
+/// `named` is the split it gets (kvikio's meaning: a caller writing many pieces at once,
+/// as a checkpoint save does, keeps whole tasks of the size it chose), while the
+/// setting's may be cut finer to spread a lone request over the pool
+/// ([`spread_task_size`]); either is raised past [`MAX_TASKS`] tasks
+/// ([`bounded_task_size`]).
+pub(crate) fn request_task_size(
+    size: usize,
+    task_size: usize,
+    named: bool,
+    threads: usize,
+) -> usize {
+    let spread = if named {
+        task_size
+    } else {
+        spread_task_size(size, task_size, threads)
+    };
+    bounded_task_size(size, spread)
+}
+
 /// The most tasks one request is split into. Beyond it (256 GiB at 4 MiB tasks) tasks
 /// grow instead, so that a request's bookkeeping (tasks, reporters, pool jobs) stays a
 /// few megabytes whatever size a buffer claims.
@@ -162,6 +184,9 @@ pub fn submit(
     // future, which it can interrupt (see `pooled`).
     let stalls = source.may_stall();
     let task_size = resolve_task_size(request.task_size, settings)?;
+    let named = request.task_size.is_some();
+    let split_size =
+        |size: usize, threads: usize| request_task_size(size, task_size, named, threads);
     let job = Job {
         source,
         direction: request.direction,
@@ -206,8 +231,7 @@ pub fn submit(
         Completion::Blocking => {
             // One task: run it here, without sizing the file first.
             let threads = crate::pool::threads_for(settings, job.span.ordinal());
-            let spread = spread_task_size(job.span.len(), task_size, threads);
-            let spread = bounded_task_size(job.span.len(), spread);
+            let spread = split_size(job.span.len(), threads);
             let mut tasks = split_tasks(offset, job.span.len(), spread);
             if let (Some(task), None, false) = (tasks.next(), tasks.clone().next(), stalls) {
                 check_end(offset, job.span.len())?;
@@ -221,14 +245,7 @@ pub fn submit(
         Direction::Write => job.span.len(),
     };
     check_end(offset, size)?;
-    let spread = bounded_task_size(
-        size,
-        spread_task_size(
-            size,
-            task_size,
-            crate::pool::threads_for(settings, job.span.ordinal()),
-        ),
-    );
+    let spread = split_size(size, crate::pool::threads_for(settings, job.span.ordinal()));
     let tasks: Vec<Task> = split_tasks(offset, size, spread).collect();
     if job.direction == Direction::Write && tasks.len() > 1 && settings.write_preallocate {
         job.source.prepare_write(offset, size as u64, settings);
@@ -384,6 +401,19 @@ mod tests {
                 prop_assert!(tasks >= size.div_ceil(task_size));
             }
         }
+    }
+
+    #[test]
+    fn a_named_task_size_is_the_split() {
+        const MIB: usize = 1 << 20;
+        // The setting's 4 MiB spreads a 4 MiB request over four threads; named, it is one
+        // task, and a 16 MiB one four of 4 MiB.
+        assert_eq!(request_task_size(4 * MIB, 4 * MIB, false, 16), MIB);
+        assert_eq!(request_task_size(4 * MIB, 4 * MIB, true, 16), 4 * MIB);
+        assert_eq!(request_task_size(16 * MIB, 4 * MIB, true, 16), 4 * MIB);
+        // Named or not, a request past MAX_TASKS tasks gets larger ones.
+        let huge = MAX_TASKS * 4096 * 2;
+        assert!(request_task_size(huge, 4096, true, 16) > 4096);
     }
 
     #[test]

@@ -225,6 +225,14 @@ impl FileHandle {
         })
     }
 
+    /// Allocate the file's first `size` bytes for the writes that follow (best effort;
+    /// see the engine's `FileHandle::reserve`).
+    fn reserve(&self, py: Python<'_>, size: u64) -> BindResult<()> {
+        let settings = kvikpy_core::settings::current()?;
+        let inner = &self.inner;
+        without_gil(py, move || inner.reserve(size, &settings))
+    }
+
     fn is_direct_io_supported(&self) -> BindResult<bool> {
         Ok(self.inner.get()?.direct_io_supported())
     }
