@@ -21,7 +21,8 @@ for machines without torch or a GPU). Writers (``--writers``):
 * ``dcp-async``: ``torch.distributed.checkpoint.async_save`` with the same writer: blocked
   and total as for ``kvikpy-async``;
 * ``dcp-kvikpy`` and ``dcp-kvikpy-async``: the same two with
-  ``kvikpy.dcp.FileSystemWriter(thread_count=8)`` (read back with ``kvikpy.dcp.FileSystemReader``, PyTorch's with its own reader);
+  ``kvikpy.dcp.FileSystemWriter(thread_count=8)`` (read back with
+  ``kvikpy.dcp.FileSystemReader``, PyTorch's with its own reader);
 * ``dcp-none``: ``dcp.save`` through ``kvikpy.dcp.FileSystemWriter`` with its file
   write left out (a probe, not a writer): PyTorch's planning, item resolution, collectives
   and ``.metadata`` file, the time no storage writer can go below; checked for its
@@ -93,7 +94,9 @@ WRITERS = {
     "torch-save": "`torch.save`",
     "dcp": "`torch.distributed.checkpoint.save`, `FileSystemWriter(thread_count=8)`",
     "dcp-async": "`torch.distributed.checkpoint.async_save`, the same writer",
-    "dcp-kvikpy": "`torch.distributed.checkpoint.save`, `kvikpy.dcp.FileSystemWriter(thread_count=8)`",
+    "dcp-kvikpy": (
+        "`torch.distributed.checkpoint.save`, `kvikpy.dcp.FileSystemWriter(thread_count=8)`"
+    ),
     "dcp-kvikpy-async": "`torch.distributed.checkpoint.async_save`, `kvikpy.dcp.FileSystemWriter`",
     "dcp-none": "`torch.distributed.checkpoint.save` writing no tensor bytes (DCP's own work)",
     "dcp-load": "`torch.distributed.checkpoint.load`, `FileSystemReader` (load, warm)",
