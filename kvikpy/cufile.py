@@ -445,8 +445,9 @@ class CuFile(OpenFile):
         file_offset
             Where in the file to start.
         task_size
-            Split the read into tasks of this many bytes run on the thread pool; default
-            ``defaults.get("task_size")``.
+            Split the read into tasks of this many bytes run on the thread pool (exactly:
+            a size passed here is the split); default ``defaults.get("task_size")``, which
+            a small request may cut finer to spread it over idle threads.
 
         Returns
         -------
@@ -477,8 +478,9 @@ class CuFile(OpenFile):
         file_offset
             Where in the file to start.
         task_size
-            Split the write into tasks of this many bytes run on the thread pool; default
-            ``defaults.get("task_size")``.
+            Split the write into tasks of this many bytes run on the thread pool (exactly:
+            a size passed here is the split); default ``defaults.get("task_size")``, which
+            a small request may cut finer to spread it over idle threads.
 
         Returns
         -------
@@ -505,8 +507,9 @@ class CuFile(OpenFile):
         file_offset
             Where in the file to start.
         task_size
-            Split the read into tasks of this many bytes run on the thread pool; default
-            ``defaults.get("task_size")``.
+            Split the read into tasks of this many bytes run on the thread pool (exactly:
+            a size passed here is the split); default ``defaults.get("task_size")``, which
+            a small request may cut finer to spread it over idle threads.
 
         Returns
         -------
@@ -534,8 +537,9 @@ class CuFile(OpenFile):
         file_offset
             Where in the file to start.
         task_size
-            Split the write into tasks of this many bytes run on the thread pool; default
-            ``defaults.get("task_size")``.
+            Split the write into tasks of this many bytes run on the thread pool (exactly:
+            a size passed here is the split); default ``defaults.get("task_size")``, which
+            a small request may cut finer to spread it over idle threads.
 
         Returns
         -------
