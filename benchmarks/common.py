@@ -48,12 +48,18 @@ def scratch_dir(prefix: str) -> str:
 
 
 def write_report(
-    table: str, raw: dict[str, Any], markdown_path: str | None, json_path: str | None
+    table: str,
+    raw: dict[str, Any],
+    markdown_path: str | None,
+    json_path: str | None,
+    echo: bool = True,
 ) -> None:
-    """Print a benchmark's markdown ``table``, and write it to ``markdown_path`` and the
-    ``raw`` results as JSON to ``json_path`` where they are given (``--markdown``,
-    ``--out``)."""
-    sys.stdout.write(table if table.endswith("\n") else table + "\n")
+    """Print a benchmark's markdown ``table`` (unless not ``echo``: a partial report
+    written as a run goes, so that one stopped by a time limit keeps what it measured),
+    and write it to ``markdown_path`` and the ``raw`` results as JSON to ``json_path``
+    where they are given (``--markdown``, ``--out``)."""
+    if echo:
+        sys.stdout.write(table if table.endswith("\n") else table + "\n")
     if markdown_path:
         with open(markdown_path, "w") as fh:
             fh.write(table)

@@ -557,7 +557,30 @@ def main() -> None:
                     got = merge([run_child(CHILD, path, what=what, timeout=1800)])
                 row = results.setdefault(f"{w}@{where}", {**got, "runs": []})
                 row["runs"] += got["runs"]
+                done = summary(got["runs"], got["bytes"], "synced_s") or summary(
+                    got["runs"], got["bytes"], "written_s"
+                )
+                print(f"{where}, round {r + 1}: {w} {rate(done)} GB/s", flush=True)
+                # What is measured so far, on file, should the run be stopped.
+                table, raw = report(results, run, places, args, skipped)
+                partial = f"\n\n(Partial: stopped in round {r + 1} of {args.rounds} at {where}.)"
+                write_report(
+                    table + partial, {**raw, "complete": False}, args.markdown, args.out, echo=False
+                )
             print(f"{where}: round {r + 1} of {args.rounds} done", flush=True)
+    table, raw = report(results, run, places, args, skipped)
+    write_report(table, {**raw, "complete": True}, args.markdown, args.out)
+
+
+def report(
+    results: dict[str, dict[str, Any]],
+    run: list[str],
+    places: dict[str, str],
+    args: argparse.Namespace,
+    skipped: dict[str, str],
+) -> tuple[str, dict[str, Any]]:
+    """The Markdown table (with its notes and ratios) and the raw results of ``results``,
+    the rows measured so far."""
     lines = [
         "| writer | where | ranks | GB/s, page cache | GB/s incl. `os.sync()` | blocked, s |",
         "|---|---|---|---|---|---|",
@@ -608,7 +631,7 @@ def main() -> None:
         "skipped": skipped,
         "results": results,
     }
-    write_report(table, raw, args.markdown, args.out)
+    return table, raw
 
 
 if __name__ == "__main__":

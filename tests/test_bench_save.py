@@ -51,6 +51,7 @@ def test_every_writer_on_the_host_checks_its_checkpoint(tmp_path: Path) -> None:
     done = bench(tmp_path, *TINY, "--dirs", "disk,shm", "--out", str(out), "--markdown", str(md))
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
+    assert result["complete"] is True
     torch = importlib.util.find_spec("torch") is not None
     ran = ["kvikpy-flat", "kvikpy", "kvikpy-sync", "kvikpy-async", "kvikpy-shards"]
     torch_writers = ["torch-save", *save.DCP]
@@ -213,6 +214,27 @@ def test_a_wrong_dcp_checkpoint_or_load_fails_the_run(
     says = rf"rank {rank} exited 1: .*AssertionError: {tensor}\.weight"
     assert re.search(says, done.stderr, re.DOTALL), done.stderr[-3000:]
     assert time.monotonic() - t0 < 120
+
+
+@pytest.mark.timeout(200)
+def test_a_stopped_run_keeps_the_rows_it_measured(tmp_path: Path) -> None:
+    """The JSON and the table are written after every row: a run that stops on its second
+    writer (here its child fails; a time limit the same) leaves the first one's row,
+    marked incomplete."""
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    fails = "import sys\nif any('spec-safetensors' in a for a in sys.argv):\n    sys.exit(3)\n"
+    done = bench(tmp_path, *TINY, "--dirs", PLACE, "--writers", "kvikpy-flat,safetensors",
+                 "--out", str(out), "--markdown", str(md), startup=fails)  # fmt: skip
+    assert done.returncode != 0
+    assert "safetensors" in done.stderr
+    result = json.loads(out.read_text())
+    assert result["complete"] is False
+    assert list(result["results"]) == [f"kvikpy-flat@{PLACE}"]
+    assert result["results"][f"kvikpy-flat@{PLACE}"]["synced_GBps"]["median"] > 0
+    table = md.read_text()
+    assert f"(Partial: stopped in round 1 of 1 at {PLACE}.)" in table
+    assert f"| {PLACE} | 1 |" in table
+    assert f"{PLACE}, round 1: kvikpy-flat " in done.stdout
 
 
 @pytest.mark.timeout(120)
