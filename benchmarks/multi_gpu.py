@@ -469,6 +469,105 @@ def main() -> None:
                 merged.append((min(p[0] for p in part), max(p[1] for p in part)))
             spans.setdefault(row, {}).setdefault(f"cufile:{c}", []).append(merged)
 
+    def report(stopped: str | None) -> None:
+        """The table and the raw results of the rows measured so far, printed (``stopped``
+        None: the run is complete) or written only, marked partial, so that a run stopped
+        by a time limit keeps what it measured."""
+        table: dict[str, dict[str, float]] = {}
+        for row, keys in spans.items():
+            for key, rounds in keys.items():
+                label, count = key.split(":")
+                name = (
+                    row
+                    if label == "cufile"
+                    else row.replace("one process", f"one process, {WAY_NAMES[label]}")
+                )
+                name = (
+                    name
+                    if label != "cufile" or "per GPU" in row
+                    else name + ", one CuFile.read per GPU"
+                )
+                table.setdefault(name, {})[count] = statistics.median(
+                    gbps(nbytes * int(count), r) for r in rounds
+                )
+        results = {
+            "versions": versions(),
+            "gpus": torch.cuda.get_device_name(0),
+            "host_cpus": os.cpu_count(),
+            "file_bytes": nbytes,
+            "rounds": args.rounds,
+            "runs": args.runs,
+            "ceilings": ceil,
+            "rows": table,
+            "kvikpy_phases": phases,
+        }
+        lines = [
+            "| one run, GB/s in all | "
+            + " | ".join(f"{c} GPU{'s' if c > 1 else ''}" for c in counts)
+            + " |",
+            "|---|" + "---|" * len(counts),
+        ]
+        lines.append(
+            "| pinned host-to-device copy, one per GPU at once (PCIe) | "
+            + " | ".join(f"{ceil['pinned'][str(c)]:.1f}" for c in counts)
+            + " |"
+        )
+        pre = " / ".join(f"{v:.1f}" for v in ceil["preadv"].values())
+        lines.append(
+            "| page-cache preadv into pinned memory, every file, 16 / 32 / 64 threads | "
+            + " | ".join([""] * (len(counts) - 1) + [pre])
+            + " |"
+        )
+        for mib, by in ceil.get("copy_wall", {}).items():
+            wall = " / ".join(f"{v:.1f}" for v in by.values())
+            what = "kvikpy's chunk" if mib == "4" else "pieces"
+            lines.append(
+                "| page-cache copy as kvikpy's threads make it (native threads, a "
+                f"{mib} MiB pinned buffer each ({what}), reused; no DMA), every file, "
+                "16 / 32 / 64 threads | " + " | ".join([""] * (len(counts) - 1) + [wall]) + " |"
+            )
+        mem = " / ".join(f"{v:.1f}" for v in ceil["memcpy"].values())
+        lines.append(
+            "| host memory copy (torch, half of each pinned buffer onto its other half), 16 / 32 "
+            "/ 64 threads | " + " | ".join([""] * (len(counts) - 1) + [mem]) + " |"
+        )
+        for name, by in table.items():
+            lines.append(
+                f"| {name} | "
+                + " | ".join(f"{by[str(c)]:.1f}" if str(c) in by else "" for c in counts)
+                + " |"
+            )
+        one = table.get(f"kvikpy, one process, {named(threads[0])}, one CuFile.read per GPU", {})
+        each = table.get(f"kvikpy, one process per GPU, {named(threads[0])}", {})
+        if one and each:
+            ratios = ", ".join(
+                f"{c} GPU(s) {one[str(c)] / each[str(c)]:.2f}"
+                for c in counts
+                if str(c) in one and str(c) in each
+            )
+            lines += ["", f"kvikpy, one process / one process per GPU: {ratios}"]
+        if phases:
+            top = str(max(int(c) for c in phases))
+            p = phases[top]
+            busy = sum(ns for _, ns, _ in p["phases"]) or 1
+            lines.append("")
+            lines.append(
+                f"kvikpy's I/O threads, one process onto {top} GPUs, {named(threads[0])}: "
+                + ", ".join(f"{name} {100 * ns / busy:.0f}%" for name, ns, _ in p["phases"])
+            )
+        text = "\n".join(lines)
+        if stopped is not None:
+            text += f"\n\n(Partial: {stopped}.)"
+        else:
+            print(text, flush=True)
+        results["complete"] = stopped is None
+        if args.out:
+            with open(args.out, "w") as fh:
+                json.dump(results, fh, indent=1)
+        if args.markdown:
+            with open(args.markdown, "w") as fh:
+                fh.write(text + "\n")
+
     for rnd in range(args.rounds):
         order = configs[rnd % len(configs) :] + configs[: rnd % len(configs)]
         for row, lib, t, per_gpu, extra in order:
@@ -476,99 +575,9 @@ def main() -> None:
                 measure(row, lib, t, per_gpu, extra)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 print(f"{row}: failed, left out of this round: {e}", flush=True)
+            report(f"stopped in round {rnd + 1} of {args.rounds}, after {row}")
         print(f"round {rnd + 1} of {args.rounds} done", flush=True)
-
-    table: dict[str, dict[str, float]] = {}
-    for row, keys in spans.items():
-        for key, rounds in keys.items():
-            label, count = key.split(":")
-            name = (
-                row
-                if label == "cufile"
-                else row.replace("one process", f"one process, {WAY_NAMES[label]}")
-            )
-            name = (
-                name
-                if label != "cufile" or "per GPU" in row
-                else name + ", one CuFile.read per GPU"
-            )
-            table.setdefault(name, {})[count] = statistics.median(
-                gbps(nbytes * int(count), r) for r in rounds
-            )
-    results = {
-        "versions": versions(),
-        "gpus": torch.cuda.get_device_name(0),
-        "host_cpus": os.cpu_count(),
-        "file_bytes": nbytes,
-        "rounds": args.rounds,
-        "runs": args.runs,
-        "ceilings": ceil,
-        "rows": table,
-        "kvikpy_phases": phases,
-    }
-    lines = [
-        "| one run, GB/s in all | "
-        + " | ".join(f"{c} GPU{'s' if c > 1 else ''}" for c in counts)
-        + " |",
-        "|---|" + "---|" * len(counts),
-    ]
-    lines.append(
-        "| pinned host-to-device copy, one per GPU at once (PCIe) | "
-        + " | ".join(f"{ceil['pinned'][str(c)]:.1f}" for c in counts)
-        + " |"
-    )
-    pre = " / ".join(f"{v:.1f}" for v in ceil["preadv"].values())
-    lines.append(
-        "| page-cache preadv into pinned memory, every file, 16 / 32 / 64 threads | "
-        + " | ".join([""] * (len(counts) - 1) + [pre])
-        + " |"
-    )
-    for mib, by in ceil.get("copy_wall", {}).items():
-        wall = " / ".join(f"{v:.1f}" for v in by.values())
-        what = "kvikpy's chunk" if mib == "4" else "pieces"
-        lines.append(
-            f"| page-cache copy as kvikpy's threads make it (native threads, a {mib} MiB pinned "
-            f"buffer each ({what}), reused; no DMA), every file, 16 / 32 / 64 threads | "
-            + " | ".join([""] * (len(counts) - 1) + [wall])
-            + " |"
-        )
-    mem = " / ".join(f"{v:.1f}" for v in ceil["memcpy"].values())
-    lines.append(
-        "| host memory copy (torch, half of each pinned buffer onto its other half), 16 / 32 "
-        "/ 64 threads | " + " | ".join([""] * (len(counts) - 1) + [mem]) + " |"
-    )
-    for name, by in table.items():
-        lines.append(
-            f"| {name} | "
-            + " | ".join(f"{by[str(c)]:.1f}" if str(c) in by else "" for c in counts)
-            + " |"
-        )
-    one = table.get(f"kvikpy, one process, {named(threads[0])}, one CuFile.read per GPU", {})
-    each = table.get(f"kvikpy, one process per GPU, {named(threads[0])}", {})
-    if one and each:
-        ratios = ", ".join(
-            f"{c} GPU(s) {one[str(c)] / each[str(c)]:.2f}"
-            for c in counts
-            if str(c) in one and str(c) in each
-        )
-        lines += ["", f"kvikpy, one process / one process per GPU: {ratios}"]
-    if phases:
-        top = str(max(int(c) for c in phases))
-        p = phases[top]
-        busy = sum(ns for _, ns, _ in p["phases"]) or 1
-        lines.append("")
-        lines.append(
-            f"kvikpy's I/O threads, one process onto {top} GPUs, {named(threads[0])}: "
-            + ", ".join(f"{name} {100 * ns / busy:.0f}%" for name, ns, _ in p["phases"])
-        )
-    text = "\n".join(lines)
-    print(text, flush=True)
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(results, fh, indent=1)
-    if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write(text + "\n")
+    report(None)
 
 
 if __name__ == "__main__":

@@ -970,6 +970,14 @@ def main() -> int:
                     row.setdefault("page_cache_resident", []).append(cached)
                 settings[lib] = got["settings"]
                 machine = machine or got["machine"]
+                # Each contender's loads as they are measured, should the run be stopped.
+                median = statistics.median(got["times"])
+                print(
+                    f"round {k + 1}: {lib} {size / median / 1e9:.2f} GB/s "
+                    f"(median of {len(got['times'])} loads)",
+                    file=sys.stderr,
+                    flush=True,
+                )
             print(f"round {k + 1}: {time.time() - started:.0f} s", file=sys.stderr, flush=True)
     server["stopped"] = True
 
