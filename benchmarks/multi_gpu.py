@@ -48,7 +48,13 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.common import scratch_dir, versions, warm_page_cache, write_random_file
+from benchmarks.common import (
+    scratch_dir,
+    versions,
+    warm_page_cache,
+    write_random_file,
+    write_report,
+)
 
 MIB = 1 << 20
 
@@ -558,15 +564,8 @@ def main() -> None:
         text = "\n".join(lines)
         if stopped is not None:
             text += f"\n\n(Partial: {stopped}.)"
-        else:
-            print(text, flush=True)
         results["complete"] = stopped is None
-        if args.out:
-            with open(args.out, "w") as fh:
-                json.dump(results, fh, indent=1)
-        if args.markdown:
-            with open(args.markdown, "w") as fh:
-                fh.write(text + "\n")
+        write_report(text, results, args.markdown, args.out, echo=stopped is None)
 
     for rnd in range(args.rounds):
         order = configs[rnd % len(configs) :] + configs[: rnd % len(configs)]
