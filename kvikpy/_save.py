@@ -140,10 +140,10 @@ def write_checked(jobs: list[tuple[CuFile, Any, int, int]], shown: list[str], wh
     of its last piece (one ``fallocate``, not one per piece); ``OSError`` naming the file
     (``shown``, one name per job) and ``what`` was not replaced for a write that wrote
     fewer bytes than asked."""
-    ends: dict[int, tuple[CuFile, int]] = {}
+    ends: dict[CuFile, int] = {}
     for f, _, size, offset in jobs:
-        ends[id(f)] = (f, max(ends.get(id(f), (f, 0))[1], offset + size))
-    for f, end in ends.values():
+        ends[f] = max(ends.get(f, 0), offset + size)
+    for f, end in ends.items():
         f._handle.reserve(end)
     written = _write_all(jobs)
     for (_, _, size, offset), name, n in zip(jobs, shown, written, strict=True):

@@ -331,3 +331,42 @@ def _keeps_the_current_context(
             f"the thread's current CUDA context was device {before[1]}'s before the test "
             f"and is device {after[1]}'s after it: something changed the caller's device"
         )
+
+
+class PwriteRecorder:
+    """``CuFile.pwrite`` wrapped (for the save tests): every start and every wait recorded
+    in order as ``(kind, fileno, size, file_offset)``, and the ``task_size`` each start
+    named; the ``fail_at``-th start (from 0) raises ``raise_`` instead."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail_at: int = -1, raise_: Any = None):
+        from kvikpy.cufile import CuFile
+
+        self.events: list[tuple[str, int, int, int]] = []
+        self.task_sizes: list[int | None] = []
+        real = CuFile.pwrite
+        recorder = self
+
+        class Future:
+            def __init__(self, inner: Any, key: tuple[int, int, int]) -> None:
+                self.inner, self.key = inner, key
+
+            def get(self) -> int:
+                recorder.events.append(("wait", *self.key))
+                return int(self.inner.get())
+
+        def pwrite(
+            f: CuFile,
+            buf: Any,
+            size: int | None = None,
+            file_offset: int = 0,
+            task_size: int | None = None,
+        ) -> Any:
+            assert size is not None
+            if len([e for e in self.events if e[0] == "start"]) == fail_at:
+                raise raise_
+            key = (f.fileno(), size, file_offset)
+            self.events.append(("start", *key))
+            self.task_sizes.append(task_size)
+            return Future(real(f, buf, size, file_offset, task_size), key)
+
+        monkeypatch.setattr(CuFile, "pwrite", pwrite)

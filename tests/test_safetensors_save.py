@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import safetensors
 import safetensors.numpy as stn
+from conftest import PwriteRecorder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -298,57 +299,22 @@ def test_a_missing_directory_is_an_os_error(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == []
 
 
-class Recorder:
-    """``CuFile.pwrite`` wrapped: every call and every wait recorded in order; the
-    ``fail_at``-th call (from 0) raises ``raise_`` instead of starting."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail_at: int = -1, raise_: Any = None):
-        self.events: list[tuple[str, int, int]] = []
-        self.task_sizes: list[int | None] = []  # what each write named
-        real = CuFile.pwrite
-        recorder = self
-
-        class Future:
-            def __init__(self, inner: Any, size: int, offset: int) -> None:
-                self.inner, self.size, self.offset = inner, size, offset
-
-            def get(self) -> int:
-                recorder.events.append(("wait", self.size, self.offset))
-                return int(self.inner.get())
-
-        def pwrite(
-            f: CuFile,
-            buf: Any,
-            size: int | None = None,
-            file_offset: int = 0,
-            task_size: int | None = None,
-        ) -> Any:
-            assert size is not None
-            if len([e for e in self.events if e[0] == "start"]) == fail_at:
-                raise raise_
-            self.events.append(("start", size, file_offset))
-            self.task_sizes.append(task_size)
-            return Future(real(f, buf, size, file_offset, task_size), size, file_offset)
-
-        monkeypatch.setattr(CuFile, "pwrite", pwrite)
-
-
 def test_the_header_and_every_tensor_are_started_before_any_is_waited_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rec = Recorder(monkeypatch)
+    rec = PwriteRecorder(monkeypatch)
     tensors = sample()
     kst.save_file(tensors, tmp_path / "m.st")
     n, header = header_of(tmp_path / "m.st")
     starts = [e for e in rec.events if e[0] == "start"]
     # One write for the header, one per tensor with bytes; none for "empty".
-    assert starts[0] == ("start", 8 + n, 0)
+    assert starts[0][2:] == (8 + n, 0)
     expected = sorted(
         (info["data_offsets"][1] - info["data_offsets"][0], 8 + n + info["data_offsets"][0])
         for name, info in header.items()
         if name != "empty"
     )
-    assert sorted(e[1:] for e in starts[1:]) == expected
+    assert sorted(e[2:] for e in starts[1:]) == expected
     assert [e[0] for e in rec.events] == ["start"] * len(starts) + ["wait"] * len(starts)
     read_back(tmp_path / "m.st", tensors, None)
 
@@ -361,7 +327,7 @@ def test_many_pieces_name_the_task_size_few_let_the_engine_spread_them(
     # too few, and the engine may spread them.
     tensors = {f"t{k:02d}": np.full(1 << 14, k, dtype=np.float32) for k in range(16)}
     for threads, named in ((4, 1 << 16), (64, None)):
-        rec = Recorder(monkeypatch)
+        rec = PwriteRecorder(monkeypatch)
         with kvikpy.defaults.set(task_size=1 << 16, num_threads=threads):
             kst.save_file(tensors, tmp_path / f"m{threads}.st")
         assert rec.task_sizes == [named] * 17, threads  # the header and 16 tensors
@@ -396,7 +362,7 @@ def test_a_write_that_fails_midway_leaves_no_file(
     path = tmp_path / "model.safetensors"
     if existing:
         path.write_bytes(b"the old checkpoint")
-    rec = Recorder(monkeypatch, fail_at=3, raise_=failure)
+    rec = PwriteRecorder(monkeypatch, fail_at=3, raise_=failure)
     with pytest.raises(type(failure)):
         kst.save_file(sample(), path)
     # The writes started before the failure were all waited for.

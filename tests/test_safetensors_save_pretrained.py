@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import safetensors
 import safetensors.numpy as stn
+from conftest import PwriteRecorder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -325,44 +326,10 @@ def test_a_missing_directory_is_made(tmp_path: Path) -> None:
     check_checkpoint(directory, sample(), 2000, {"format": "np"})
 
 
-class Recorder:
-    """``CuFile.pwrite`` wrapped: every start and every wait recorded in order, with the
-    file written; the ``fail_at``-th start (from 0) raises ``raise_`` instead."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail_at: int = -1, raise_: Any = None):
-        self.events: list[tuple[str, int, int, int]] = []
-        real = CuFile.pwrite
-        recorder = self
-
-        class Future:
-            def __init__(self, inner: Any, key: tuple[int, int, int]) -> None:
-                self.inner, self.key = inner, key
-
-            def get(self) -> int:
-                recorder.events.append(("wait", *self.key))
-                return int(self.inner.get())
-
-        def pwrite(
-            f: CuFile,
-            buf: Any,
-            size: int | None = None,
-            file_offset: int = 0,
-            task_size: int | None = None,
-        ) -> Any:
-            assert size is not None
-            if len([e for e in self.events if e[0] == "start"]) == fail_at:
-                raise raise_
-            key = (f.fileno(), size, file_offset)
-            self.events.append(("start", *key))
-            return Future(real(f, buf, size, file_offset, task_size), key)
-
-        monkeypatch.setattr(CuFile, "pwrite", pwrite)
-
-
 def test_every_shard_is_started_before_any_is_waited_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rec = Recorder(monkeypatch)
+    rec = PwriteRecorder(monkeypatch)
     tensors = sample()
     kst.save_pretrained(tensors, tmp_path, max_shard_size="2KB")
     files = shard_files(tmp_path)
@@ -389,7 +356,7 @@ def test_a_save_that_fails_midway_leaves_the_earlier_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: BaseException, fail_at: int
 ) -> None:
     before = earlier_save(tmp_path)
-    rec = Recorder(monkeypatch, fail_at=fail_at, raise_=failure)
+    rec = PwriteRecorder(monkeypatch, fail_at=fail_at, raise_=failure)
     with pytest.raises(type(failure)):
         kst.save_pretrained(sample(), tmp_path, max_shard_size="2KB")  # 4 shards
     started = [e[1:] for e in rec.events if e[0] == "start"]
@@ -402,7 +369,7 @@ def test_a_save_that_fails_midway_leaves_the_earlier_checkpoint(
 def test_a_directory_made_for_a_failed_save_is_removed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    Recorder(monkeypatch, fail_at=2, raise_=OSError(errno.ENOSPC, "No space"))
+    PwriteRecorder(monkeypatch, fail_at=2, raise_=OSError(errno.ENOSPC, "No space"))
     with pytest.raises(OSError, match="No space"):
         kst.save_pretrained(sample(), tmp_path / "a" / "b", max_shard_size="2KB")
     assert os.listdir(tmp_path) == []
