@@ -5,7 +5,6 @@ from the cached pages with one thread)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -27,25 +26,10 @@ def cached_pages(path: Path) -> int:
     return kvikpy.get_page_cache_info(str(path))[0]
 
 
-def warm(path: Path) -> None:
-    """Read ``path`` into the page cache with readahead off (POSIX_FADV_RANDOM), so no
-    cached page carries the kernel's readahead mark: a later read through the cache that
-    meets such a mark in the warm half reads ahead into the cold half, by up to the disk's
-    readahead window (2.6 MiB of 12 on one host), while the read's tasks run side by side."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-        at = 0
-        while chunk := os.pread(fd, 4 * MiB, at):
-            at += len(chunk)
-    finally:
-        os.close(fd)
-
-
 def make(path: Path, state: str) -> None:
     kvikpy.drop_file_page_cache(str(path))
     if state in ("warm", "half"):
-        warm(path)
+        path.read_bytes()
     if state == "half":
         kvikpy.drop_file_page_cache(str(path), HALF)
     expected = {"cold": 0, "warm": -(-FILE_LEN // PAGE), "half": HALF // PAGE}[state]
