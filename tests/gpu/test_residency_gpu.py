@@ -71,4 +71,9 @@ def test_device_reads_by_residency(tmp_path: Path, mode: object, state: str, thr
         assert direct >= WHOLE_BLOCKS - 2 * MiB, direct
         assert cached_pages(path) < (FILE_LEN // PAGE) // 8
     else:
-        assert WHOLE_BLOCKS - HALF - 2 * MiB <= direct <= WHOLE_BLOCKS - HALF, direct
+        # Never a warm page by O_DIRECT; most of the cold half by it. Not all: with the
+        # tasks side by side, pages of the cold half can be in the cache by the time their
+        # granules are probed (the kernel reads ahead from reads beside them), and those
+        # are read from the cache. With 16 threads on a 64-core host, 7.8 of the 12 MiB
+        # went by O_DIRECT in two runs of three, all of it in the third.
+        assert (WHOLE_BLOCKS - HALF) // 2 <= direct <= WHOLE_BLOCKS - HALF, direct
