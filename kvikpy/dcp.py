@@ -87,11 +87,13 @@ def _spread(items: list[Any], files: int) -> list[list[Any]]:
     bytes, largest first onto the lightest list, each list in the items' own order; no
     empty list (fewer items than files make fewer files)."""
     count = max(1, min(files, len(items)))
-    lightest = [(0, f) for f in range(count)]  # a heap of (bytes, list)
+    # A heap of (bytes, items, list): of lists equally light, the one with fewest items,
+    # so that empty items (last, being smallest) still leave no list empty.
+    lightest = [(0, 0, f) for f in range(count)]
     into = [0] * len(items)
     for k in sorted(range(len(items)), key=lambda k: -items[k][2]):
-        load, into[k] = heapq.heappop(lightest)
-        heapq.heappush(lightest, (load + items[k][2], into[k]))
+        load, held, into[k] = heapq.heappop(lightest)
+        heapq.heappush(lightest, (load + items[k][2], held + 1, into[k]))
     spread: list[list[Any]] = [[] for _ in range(count)]
     for item, f in zip(items, into, strict=True):
         spread[f].append(item)

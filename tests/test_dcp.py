@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 from distributed_launch import run_ranks
+from hypothesis import given
+from hypothesis import strategies as hs
 
 from kvikpy.cufile import CuFile
 
@@ -131,6 +133,27 @@ def test_a_rank_writes_thread_count_files_of_about_equal_bytes(tmp_path: Path, f
     if files == 2:  # the largest item alone in one file, the rest in the other
         biggest = max(t.numel() * t.element_size() for t in state().values() if hasattr(t, "numel"))
         assert max(sizes) >= biggest
+
+
+@torch_only
+@given(
+    sizes=hs.lists(hs.integers(min_value=0, max_value=1 << 30), max_size=60),
+    files=hs.integers(min_value=1, max_value=70),
+)
+def test_items_spread_over_files_keep_their_order_and_balance(sizes: list[int], files: int) -> None:
+    from kvikpy.dcp import _spread
+
+    items = [(k, None, n) for k, n in enumerate(sizes)]
+    spread = _spread(items, files)
+    # min(files, items) lists (one, empty, for no items), none empty where there are
+    # items, every item once, each list in the items' order.
+    assert len(spread) == max(1, min(files, len(items)))
+    assert all(spread) or not items
+    assert sorted(i for part in spread for i, _, _ in part) == list(range(len(items)))
+    assert all([i for i, _, _ in part] == sorted(i for i, _, _ in part) for part in spread)
+    # Largest first onto the lightest: no list outweighs another by more than one item.
+    loads = [sum(n for _, _, n in part) for part in spread]
+    assert max(loads) - min(loads) <= max(sizes, default=0)
 
 
 @torch_only
