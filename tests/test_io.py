@@ -703,6 +703,39 @@ def test_bounce_buffer_free_counts_each_buffer_as_the_bounce_buffer_size_it_serv
         assert kvikpy.bounce_buffer_free() == 0
 
 
+def test_staging_memory_counts_the_bounce_buffers_held_and_their_peaks(tmp_path):
+    """``_lib.staging_memory``: what the bounce pools hold now and at most (a read through
+    64 KiB buffers on 4 threads, and the caller running the first task, holds at most 5
+    of them at once), back to nothing once
+    the idle ones are freed, the peaks restarted on request."""
+    kvikpy.bounce_buffer_free()
+    kvikpy._lib.staging_memory_reset_peaks()
+    before = kvikpy._lib.staging_memory()
+    assert before["host"] == {"held": 0, "peak_held": 0, "in_use": 0, "peak_in_use": 0}
+    assert isinstance(before["pinned"], dict)
+    path = tmp_path / "f.bin"
+    data = random_bytes(4 * MiB, seed=38)
+    path.write_bytes(data)
+    if not o_direct_supported(path):
+        pytest.skip("no O_DIRECT on this filesystem")
+    kvikpy.defaults.set(
+        {"auto_direct_io_read": True, "bounce_buffer_size": 64 << 10, "num_threads": 4}
+    )
+    buf = aligned_array(len(data), 1)  # unaligned: staged through the bounce pool
+    with kvikpy.CuFile(path) as f:
+        assert f.read(buf) == len(data)
+    assert buf.tobytes() == data
+    host = kvikpy._lib.staging_memory()["host"]
+    assert host["in_use"] == 0  # every buffer back in the pool
+    assert 0 < host["peak_in_use"] <= host["peak_held"] <= 5 * (64 << 10)
+    assert host["held"] == host["peak_held"]  # idle, kept for the next read
+    kvikpy.bounce_buffer_free()
+    host = kvikpy._lib.staging_memory()["host"]
+    assert host["held"] == 0 and host["peak_held"] > 0
+    kvikpy._lib.staging_memory_reset_peaks()
+    assert kvikpy._lib.staging_memory()["host"]["peak_held"] == 0
+
+
 def test_exact_reads_fail_when_the_file_is_shorter_than_sized(tmp_path: Path) -> None:
     """The one short-read check is the engine's: an exact read of more bytes than the file
     holds (as after the file shrank) raises OSError naming the file, on every path."""

@@ -13,6 +13,7 @@
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
@@ -70,6 +71,60 @@ unsafe impl Send for Idle {}
 pub struct BouncePool {
     allocator: Box<dyn BounceAllocator>,
     idle: Mutex<Vec<Idle>>,
+    /// Bytes allocated and not yet freed (idle or in use), and the most there were.
+    held: Gauge,
+    /// Bytes of buffers tasks hold now, and the most there were.
+    in_use: Gauge,
+}
+
+/// A byte count and the highest it has been since the last [`Gauge::reset_peak`].
+#[derive(Debug, Default)]
+struct Gauge {
+    now: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl Gauge {
+    fn add(&self, n: usize) {
+        let now = self.now.fetch_add(n, Ordering::Relaxed) + n;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn sub(&self, n: usize) {
+        self.now.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    fn reset_peak(&self) {
+        self.peak
+            .store(self.now.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+/// What a [`BouncePool`] holds, in bytes of allocations.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PoolMemory {
+    /// Allocated now, idle or in use.
+    pub held: usize,
+    /// The most allocated at once since the peaks were last reset.
+    pub peak_held: usize,
+    /// Held by tasks now.
+    pub in_use: usize,
+    /// The most held by tasks at once since the peaks were last reset.
+    pub peak_in_use: usize,
+}
+
+impl std::ops::Add for PoolMemory {
+    type Output = Self;
+
+    /// Two pools' counts added (peaks added: at most what both held at once).
+    fn add(self, other: Self) -> Self {
+        Self {
+            held: self.held + other.held,
+            peak_held: self.peak_held + other.peak_held,
+            in_use: self.in_use + other.in_use,
+            peak_in_use: self.peak_in_use + other.peak_in_use,
+        }
+    }
 }
 
 impl std::fmt::Debug for BouncePool {
@@ -86,7 +141,37 @@ impl BouncePool {
         Arc::new(Self {
             allocator: Box::new(allocator),
             idle: Mutex::new(Vec::new()),
+            held: Gauge::default(),
+            in_use: Gauge::default(),
         })
+    }
+
+    /// What the pool holds now and the most it has held (see [`PoolMemory`]).
+    pub fn memory(&self) -> PoolMemory {
+        let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+        PoolMemory {
+            held: load(&self.held.now),
+            peak_held: load(&self.held.peak),
+            in_use: load(&self.in_use.now),
+            peak_in_use: load(&self.in_use.peak),
+        }
+    }
+
+    /// Start the peaks again from what the pool holds now.
+    pub fn reset_peaks(&self) {
+        self.held.reset_peak();
+        self.in_use.reset_peak();
+    }
+
+    /// `allocator.deallocate`, counted.
+    ///
+    /// # Safety
+    /// As [`BounceAllocator::deallocate`]: `ptr` came from this pool's allocator with
+    /// `size` bytes and is not used afterwards.
+    unsafe fn release(&self, ptr: NonNull<u8>, size: usize) {
+        // SAFETY: the caller's contract is the allocator's.
+        unsafe { self.allocator.deallocate(ptr, size) };
+        self.held.sub(size);
     }
 
     /// A buffer of exactly `size` bytes serving a `bounce_buffer_size` of `serves` bytes:
@@ -121,7 +206,7 @@ impl BouncePool {
                 }
                 // SAFETY: idle buffers came from this allocator with their size, and this
                 // one leaves the list here, so it is freed once.
-                unsafe { self.allocator.deallocate(b.ptr, b.size) };
+                unsafe { self.release(b.ptr, b.size) };
                 false
             });
             match idle.iter().rposition(|b| b.size >= need) {
@@ -129,7 +214,7 @@ impl BouncePool {
                 None => {
                     if let Some(small) = idle.pop() {
                         // SAFETY: as above; `small` has left the list.
-                        unsafe { self.allocator.deallocate(small.ptr, small.size) };
+                        unsafe { self.release(small.ptr, small.size) };
                     }
                     None
                 }
@@ -137,8 +222,13 @@ impl BouncePool {
         };
         let (ptr, size) = match reused {
             Some(b) => (b.ptr, b.size),
-            None => (self.allocator.allocate(need)?, need),
+            None => {
+                let ptr = self.allocator.allocate(need)?;
+                self.held.add(need);
+                (ptr, need)
+            }
         };
+        self.in_use.add(size);
         Ok(BounceBuffer {
             pool: Arc::clone(self),
             ptr,
@@ -159,7 +249,7 @@ impl BouncePool {
         for b in drained {
             freed += b.serves;
             // SAFETY: idle buffers came from this allocator with their recorded size.
-            unsafe { self.allocator.deallocate(b.ptr, b.size) };
+            unsafe { self.release(b.ptr, b.size) };
         }
         freed
     }
@@ -203,6 +293,7 @@ impl BounceBuffer {
 
 impl Drop for BounceBuffer {
     fn drop(&mut self) {
+        self.pool.in_use.sub(self.size);
         let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
         idle.push(Idle {
             ptr: self.ptr,
@@ -230,6 +321,47 @@ pub(crate) fn forget_in_child() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pool_counts_what_it_holds_and_its_peaks() {
+        let pool = BouncePool::new(PageAlignedAllocator);
+        assert_eq!(pool.memory(), PoolMemory::default());
+        let a = pool.acquire(8192, 8192).unwrap();
+        let b = pool.acquire(8192, 8192).unwrap();
+        let both = PoolMemory {
+            held: 16384,
+            peak_held: 16384,
+            in_use: 16384,
+            peak_in_use: 16384,
+        };
+        assert_eq!(pool.memory(), both);
+        drop(a);
+        drop(b);
+        // Idle buffers are still held; none is in use; the peaks stay.
+        assert_eq!(pool.memory(), PoolMemory { in_use: 0, ..both });
+        // Reuse allocates nothing.
+        let c = pool.acquire(8192, 8192).unwrap();
+        assert_eq!((pool.memory().held, pool.memory().in_use), (16384, 8192));
+        pool.reset_peaks();
+        assert_eq!(pool.memory().peak_in_use, 8192);
+        drop(c);
+        // A size change frees the stale buffers: held falls with them.
+        let d = pool.acquire(4096, 4096).unwrap();
+        assert_eq!((pool.memory().held, pool.memory().in_use), (4096, 4096));
+        drop(d);
+        pool.free_idle();
+        assert_eq!((pool.memory().held, pool.memory().in_use), (0, 0));
+        assert_eq!(pool.memory().peak_held, 16384, "the peak since the reset");
+        assert_eq!(
+            pool.memory() + pool.memory(),
+            PoolMemory {
+                held: 0,
+                peak_held: 32768,
+                in_use: 0,
+                peak_in_use: 16384,
+            }
+        );
+    }
 
     #[test]
     fn buffers_are_aligned_reused_and_freed() {

@@ -9,7 +9,7 @@ use kvikpy_core::Error;
 use kvikpy_macros::boundary;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyList, PyString};
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString};
 
 use crate::errors::BindResult;
 
@@ -251,6 +251,47 @@ pub fn bounce_buffer_free() -> usize {
         0
     };
     kvikpy_core::bounce::host_pool().free_idle() + pinned
+}
+
+/// A pool's [`PoolMemory`](kvikpy_core::bounce::PoolMemory) as Python takes it.
+fn memory_dict(py: Python<'_>, m: kvikpy_core::bounce::PoolMemory) -> PyResult<Py<PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("held", m.held)?;
+    d.set_item("peak_held", m.peak_held)?;
+    d.set_item("in_use", m.in_use)?;
+    d.set_item("peak_in_use", m.peak_in_use)?;
+    Ok(d.unbind())
+}
+
+/// The staging memory kvikpy's bounce buffers hold: `{"host": {...}, "pinned": {ordinal:
+/// {...}}}`, each `held` (allocated, idle or in use), `in_use` (held by transfers) and
+/// their peaks since the last reset, in bytes.
+#[boundary]
+#[pyfunction]
+pub fn staging_memory(py: Python<'_>) -> PyResult<Py<PyDict>> {
+    let out = PyDict::new(py);
+    out.set_item(
+        "host",
+        memory_dict(py, kvikpy_core::bounce::host_pool().memory())?,
+    )?;
+    let pinned = PyDict::new(py);
+    if kvikpy_core::cuda::available() {
+        for (ordinal, m) in kvikpy_core::cuda::pinned_memory() {
+            pinned.set_item(ordinal, memory_dict(py, m)?)?;
+        }
+    }
+    out.set_item("pinned", pinned)?;
+    Ok(out.unbind())
+}
+
+/// Start the peaks of [`staging_memory`] again from what the pools hold now.
+#[boundary]
+#[pyfunction]
+pub fn staging_memory_reset_peaks() {
+    kvikpy_core::bounce::host_pool().reset_peaks();
+    if kvikpy_core::cuda::available() {
+        kvikpy_core::cuda::reset_pinned_peaks();
+    }
 }
 
 /// Threads of the shared I/O pool (host transfers) now running (0 before the first pooled

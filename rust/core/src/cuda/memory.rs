@@ -214,6 +214,24 @@ pub fn pinned_pool(ordinal: usize) -> Result<Arc<BouncePool>> {
     })))
 }
 
+/// What each device's pinned pool holds, by device ordinal (devices whose pool was never
+/// made are left out).
+pub fn pinned_memory() -> Vec<(usize, crate::bounce::PoolMemory)> {
+    made()
+        .iter()
+        .filter_map(|device| Some((device.ordinal(), device.pinned_slot().get()?.memory())))
+        .collect()
+}
+
+/// Start every pinned pool's peaks again from what it holds now.
+pub fn reset_pinned_peaks() {
+    for device in made() {
+        if let Some(pool) = device.pinned_slot().get() {
+            pool.reset_peaks();
+        }
+    }
+}
+
 /// Free the idle buffers of every device's pinned pool; returns the bytes freed.
 pub fn free_idle_pinned() -> usize {
     made()

@@ -19,7 +19,10 @@ mod stream;
 // pinned memory for the pread ceiling); the rest is the engine's own.
 pub use device::bind;
 pub use driver::{available, current_device, device_count, ensure_driver, unavailable_reason};
-pub use memory::{free_idle_pinned, memory_kind, DeviceAllocation, MemoryKind, PinnedAllocator};
+pub use memory::{
+    free_idle_pinned, memory_kind, pinned_memory, reset_pinned_peaks, DeviceAllocation, MemoryKind,
+    PinnedAllocator,
+};
 pub use stream::{
     copy_device_to_host, copy_host_to_device, record_and_order, record_and_wait, synchronize,
     wait_event, zero_device, Event, Stream, StreamEvent,
