@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::staging::Reservation;
 use crate::tasks::DIRECT_IO_ALIGNMENT;
 
 /// How a [`BouncePool`] gets and returns memory.
@@ -196,7 +197,22 @@ impl BouncePool {
         limit: usize,
         serves: usize,
     ) -> Result<BounceBuffer> {
+        self.acquire_within(need, limit, limit, serves)
+    }
+
+    /// [`BouncePool::acquire_at_least`] that reuses only an idle buffer of at most `most`
+    /// bytes (at least `need`), leaving larger idle ones in the pool: a transfer whose
+    /// bytes are reserved from a staging budget takes a buffer of exactly the size it
+    /// reserved (`most` = `need`), so that the bytes in use stay within the budget.
+    pub(crate) fn acquire_within(
+        self: &Arc<Self>,
+        need: usize,
+        most: usize,
+        limit: usize,
+        serves: usize,
+    ) -> Result<BounceBuffer> {
         let need = need.min(limit);
+        let most = most.clamp(need, limit);
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             // `retain` works in place: no allocation on the hot path.
@@ -209,10 +225,11 @@ impl BouncePool {
                 unsafe { self.release(b.ptr, b.size) };
                 false
             });
-            match idle.iter().rposition(|b| b.size >= need) {
+            match idle.iter().rposition(|b| b.size >= need && b.size <= most) {
                 Some(i) => Some(idle.swap_remove(i)),
                 None => {
-                    if let Some(small) = idle.pop() {
+                    if let Some(i) = idle.iter().rposition(|b| b.size < need) {
+                        let small = idle.swap_remove(i);
                         // SAFETY: as above; `small` has left the list.
                         unsafe { self.release(small.ptr, small.size) };
                     }
@@ -231,6 +248,7 @@ impl BouncePool {
         self.in_use.add(size);
         Ok(BounceBuffer {
             pool: Arc::clone(self),
+            reservation: Reservation::default(),
             ptr,
             size,
             serves,
@@ -269,6 +287,9 @@ impl Drop for BouncePool {
 /// A buffer borrowed from a [`BouncePool`]; goes back to the pool when dropped.
 pub(crate) struct BounceBuffer {
     pool: Arc<BouncePool>,
+    /// The staging-budget bytes this buffer holds, given back (as a field, dropped after
+    /// [`BounceBuffer::drop`]) once the buffer is back in its pool.
+    reservation: Reservation,
     ptr: NonNull<u8>,
     size: usize,
     serves: usize,
@@ -288,6 +309,17 @@ impl BounceBuffer {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.size
+    }
+
+    /// Hold `reservation` until the buffer returns to its pool.
+    pub(crate) fn hold(&mut self, reservation: Reservation) {
+        self.reservation = reservation;
+    }
+
+    /// Give the buffer's reservation back now: for a buffer that is leaked rather than
+    /// returned (the GPU may still use it), so that its budget does not stay taken.
+    pub(crate) fn release_reservation(&mut self) {
+        drop(std::mem::take(&mut self.reservation));
     }
 }
 
@@ -361,6 +393,37 @@ mod tests {
                 peak_in_use: 16384,
             }
         );
+    }
+
+    #[test]
+    fn a_budgeted_buffer_is_its_reserved_size_and_gives_the_bytes_back_in_the_pool() {
+        let pool = BouncePool::new(PageAlignedAllocator);
+        drop(pool.acquire(16384, 16384).unwrap());
+        // A larger idle buffer is not reused for a reservation of 8 KiB, nor freed.
+        let budget = crate::staging::StagingBudget::new(1 << 20);
+        let mut b = pool.acquire_within(8192, 8192, 16384, 8192).unwrap();
+        b.hold(budget.take(8192).unwrap());
+        assert_eq!(b.len(), 8192);
+        assert_eq!(
+            (pool.memory().held, pool.memory().in_use),
+            (16384 + 8192, 8192)
+        );
+        assert_eq!(budget.usage().in_use, 8192);
+        drop(b);
+        assert_eq!(
+            budget.usage().in_use,
+            0,
+            "the bytes come back with the buffer"
+        );
+        // Reused exactly; the larger one still serves unbudgeted transfers.
+        let again = pool.acquire_within(8192, 8192, 16384, 8192).unwrap();
+        let large = pool.acquire_at_least(8192, 16384, 8192).unwrap();
+        assert_eq!((again.len(), large.len()), (8192, 16384));
+        assert_eq!(pool.memory().held, 16384 + 8192);
+        let mut leaked = again;
+        leaked.hold(budget.take(8192).unwrap());
+        leaked.release_reservation();
+        assert_eq!(budget.usage().in_use, 0);
     }
 
     #[test]

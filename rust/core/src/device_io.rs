@@ -61,6 +61,17 @@ fn chunk_size(len: usize, settings: &Settings, source_min: usize, direction: Dir
         .max(1)
 }
 
+/// Pinned bytes one device read task of `task_size` bytes holds at once through
+/// [`via_ring`] (its ring's slots, each a buffer of [`crate::ring::pinned_need`] for its
+/// chunk), at `settings`, from a source with no minimum chunk (a local file).
+pub fn task_staging(settings: &Settings) -> usize {
+    let len = settings.task_size.max(1);
+    let chunk = chunk_size(len, settings, 0, Direction::Read);
+    let many = crate::pool::gpu_threads(settings) >= MANY_THREADS && settings.read_chunk_size == 0;
+    let slots = if len > chunk && !many { MAX_SLOTS } else { 1 };
+    slots.saturating_mul(crate::ring::pinned_need(settings, chunk.min(len)))
+}
+
 /// Move `span.len()` bytes between `source` at `offset` and host or device memory, in
 /// the calling thread: one task of a request, or one piece of a batch request. The count
 /// is short only where a read reaches the end of the file.
@@ -181,6 +192,9 @@ pub fn via_ring(
     let mut ring = profile::time(Phase::Buffers, || {
         Ring::pinned_for(lane, slots, settings, chunk.min(span.len))
     })?;
+    // The ring holds this task's staging reservation, if any: the host I/O below it
+    // reserves nothing more (see `crate::staging`).
+    let settings = &*settings.unbudgeted();
     let pipeline = Pipeline {
         source,
         span,
@@ -323,12 +337,14 @@ pub fn submit_stream_ordered(
         let result = run_caught(|| transfer(&*source, direction, span, file_offset, settings));
         return Ok(IoFuture::ready(result, keepalive));
     };
-    let settings = *settings;
-    let chunk = staging_capacity(&settings);
+    let chunk = staging_capacity(settings);
     let ring = span.len.div_ceil(chunk).min(MAX_SLOTS);
     let cut = Chunks::new(span.len, chunk, ring);
     let chunks = cut.count();
-    let mut buffers = pinned_buffers(span.ordinal, ring, &settings)?;
+    let mut buffers = pinned_buffers(span.ordinal, ring, settings)?;
+    // The buffers hold the transfer's staging reservation, if any: the host I/O of the
+    // job reserves nothing more (see `crate::staging`).
+    let settings = settings.unbudgeted().into_owned();
     // Queue the GPU side of every chunk. A failure part-way must not leave `stream`
     // waiting for chunks that will never come: release it, and keep the counters out of
     // the pool (the GPU may still look at them).
@@ -370,9 +386,14 @@ pub fn submit_stream_ordered(
         host_done.store(release_all);
         std::mem::forget(host_done);
         std::mem::forget(gpu_done);
+        // The memory is leaked (the GPU may still use it); its budget bytes are not.
+        for b in &mut buffers {
+            b.release_reservation();
+        }
         std::mem::forget(buffers);
         return Err(e);
     }
+    let pool = crate::pool::pool_for(&settings, Some(span.ordinal))?;
     let job = move || -> Result<usize> {
         let mut buffers = buffers;
         let mut done = 0usize;
@@ -413,7 +434,6 @@ pub fn submit_stream_ordered(
         drop(buffers);
         outcome.map(|()| done)
     };
-    let pool = crate::pool::pool_for(&settings, Some(span.ordinal))?;
     let (future, reporter) = IoFuture::single(keepalive);
     pool.spawn(move || reporter.report(run_caught(job)));
     Ok(future)
@@ -457,7 +477,7 @@ mod tests {
         assert_eq!(chunk_size(5000, &many, 0, write), 5000);
         let knob = Settings {
             write_chunk_size: (4 << 20) - 1,
-            ..many
+            ..many.clone()
         };
         assert_eq!(chunk_size(16 << 20, &knob, 0, write), 4 << 20);
         assert_eq!(chunk_size(16 << 20, &knob, 0, Direction::Read), 4 << 20);

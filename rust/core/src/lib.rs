@@ -64,6 +64,7 @@ pub mod safetensors;
 pub mod settings;
 pub mod source;
 pub(crate) mod span;
+pub mod staging;
 pub mod tasks;
 pub(crate) mod vocab;
 

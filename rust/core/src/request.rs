@@ -192,7 +192,7 @@ pub fn submit(
         direction: request.direction,
         span: request.span,
         exact: request.exact,
-        settings: *settings,
+        settings: settings.clone(),
     };
     let offset = request.file_offset;
     let keepalive = request.keepalive;

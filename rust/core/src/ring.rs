@@ -112,16 +112,36 @@ pub fn pinned_buffers_for(
 ) -> Result<Vec<BounceBuffer>> {
     let pool = cuda::pinned_pool(ordinal)?;
     let full = pinned_buffer_size(settings);
+    let need = pinned_need(settings, chunk);
+    let serves = settings.bounce_buffer_size;
+    let Some(budget) = settings.staging.budget() else {
+        return (0..count)
+            .map(|_| pool.acquire_at_least(need, full, serves))
+            .collect();
+    };
+    // A checkpoint load's transfer: the bytes of all its buffers reserved at once (the
+    // only reservation this task makes; see `crate::staging`), each buffer exactly the
+    // size it reserved and holding its part until it returns to the pool.
+    let mut reserved = budget.take(count.saturating_mul(need))?;
+    (0..count)
+        .map(|_| {
+            let mut buffer = pool.acquire_within(need, need, full, serves)?;
+            buffer.hold(reserved.split(need));
+            Ok(buffer)
+        })
+        .collect()
+}
+
+/// Bytes of the pinned buffer [`pinned_buffers_for`] takes to stage `chunk` bytes: `chunk`
+/// rounded up to a power of two (at least 64 KiB, at most one bounce buffer), plus the
+/// alignment room of [`stage`].
+pub fn pinned_need(settings: &Settings, chunk: usize) -> usize {
     let staged = chunk
         .checked_next_power_of_two()
         .unwrap_or(usize::MAX)
         .max(MIN_PINNED_STAGING)
         .min(staging_capacity(settings));
-    let need = staged.saturating_add(DIRECT_IO_ALIGNMENT);
-    let serves = settings.bounce_buffer_size;
-    (0..count)
-        .map(|_| pool.acquire_at_least(need, full, serves))
-        .collect()
+    staged.saturating_add(DIRECT_IO_ALIGNMENT)
 }
 
 /// Where `len` file bytes from `file_offset` go in `buffer`: at the same offset modulo
@@ -145,13 +165,9 @@ pub struct Ring<'l, P = BounceBuffer> {
 }
 
 impl<'l> Ring<'l, BounceBuffer> {
-    /// A ring of `count` (1 or 2) pinned bounce buffers on `lane`'s device.
-    pub fn pinned(lane: Lane<'l>, count: usize, settings: &Settings) -> Result<Self> {
-        Self::pinned_for(lane, count, settings, staging_capacity(settings))
-    }
-
-    /// [`Ring::pinned`] with buffers that stage at least `chunk` bytes each (see
-    /// [`pinned_buffers_for`]).
+    /// A ring of `count` (1 or 2) pinned bounce buffers on `lane`'s device, each staging
+    /// at least `chunk` bytes (see [`pinned_buffers_for`]; `staging_capacity` for full
+    /// ones).
     pub fn pinned_for(
         lane: Lane<'l>,
         count: usize,

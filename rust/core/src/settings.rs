@@ -122,7 +122,7 @@ fn too_many_threads(n: u64) -> String {
 }
 
 /// A snapshot of all settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// Whether cuFile may be used (kvikpy accepts and reports it; every path is POSIX).
     pub compat_mode: CompatMode,
@@ -183,6 +183,11 @@ pub struct Settings {
     /// went from 1.78 to 1.89 GB/s (kvikio 1.79 at its best task size). A write that fails
     /// leaves the file at its new size. Not a named setting.
     pub write_preallocate: bool,
+    /// The staging budget of the checkpoint load this snapshot was taken for, if any
+    /// (see [`crate::staging`]): not a setting, but what the load's requests carry to
+    /// the places they take bounce buffers. Attached by [`current`] on a thread that
+    /// entered a load's budget.
+    pub staging: crate::staging::Staging,
 }
 
 /// The interned paths (a forked child starts a new list: the parent's lock may be held
@@ -222,6 +227,7 @@ impl Default for Settings {
             write_chunk_size: 0,
             read_chunk_size: 0,
             write_preallocate: true,
+            staging: crate::staging::Staging::default(),
         }
     }
 }
@@ -256,6 +262,19 @@ fn env_threads(var: &'static str, v: &str, min: u64, expected: &'static str) -> 
 }
 
 impl Settings {
+    /// This snapshot without its staging budget: what a task that holds a reservation
+    /// passes to the transfers below it, so that none of them waits on the budget while
+    /// the task holds bytes of it (see [`crate::staging`]).
+    pub fn unbudgeted(&self) -> std::borrow::Cow<'_, Settings> {
+        if self.staging.budget().is_none() {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        std::borrow::Cow::Owned(Settings {
+            staging: crate::staging::Staging::default(),
+            ..self.clone()
+        })
+    }
+
     /// The defaults, overridden by any `KVIKIO_*` variable found through `getenv`.
     pub(crate) fn from_env_with(getenv: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let mut s = Self::default();
@@ -664,7 +683,11 @@ static FOR_CHILD: AtomicPtr<Global> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Before a fork (in the forking thread): copy the settings for the child.
 pub(crate) fn prepare_fork() {
-    let copy = *GLOBAL.get().read().unwrap_or_else(|e| e.into_inner());
+    let copy = GLOBAL
+        .get()
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let fresh = Box::into_raw(Box::new(RwLock::new(copy)));
     let old = FOR_CHILD.swap(fresh, Ordering::AcqRel);
     if !old.is_null() {
@@ -697,25 +720,34 @@ pub(crate) fn enter_child() {
 }
 
 /// The current process-wide settings (loaded from the environment on first use).
+///
+/// On a thread inside a checkpoint load ([`crate::staging::enter`]), the snapshot carries
+/// the load's staging budget.
 pub fn current() -> Result<Settings> {
+    let mut s = process_wide()?;
+    s.staging = crate::staging::entered().into();
+    Ok(s)
+}
+
+fn process_wide() -> Result<Settings> {
     let global = GLOBAL.get();
-    if let Some(s) = *global.read().unwrap_or_else(|e| e.into_inner()) {
-        return Ok(s);
+    if let Some(s) = &*global.read().unwrap_or_else(|e| e.into_inner()) {
+        return Ok(s.clone());
     }
     let mut guard = global.write().unwrap_or_else(|e| e.into_inner());
-    if let Some(s) = *guard {
-        return Ok(s);
+    if let Some(s) = &*guard {
+        return Ok(s.clone());
     }
     let s = Settings::from_env()?;
-    *guard = Some(s);
+    *guard = Some(s.clone());
     Ok(s)
 }
 
 /// Apply every `(name, value)` pair, all or nothing.
 pub fn set_many(pairs: &[(&str, SettingValue)]) -> Result<()> {
-    let base = current()?;
+    let base = process_wide()?;
     let mut guard = GLOBAL.get().write().unwrap_or_else(|e| e.into_inner());
-    let mut next = guard.unwrap_or(base);
+    let mut next = guard.clone().unwrap_or(base);
     for (name, value) in pairs {
         next.set(name, *value)?;
     }
@@ -755,18 +787,18 @@ mod tests {
         // num_threads caps the automatic choice; gpu_threads overrides it, unbudgeted.
         let two = Settings {
             num_threads: 2,
-            ..s
+            ..s.clone()
         };
         assert_eq!(two.gpu_pool_threads(16, 8), 2);
         let fixed = Settings {
             gpu_threads: 24,
-            ..s
+            ..s.clone()
         };
         assert_eq!(fixed.gpu_pool_threads(64, 4), 24);
         assert_eq!(fixed.copy_budget(64, 4), None);
         assert_eq!(env(&[("KVIKPY_GPU_THREADS", "6")]).unwrap().gpu_threads, 6);
         assert!(env(&[("KVIKPY_GPU_THREADS", "2000")]).is_err());
-        let mut t = s;
+        let mut t = s.clone();
         assert!(t.set("gpu_threads", SettingValue::Int(5000)).is_err());
         assert_eq!(t, s, "a refused value changes nothing");
         t.set("gpu_threads", SettingValue::Int(3)).unwrap();
@@ -992,7 +1024,7 @@ mod tests {
     #[test]
     fn set_validates_and_leaves_settings_unchanged_on_error() {
         let mut s = Settings::default();
-        let before = s;
+        let before = s.clone();
         assert!(s.set("num_threads", SettingValue::Int(0)).is_err());
         let err = s
             .set("num_threads", SettingValue::Int(1_000_000))

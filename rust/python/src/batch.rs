@@ -89,7 +89,8 @@ pub fn read_files_batch(
 ) -> PyResult<BatchResult> {
     let settings = kvikpy_core::settings::current().map_err(to_py)?;
     let token = token_of(progress);
-    let plan = interruptible(py, &token, move || plan_files(&settings, paths, skip))?;
+    let planned = settings.clone();
+    let plan = interruptible(py, &token, move || plan_files(&planned, paths, skip))?;
     read(py, &settings, plan, ordinal, progress)
 }
 
@@ -107,7 +108,8 @@ pub fn read_ranges_batch(
 ) -> PyResult<BatchResult> {
     let settings = kvikpy_core::settings::current().map_err(to_py)?;
     let token = token_of(progress);
-    let plan = interruptible(py, &token, move || plan_ranges(&settings, &path, &ranges))?;
+    let planned = settings.clone();
+    let plan = interruptible(py, &token, move || plan_ranges(&planned, &path, &ranges))?;
     read(py, &settings, plan, ordinal, progress)
 }
 
@@ -142,8 +144,9 @@ pub fn read_file_ranges_batch(
             (path, start, size)
         })
         .collect();
+    let planned = settings.clone();
     let plan = interruptible(py, &CancelToken::new(), move || {
-        plan_file_ranges(&settings, ranges, skip, align)
+        plan_file_ranges(&planned, ranges, skip, align)
     })?;
     let (buffer, offsets, lengths, failures) = read_plan(py, &settings, plan, ordinal, None)?;
     let lengths = lengths.iter().map(|&n| n as i64).collect();
@@ -186,7 +189,7 @@ fn read_plan(
     let buffer = Buffer::allocate_at(py, total, placement, false)?;
     let (span, owner) = buffer.span();
     let counter = progress.map(|p| Arc::clone(&p.bytes));
-    let settings = *settings;
+    let settings = settings.clone();
     // On an error `buffer` is dropped: nothing half-allocated stays. Interrupted (Ctrl-C),
     // the call raises at once and the read, cancelled, keeps the memory until it stops.
     let outcome = interruptible(py, &token_of(progress), move || {

@@ -28,7 +28,7 @@ impl SourceReader {
         Ok(Self {
             handle,
             size,
-            settings: *settings,
+            settings: settings.clone(),
         })
     }
 

@@ -23,7 +23,7 @@ use crate::device_io::transfer_span;
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use crate::future::run_caught;
-use crate::ring::Ring;
+use crate::ring::{staging_capacity, Ring};
 use crate::settings::Settings;
 use crate::source::{self, truncated, Source};
 use crate::span::{HostSpan, Span};
@@ -402,8 +402,14 @@ impl Batch<'_> {
 
     /// Read `len` bytes of the piece from `file` into `span` (the piece's destination,
     /// or its place in a bounce buffer); a short read is a truncation.
-    fn read_from(&self, file: &Arc<dyn Source>, piece: &Piece, span: Span) -> Result<()> {
-        let got = transfer_span(&**file, Direction::Read, span, piece.offset, self.settings)?;
+    fn read_from(
+        &self,
+        file: &Arc<dyn Source>,
+        piece: &Piece,
+        span: Span,
+        settings: &Settings,
+    ) -> Result<()> {
+        let got = transfer_span(&**file, Direction::Read, span, piece.offset, settings)?;
         if got == piece.len() {
             return Ok(());
         }
@@ -434,7 +440,7 @@ impl Batch<'_> {
                     }
                     let outcome = self
                         .open(p)
-                        .and_then(|file| self.read_from(&file, p, p.dest));
+                        .and_then(|file| self.read_from(&file, p, p.dest, self.settings));
                     if let Err(e) = outcome {
                         self.record(p, e);
                     }
@@ -450,8 +456,17 @@ impl Batch<'_> {
     fn gather(&self, part: &[Piece], ordinal: usize) -> Result<()> {
         let context = crate::cuda::bind(ordinal)?;
         let lane = crate::cuda::thread_stream(&context)?;
-        let mut ring = Ring::pinned(lane, 1, self.settings)?;
         let extent = part.last().map_or(0, |p| p.at + p.len());
+        // A checkpoint load's gather takes a buffer for its extent, not a full one, so
+        // that its staging budget counts what it uses.
+        let sized = match self.settings.staging.budget() {
+            Some(_) => extent,
+            None => staging_capacity(self.settings),
+        };
+        let mut ring = Ring::pinned_for(lane, 1, self.settings, sized)?;
+        // The ring holds the task's staging reservation, if any: the reads below reserve
+        // nothing more (see `crate::staging`).
+        let settings = &*self.settings.unbudgeted();
         let staged = ring.stage(0, 0, extent);
         // Pieces that need no upload: read straight to the device, or failed.
         let mut moved = vec![false; part.len()];
@@ -465,7 +480,7 @@ impl Batch<'_> {
                         "a gathered batch task holds device pieces only".into(),
                     ));
                 };
-                match file.device_batch(&[(p.offset, device)], self.settings) {
+                match file.device_batch(&[(p.offset, device)], settings) {
                     Some(counts) => {
                         moved[k] = true;
                         let got = counts?.pop().unwrap_or(Ok(0))?;
@@ -476,7 +491,7 @@ impl Batch<'_> {
                     }
                     None => {
                         let to = Span::Host(staged.sub(p.at, p.len()));
-                        self.read_from(&file, p, to)
+                        self.read_from(&file, p, to, settings)
                     }
                 }
             });

@@ -408,6 +408,13 @@ impl Source for PosixFile {
     }
 }
 
+/// Bytes of the host bounce buffer one O_DIRECT task stages through: always the
+/// configured size (the pool keeps one size, so varying it would free and reallocate
+/// buffers on every call).
+pub fn host_staging(settings: &Settings) -> usize {
+    align_up(settings.bounce_buffer_size as u64, DIRECT_IO_ALIGNMENT) as usize
+}
+
 /// O_DIRECT through a host bounce buffer, one buffer-full at a time. The outer `Result`
 /// is the engine's (no buffer could be had); the inner one is the system call's.
 fn staged(
@@ -417,11 +424,13 @@ fn staged(
     offset: u64,
     settings: &Settings,
 ) -> Result<io::Result<usize>> {
-    // Always the configured size: the pool keeps one size, so varying it would free and
-    // reallocate buffers on every call.
-    let buffer_size = align_up(settings.bounce_buffer_size as u64, DIRECT_IO_ALIGNMENT) as usize;
+    let buffer_size = host_staging(settings);
     let chunk_size = buffer_size.min(span.len());
+    // A checkpoint load's task reserves its buffer from the load's staging budget first
+    // (its only reservation; see `crate::staging`); other reads never wait.
+    let reserved = settings.staging.reserve(buffer_size)?;
     let mut bounce = host_pool().acquire(buffer_size, settings.bounce_buffer_size)?;
+    bounce.hold(reserved);
     let staging = HostSpan::from_slice(bounce.as_mut_slice());
     let mut done = 0usize;
     while done < span.len() {
