@@ -96,6 +96,20 @@ def io_threads(num_threads: int, per_gpu: int, device_count: int, budget: int = 
     return rule
 
 
+def staging_line(staging: dict[str, Any]) -> str:
+    """One line on a checkpoint load's staging budget and the bounce buffers held now
+    (see :func:`kvikpy._info.staging_info`)."""
+    b = human_bytes
+    gpu, host, memory = staging["gpu_load"], staging["host_load"], staging["memory"]
+    held = memory["host"]["held"] + sum(m["held"] for m in memory["pinned"].values())
+    peak = memory["host"]["peak_in_use"] + sum(m["peak_in_use"] for m in memory["pinned"].values())
+    return (
+        f"checkpoint_staging {b(staging['checkpoint_staging'])}: GPU loads "
+        f"{b(gpu['bounce'])} pinned + {b(gpu['windows'])} of GPU windows, host loads "
+        f"{b(host['bounce'])}; bounce buffers held now {b(held)} (peak in use {b(peak)})"
+    )
+
+
 def gpu_io(gds: dict[str, Any], compat_mode: str, cuda_available: bool = True) -> str:
     """Which path GPU reads take under ``compat_mode``, for ``info`` (none without CUDA)."""
     if not cuda_available:

@@ -12,13 +12,41 @@ import kvikpy._lib as _lib
 from kvikpy import _devices, _display, _gds, defaults
 from kvikpy._api import cuda_available, device_count
 
-__all__ = ["collect_info"]
+__all__ = ["collect_info", "staging_info"]
 
 
 def _setting_value(name: str) -> Any:
     """A setting as JSON can hold it (``compat_mode`` by its name)."""
     value = defaults.get(name)
     return value.name if isinstance(value, defaults.CompatMode) else value
+
+
+def staging_info() -> dict[str, Any]:
+    """The staging budget of a checkpoint load at the current settings, and the staging
+    memory kvikpy holds now.
+
+    Returns
+    -------
+    dict
+        ``checkpoint_staging`` (the setting, in bytes); ``gpu_load``: for a load into GPU
+        memory, ``bounce`` (the most pinned bytes its reads hold at once) and
+        ``windows`` (the GPU memory left for its two staging windows per device);
+        ``host_load``: ``bounce`` for a load into host memory (the host buffers of its
+        O_DIRECT reads); ``uncapped``: what those reads would hold at once without the
+        budget, ``pinned`` (per GPU) and ``host``; ``memory``: the bounce buffers held
+        now, ``host`` and ``pinned`` per device ordinal, each with ``held``
+        (allocated, idle or in use), ``in_use`` (held by transfers) and their peaks.
+    """
+    gpu_bounce, windows = _lib.staging_split(True, False)
+    host_bounce, _ = _lib.staging_split(False, True)
+    pinned, host = _lib.staging_demand()
+    return {
+        "checkpoint_staging": _setting_value("checkpoint_staging"),
+        "gpu_load": {"bounce": gpu_bounce, "windows": windows},
+        "host_load": {"bounce": host_bounce},
+        "uncapped": {"pinned": pinned, "host": host},
+        "memory": _lib.staging_memory(),
+    }
 
 
 def collect_info() -> dict[str, Any]:
@@ -36,8 +64,8 @@ def collect_info() -> dict[str, Any]:
         whether cuFile is usable, why not, and what ``compat_mode`` then does), ``gds``
         (see :func:`kvikpy._gds.gds_status`: usable, the first reason it is not, the
         libcufile loaded, stand-in or not, its version, nvidia-fs, the driver
-        properties), ``settings`` and ``library`` (the path of the loaded extension
-        module).
+        properties), ``staging`` (see :func:`staging_info`), ``settings`` and
+        ``library`` (the path of the loaded extension module).
     """
     available = cuda_available()
     gds = _gds.gds_status()
@@ -59,6 +87,7 @@ def collect_info() -> dict[str, Any]:
         "io_threads": _display.io_threads(int(defaults.get("num_threads")), per_gpu, count, budget),
         "cufile": _display.cufile_note(gds, mode),
         "gds": gds,
+        "staging": staging_info(),
         "settings": {name: _setting_value(name) for name in _lib.setting_names()},
         "library": os.path.abspath(str(_lib.__file__)),
     }

@@ -12,11 +12,12 @@ reads that follow each other both in a file and in memory are merged into one. R
 into host memory (and a process group's own reads) then run as one scattered read on
 kvikpy's pool (``_lib.read_scattered``, the engine's batch request), each straight into
 its destination. Reads into GPU tensors run in windows: contiguous stretches of a file of
-at most :func:`window_bytes` (half the ``checkpoint_staging`` setting), each read in one
-parallel read (the path :func:`kvikpy.safetensors.load_file` takes) into a staging buffer
-on the device and copied into the tensors on the GPU, the next window read meanwhile; the
-GPU holds the model and at most two staging buffers. Nothing the size of the checkpoint
-is allocated.
+at most :func:`window_bytes` (half of what the ``checkpoint_staging`` setting leaves the
+GPU, see :func:`staging_split`), each read in one parallel read (the path
+:func:`kvikpy.safetensors.load_file` takes) into a staging buffer on the device and copied
+into the tensors on the GPU, the next window read meanwhile; the GPU holds the model and
+at most two staging buffers, and the reads' pinned bounce buffers stay within the rest of
+the setting. Nothing the size of the checkpoint is allocated.
 """
 
 from __future__ import annotations
@@ -48,21 +49,34 @@ SHARED_ROUND = 256 << 20
 
 
 def staging_bytes() -> int:
-    """The ``checkpoint_staging`` setting: the GPU memory a load may hold per device
-    beyond the tensors it fills."""
+    """The ``checkpoint_staging`` setting: the staging memory a load may hold, its bounce
+    buffers (pinned and host) and its staging windows on each GPU together."""
     value = _lib.get_setting("checkpoint_staging")
     assert isinstance(value, int)
     return value
 
 
-def window_bytes() -> int:
+def staging_split(gpu: bool = True, host: bool = False) -> tuple[int, int]:
+    """How the ``checkpoint_staging`` setting splits for a load into GPU memory (``gpu``),
+    host memory (``host``) or both: ``(bounce, device)``. ``bounce`` bounds the bounce
+    buffers its reads hold at once (pinned host memory for GPU targets, and the host
+    buffers of O_DIRECT reads): half the setting, or less when the reads at the current
+    settings (threads, ``task_size``, ``bounce_buffer_size``) would never hold that
+    much. ``device`` is the rest, the GPU memory of its staging windows per device."""
+    return _lib.staging_split(gpu, host)
+
+
+def window_bytes(device: int | None = None) -> int:
     """Bytes of each window of a load into GPU tensors: the checkpoint is read in
     contiguous windows of at most this many bytes into a staging buffer on the target's
     device, then copied into the tensors on the GPU. Two such buffers per device (one
-    filled while the other is emptied) bound the extra GPU memory to the
-    ``checkpoint_staging`` setting; a tensor larger than a window is read straight into
-    its target instead."""
-    return staging_bytes() // 2
+    filled while the other is emptied) bound the extra GPU memory to ``device``, the
+    part of the ``checkpoint_staging`` setting its bounce buffers leave (by default that
+    of a load into GPU memory, :func:`staging_split`); a tensor larger than a window is
+    read straight into its target instead."""
+    if device is None:
+        device = staging_split()[1]
+    return device // 2
 
 
 # numpy dtype names and torch dtype names, by safetensors dtype code.
@@ -434,9 +448,12 @@ def _bytes_of(t: _Target) -> Any:
     return t.obj.detach().reshape(-1).view(torch.uint8)
 
 
-def _read_staged(reads: Sequence[_Read], targets: Mapping[str, _Target], files: Files) -> list[str]:
+def _read_staged(
+    reads: Sequence[_Read], targets: Mapping[str, _Target], files: Files, device_part: int
+) -> list[str]:
     """Read ``reads`` (into torch tensors on GPUs, one name each) in windows (see
-    :func:`window_bytes`): each window in one read into a staging buffer on its device, then
+    :func:`window_bytes`; ``device_part`` is the GPU staging the load's bounce buffers
+    leave): each window in one read into a staging buffer on its device, then
     copied into its tensors on the device's current stream, the next window read into
     the other buffer meanwhile (a read into a torch tensor waits for the work queued
     before it on that stream, so a buffer is refilled only once the copies out of it
@@ -455,7 +472,7 @@ def _read_staged(reads: Sequence[_Read], targets: Mapping[str, _Target], files: 
     everything = [n for r in reads for n in r.names]
     written: list[str] = []
     for device, group in sorted(by_device.items()):
-        windows = _windows(group, window_bytes(), STAGING_GAP)
+        windows = _windows(group, window_bytes(device_part), STAGING_GAP)
         staged = [w.length for w in windows if not w.alone]
         buffers = [
             torch.empty(max(staged), dtype=torch.uint8, device=f"cuda:{device}")
@@ -578,15 +595,20 @@ def _convert(
     jobs: Sequence[tuple[Source, _Target]],
     dtypes: Mapping[str, tuple[str, str | None, int]],
     files: Files,
+    device_part: int,
 ) -> list[str]:
     """Read each ``(source, target)`` of differing dtypes through a bounded staging buffer
-    per device and convert into the target in place."""
+    per device (on a GPU within ``device_part``, the GPU staging the load's bounce buffers
+    leave; in host memory within the ``checkpoint_staging`` setting) and convert into the
+    target in place."""
     staging: dict[int | None, Any] = {}
     written: list[str] = []
-    size = min(CONVERT_STAGING, staging_bytes(), max((s.span.size for s, _ in jobs), default=0))
+    largest = max((s.span.size for s, _ in jobs), default=0)
     for s, t in jobs:
         torch_name, np_name, itemsize = dtypes[s.dtype]
         buf = staging.get(t.device)
+        bound = staging_bytes() if t.device is None else device_part
+        size = max(min(CONVERT_STAGING, bound, largest), itemsize)
         if buf is None:
             if t.torch:
                 import torch  # type: ignore[import-not-found, unused-ignore]
@@ -598,7 +620,7 @@ def _convert(
 
                 buf = np.empty(size, dtype=np.uint8)
             staging[t.device] = buf
-        step = size // itemsize * itemsize
+        step = len(buf) // itemsize * itemsize
         if t.torch:
             import torch
 
@@ -784,6 +806,11 @@ def load(
     direct = [n for n in read if described[n].dtype == by_name[n].dtype]
     converted = [n for n in read if described[n].dtype != by_name[n].dtype]
     _synchronize(described[n] for n in read)
+    # One staging budget for the load's bounce buffers; GPU staging gets the rest.
+    _, device_part = files.stage(
+        gpu=any(described[n].device is not None for n in read),
+        host=any(described[n].device is None for n in read),
+    )
 
     def read_alone(names: Sequence[str]) -> None:
         reads = [
@@ -812,7 +839,7 @@ def load(
             process_group,
             None if device is None else _torch_device(device),
             lambda alone: read_alone([spans[t.name] for t in alone]),
-            min(SHARED_ROUND, staging_bytes() // 2),
+            min(SHARED_ROUND, device_part // 2),
             files,
         )
     else:
@@ -828,9 +855,10 @@ def load(
             ],
             described,
             files,
+            device_part,
         )
     if converted:
-        _convert([(by_name[n], described[n]) for n in converted], dtypes, files)
+        _convert([(by_name[n], described[n]) for n in converted], dtypes, files, device_part)
     return LoadResult(missing, unexpected)
 
 

@@ -78,6 +78,8 @@ class Files:
     def __init__(self) -> None:
         self._open: dict[str, CuFile] = {}
         self._started: list[list[tuple[FileRead, Any]]] = []
+        self._staging: int | None = None
+        self._split = (0, 0)
 
     def __enter__(self) -> Files:
         return self
@@ -91,8 +93,23 @@ class Files:
                     except Exception:  # the first error is already on its way
                         continue
         finally:
+            if self._staging is not None:
+                _lib.staging_leave(self._staging)
+                self._staging = None
             for f in self._open.values():
                 f.close()
+
+    def stage(self, gpu: bool, host: bool) -> tuple[int, int]:
+        """Bound the load's staging by the ``checkpoint_staging`` setting, for a load into
+        GPU memory (``gpu``), host memory (``host``) or both: from here to the end of the
+        ``with`` block, every read started on this thread takes its bounce buffers (pinned,
+        and host ones for O_DIRECT) within one budget of the bytes the setting leaves
+        them. Returns ``(bounce, device)``: that budget, and the bytes left for staging
+        windows on each GPU. The first call fixes the budget; later ones return it."""
+        if self._staging is None:
+            self._split = _lib.staging_split(gpu, host)
+            self._staging = _lib.staging_enter(self._split[0])
+        return self._split
 
     def open(self, path: str) -> CuFile:
         """File ``path``, opened on first use and kept open until the load ends."""

@@ -534,6 +534,8 @@ def load_file(
 
     with Files() as files:
         spans, infos, starts = _spans(paths, files)
+        on_gpu = _devices.resolve(device) is not None
+        files.stage(gpu=on_gpu, host=not on_gpu)  # one staging budget for the load
         if process_group is not None:
             from kvikpy._read_once import load_shared
 
@@ -611,6 +613,7 @@ def _load_numpy(path: str, device: str | int) -> dict[str, Any]:
         )
     with Files() as files:
         data_start, header, _ = _header(path, files.handle(path))
+        files.stage(gpu=False, host=True)  # one staging budget for the load
         data_size = max((info["data_offsets"][1] for info in header.values()), default=0)
         whole_np = np.empty(data_size, dtype=np.uint8)
         # Exactly the validated data section: a file cut since is an error, not a

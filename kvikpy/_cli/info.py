@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from kvikpy import _display
 from kvikpy._info import collect_info
 
 __all__ = ["add_parser", "collect_info", "command", "format_info"]
@@ -39,6 +40,7 @@ def format_info(d: dict[str, Any]) -> str:
         f"threads   {d['io_threads']}",
         f"cuFile    {d['cufile']}",
         *(f"  {name:<22}  {value}" for name, value in (d["gds"]["properties"] or {}).items()),
+        f"staging   {_display.staging_line(d['staging'])}",
         f"library   {d['library']}",
         "settings",
     ]

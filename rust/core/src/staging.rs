@@ -275,6 +275,20 @@ pub fn split(total: usize, demand: usize) -> (usize, usize) {
     (bounce, total - bounce)
 }
 
+/// [`split`] of `settings`' `checkpoint_staging` for a load into GPU memory (`gpu`: the
+/// pinned demand of one GPU), host memory (`host`: the host pool's), or both (their sum).
+pub fn checkpoint_split(settings: &Settings, gpu: bool, host: bool) -> (usize, usize) {
+    let d = demand(settings);
+    let mut wanted = 0usize;
+    if gpu {
+        wanted = wanted.saturating_add(d.pinned);
+    }
+    if host {
+        wanted = wanted.saturating_add(d.host);
+    }
+    split(settings.checkpoint_staging, wanted)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,6 +440,25 @@ mod tests {
         assert_eq!(split(512 << 20, 64 << 20), (64 << 20, 448 << 20));
         assert_eq!(split(64 << 20, 256 << 20), (32 << 20, 32 << 20));
         assert_eq!(split(3, 100), (1, 2));
+        // The defaults with 16 GPU threads: one 4 MiB task each, one pinned slot of
+        // 4 MiB + 4 KiB (16 threads are "many": reads take one slot).
+        let s = Settings {
+            num_threads: 16,
+            ..Settings::default()
+        };
+        let per_task = crate::device_io::task_staging(&s);
+        assert_eq!(per_task, (4 << 20) + 4096);
+        let d = demand(&s);
+        assert_eq!(d.host, 16 * (16 << 20));
+        assert_eq!(d.pinned, crate::pool::gpu_threads(&s) * per_task);
+        let (bounce, device) = checkpoint_split(&s, true, false);
+        assert_eq!((bounce, device), split(512 << 20, d.pinned));
+        assert_eq!(checkpoint_split(&s, false, true), (256 << 20, 256 << 20));
+        assert_eq!(
+            checkpoint_split(&s, true, true).0,
+            (256 << 20).min(d.pinned + d.host)
+        );
+        assert_eq!(checkpoint_split(&s, false, false), (0, 512 << 20));
     }
 
     proptest! {

@@ -86,6 +86,11 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(settings::bounce_buffer_free, m)?)?;
     m.add_function(wrap_pyfunction!(settings::staging_memory, m)?)?;
     m.add_function(wrap_pyfunction!(settings::staging_memory_reset_peaks, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::staging_enter, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::staging_leave, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::staging_budget, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::staging_split, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::staging_demand, m)?)?;
     m.add_function(wrap_pyfunction!(settings::thread_pool_size, m)?)?;
     m.add_function(wrap_pyfunction!(settings::device_pool_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(settings::gpu_pool_threads, m)?)?;

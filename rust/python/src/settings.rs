@@ -294,6 +294,57 @@ pub fn staging_memory_reset_peaks() {
     }
 }
 
+/// Enter a checkpoint load's staging budget of `limit` bytes on this thread (see
+/// `kvikpy_core::staging::enter`); returns what to pass to [`staging_leave`].
+#[boundary]
+#[pyfunction]
+pub fn staging_enter(limit: usize) -> usize {
+    kvikpy_core::staging::enter(limit)
+}
+
+/// Leave the staging budgets this thread entered since [`staging_enter`] returned `depth`.
+#[boundary]
+#[pyfunction]
+pub fn staging_leave(depth: usize) {
+    kvikpy_core::staging::leave(depth)
+}
+
+/// This thread's staging budget, if a load entered one: `{"limit", "in_use", "peak",
+/// "over"}` in bytes (`over`: reservations larger than the limit that went alone).
+#[boundary]
+#[pyfunction]
+pub fn staging_budget(py: Python<'_>) -> PyResult<Option<Py<PyDict>>> {
+    let Some(budget) = kvikpy_core::staging::entered() else {
+        return Ok(None);
+    };
+    let u = budget.usage();
+    let d = PyDict::new(py);
+    d.set_item("limit", u.limit)?;
+    d.set_item("in_use", u.in_use)?;
+    d.set_item("peak", u.peak)?;
+    d.set_item("over", u.over)?;
+    Ok(Some(d.unbind()))
+}
+
+/// How the `checkpoint_staging` setting splits for a load into GPU memory (`gpu`), host
+/// memory (`host`) or both: `(bounce, device)`, the bytes its bounce buffers may hold
+/// (pinned and host) and those left for its staging windows on each GPU.
+#[boundary]
+#[pyfunction]
+pub fn staging_split(gpu: bool, host: bool) -> BindResult<(usize, usize)> {
+    let settings = settings::current()?;
+    Ok(kvikpy_core::staging::checkpoint_split(&settings, gpu, host))
+}
+
+/// What a checkpoint load's bounce buffers would hold at once without a budget, at the
+/// current settings: `(pinned per GPU, host)`, in bytes.
+#[boundary]
+#[pyfunction]
+pub fn staging_demand() -> BindResult<(usize, usize)> {
+    let d = kvikpy_core::staging::demand(&settings::current()?);
+    Ok((d.pinned, d.host))
+}
+
 /// Threads of the shared I/O pool (host transfers) now running (0 before the first pooled
 /// operation).
 #[boundary]
