@@ -101,16 +101,23 @@ rename it into place once complete, so a failed write leaves the target as it wa
 ``write_sync`` on, the new file's bytes and the rename reach the disk (``fsync`` of the
 file, then of its directory) before the call returns.
 
-``checkpoint_staging`` is kvikpy's own: the GPU memory, in bytes, a checkpoint load of
-:mod:`kvikpy.safetensors` may hold per device beyond the tensors it fills, at least
-2 MiB. :func:`~kvikpy.safetensors.load_into` and
-:func:`~kvikpy.safetensors.load_pretrained` read into GPU tensors through two staging
+``checkpoint_staging`` is kvikpy's own: the staging memory, in bytes, a checkpoint load
+of :mod:`kvikpy.safetensors` may hold beyond the tensors it fills, at least 2 MiB. Every
+load (:func:`~kvikpy.safetensors.load_file`, :func:`~kvikpy.safetensors.load_files`,
+:func:`~kvikpy.safetensors.load_into`, :func:`~kvikpy.safetensors.load_pretrained`, with or
+without a process group, local files and URLs alike) splits it in two. Its reads' bounce
+buffers (pinned host memory for GPU targets, the host buffers of O_DIRECT reads for host
+targets) get half of it, or less when the reads would never hold that much at the other
+settings (``num_threads``, ``task_size``, ``bounce_buffer_size``): about 64 MiB of pinned
+memory with 16 threads and the defaults; a read waits while the load's others hold that
+part, and one read always goes, however small the setting. The rest is GPU memory per
+device: ``load_into`` and ``load_pretrained`` read into GPU tensors through two staging
 windows of half of it each (a tensor larger than a window is read straight into its
-target), and convert dtypes through at most 64 MiB of it; a load for a process group
-exchanges at most half of it at once. :func:`~kvikpy.safetensors.load_file` reads
-straight into the tensors it returns and stages nothing on the GPU. The pinned host
-memory of every read is the I/O pool's own (``bounce_buffer_size`` per thread, per
-GPU), not a load's.
+target), convert dtypes through at most 64 MiB of it, and a load for a process group
+exchanges at most half of it at once. ``load_file`` reads straight into the tensors it
+returns and stages nothing on the GPU. :func:`kvikpy.info` shows the split at the current
+settings. Reads that are not a checkpoint load's (:meth:`kvikpy.CuFile.read`,
+:func:`kvikpy.read` ...) take their bounce buffers from the I/O pool unbounded by it.
 """
 
 from __future__ import annotations

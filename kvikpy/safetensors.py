@@ -446,6 +446,10 @@ def load_file(
     """Load the tensors of a safetensors file (or of a checkpoint's shards), in one
     parallel read, or read once for a whole ``torch.distributed`` process group.
 
+    The tensors are read straight into the memory returned; the reads' bounce buffers
+    (pinned host memory for a GPU) stay within half the ``checkpoint_staging`` setting,
+    less when the reads would never hold that much (see :mod:`kvikpy.defaults`).
+
     Parameters
     ----------
     path
@@ -674,15 +678,18 @@ def load_into(
 
     Each tensor's bytes go from the file into the target tensor's own memory. GPU
     targets are filled in windows: contiguous stretches of a file of at most half the
-    ``checkpoint_staging`` setting (256 MiB by default; see :mod:`kvikpy.defaults`),
-    each read in one parallel read into a staging buffer on the target's GPU and copied
-    into its tensors there while the next window is read into a second buffer (a tensor
-    larger than a window is read straight into its target). Host targets take one
-    parallel read plan over all the files (reads that follow each other both in a file
-    and in memory merged into one). Nothing the size of the checkpoint is allocated:
-    peak memory is the target itself plus, per GPU, at most ``checkpoint_staging`` bytes
-    (512 MiB by default): two staging buffers of half of it (allocated through torch and
-    freed before returning); then, with ``convert_dtype``, a conversion buffer of at
+    GPU part of the ``checkpoint_staging`` setting (512 MiB by default; see
+    :mod:`kvikpy.defaults`), each read in one parallel read into a staging buffer on the
+    target's GPU and copied into its tensors there while the next window is read into a
+    second buffer (a tensor larger than a window is read straight into its target). Host
+    targets take one parallel read plan over all the files (reads that follow each other
+    both in a file and in memory merged into one). Nothing the size of the checkpoint is
+    allocated: peak memory is the target itself plus ``checkpoint_staging`` bytes at
+    most, split in two. The reads' pinned bounce buffers hold at most half of it, less
+    when the reads would never hold that much at the other settings (about 64 MiB with
+    16 threads and the defaults). The rest is the GPU part, per GPU: two staging
+    buffers of half of it (allocated through torch and freed before returning; about
+    224 MiB each by default); then, with ``convert_dtype``, a conversion buffer of at
     most 64 MiB per device; with a ``process_group``, at most half of it (and at most
     256 MiB) of the shared read's rounds, four in flight at once.
 
@@ -709,8 +716,8 @@ def load_into(
         same files and its own target; each byte is read from storage once for the group
         and every rank gets its own tensors (in rounds of up to 64 MiB through the group's
         all-gather, each round's exchange running while the next rounds are read; at
-        most four rounds, half the ``checkpoint_staging`` setting and at most 256 MiB,
-        at once).
+        most four rounds, half the GPU part of the ``checkpoint_staging`` setting and at
+        most 256 MiB, at once).
     convert_dtype
         If true, a tensor whose dtype in the file differs from its target's (a bfloat16
         checkpoint into float32 parameters) is read through a 64 MiB staging buffer on

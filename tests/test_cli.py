@@ -38,6 +38,7 @@ BENCH_KEYS = {
     "kvikpy",
 }
 INFO_KEYS = {
+    "staging",
     "kvikpy",
     "python",
     "python_implementation",
@@ -304,6 +305,9 @@ def test_info_json_in_a_subprocess():
     assert d["settings"]["num_threads"] == 5  # the environment variable is seen
     assert d["settings"]["compat_mode"] in {"ON", "OFF", "AUTO"}
     assert Path(d["library"]).resolve() == Path(_lib.__file__).resolve()
+    # 5 I/O threads, each with one 16 MiB host bounce buffer: a host load's part is 80 MiB.
+    assert d["staging"]["uncapped"]["host"] == 5 * (16 << 20)
+    assert d["staging"]["host_load"]["bounce"] == 5 * (16 << 20)
 
 
 def test_info_text_in_process(capsys):
@@ -311,7 +315,7 @@ def test_info_text_in_process(capsys):
         assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"kvikpy    {kvikpy.__version__}\n")
-    for label in ("python ", "platform ", "cuda ", "library ", "settings"):
+    for label in ("python ", "platform ", "cuda ", "staging ", "library ", "settings"):
         assert f"\n{label}" in out
     assert "  task_size" in out and "1048576" in out
 
