@@ -183,6 +183,12 @@ pub fn via_ring(
     } else {
         1
     };
+    // A checkpoint load's task stages in buffers that fit its staging budget together,
+    // so that it waits for room rather than going alone past the budget.
+    let chunk = match settings.staging.budget() {
+        Some(budget) => chunk.min(budget.slot_bytes(slots, DIRECT_IO_ALIGNMENT)),
+        None => chunk,
+    };
     // A read holds its GPU's copy turn from before its buffers are taken until its last
     // DMA has landed (see [`crate::pool::copy_turn`]); a write takes one per `pwrite`.
     let _turn = match direction {

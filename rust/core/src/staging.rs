@@ -22,6 +22,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use crate::error::{Error, RemoteFailure, Result};
 use crate::settings::Settings;
 
+/// The smallest buffer [`StagingBudget::slot_bytes`] asks for: one page.
+const MIN_SLOT: usize = 4096;
+
 /// A byte budget that transfers reserve from before they take bounce buffers; see the
 /// module docs.
 #[derive(Debug)]
@@ -112,6 +115,23 @@ impl StagingBudget {
                 .wait_timeout(s, crate::cancel::POLL)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+        }
+    }
+
+    /// The budget's limit, in bytes.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// The largest power of two `p` (at least 4 KiB) for which `slots` buffers of `p`
+    /// plus `overhead` bytes each fit in the limit: the most a task with that many
+    /// buffers should stage per buffer, so that it never has to go alone past the limit
+    /// (only a limit below `slots` x (4 KiB + `overhead`) still does).
+    pub fn slot_bytes(&self, slots: usize, overhead: usize) -> usize {
+        let room = (self.limit / slots.max(1)).saturating_sub(overhead);
+        match room.checked_ilog2() {
+            Some(bits) => (1usize << bits).max(MIN_SLOT),
+            None => MIN_SLOT,
         }
     }
 
@@ -391,6 +411,29 @@ mod tests {
         assert!(crate::cancel::is_cancellation(&err), "{err}");
         drop(held);
         assert_eq!(budget.usage().in_use, 0);
+    }
+
+    #[test]
+    fn slots_are_sized_to_fit_the_limit() {
+        let b = StagingBudget::new(4 << 20);
+        assert_eq!(b.slot_bytes(1, 4096), 2 << 20);
+        assert_eq!(b.slot_bytes(2, 4096), 1 << 20);
+        assert_eq!(b.slot_bytes(1, 0), 4 << 20);
+        assert_eq!(StagingBudget::new(100 << 10).slot_bytes(1, 0), 64 << 10);
+        assert_eq!(StagingBudget::new(1).slot_bytes(2, 4096), 4096);
+        assert_eq!(StagingBudget::new(usize::MAX).slot_bytes(0, 0), 1 << 63);
+    }
+
+    proptest! {
+        #[test]
+        fn a_slot_fits_its_share(limit in 0usize..(1 << 40), slots in 1usize..3, overhead in 0usize..8192) {
+            let p = StagingBudget::new(limit).slot_bytes(slots, overhead);
+            prop_assert!(p.is_power_of_two() && p >= MIN_SLOT);
+            if limit >= slots * (MIN_SLOT + overhead) {
+                prop_assert!(slots * (p + overhead) <= limit);
+                prop_assert!(slots * (2 * p + overhead) > limit, "the largest that fits");
+            }
+        }
     }
 
     #[test]

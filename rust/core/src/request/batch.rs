@@ -27,6 +27,7 @@ use crate::ring::{staging_capacity, Ring};
 use crate::settings::Settings;
 use crate::source::{self, truncated, Source};
 use crate::span::{HostSpan, Span};
+use crate::tasks::DIRECT_IO_ALIGNMENT;
 use crate::vocab::Direction;
 
 /// Smallest segment: below it, the per-segment DMA and its wait cost more than they save.
@@ -267,7 +268,11 @@ pub fn submit_batch(
     }
     let device = one_device(&items);
     let threads = crate::pool::threads_for(settings, device);
-    let cap = segment_size(total, threads, settings.bounce_buffer_size);
+    let mut cap = segment_size(total, threads, settings.bounce_buffer_size);
+    if let Some(budget) = settings.staging.budget() {
+        // A checkpoint load's gathered segment fits its staging budget (see `gather`).
+        cap = cap.min(budget.slot_bytes(1, DIRECT_IO_ALIGNMENT));
+    }
     let mut work = pieces(&items, cap);
     let errors: Vec<Mutex<Option<Error>>> = items.iter().map(|_| Mutex::new(None)).collect();
     let batch = Batch {

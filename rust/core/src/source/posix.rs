@@ -424,7 +424,12 @@ fn staged(
     offset: u64,
     settings: &Settings,
 ) -> Result<io::Result<usize>> {
-    let buffer_size = host_staging(settings);
+    // A checkpoint load's buffer fits its staging budget (a smaller one, freeing the
+    // pool's others, only for a budget below one `bounce_buffer_size`).
+    let buffer_size = match settings.staging.budget() {
+        Some(budget) => host_staging(settings).min(budget.slot_bytes(1, 0)),
+        None => host_staging(settings),
+    };
     let chunk_size = buffer_size.min(span.len());
     // A checkpoint load's task reserves its buffer from the load's staging budget first
     // (its only reservation; see `crate::staging`); other reads never wait.
