@@ -63,13 +63,20 @@ fn chunk_size(len: usize, settings: &Settings, source_min: usize, direction: Dir
 
 /// Pinned bytes one device read task of `task_size` bytes holds at once through
 /// [`via_ring`] (its ring's slots, each a buffer of [`crate::ring::pinned_need`] for its
-/// chunk), at `settings`, from a source with no minimum chunk (a local file).
+/// chunk), at `settings`: the more of a local file's (no minimum chunk) and a remote
+/// one's (whole tasks).
 pub fn task_staging(settings: &Settings) -> usize {
     let len = settings.task_size.max(1);
-    let chunk = chunk_size(len, settings, 0, Direction::Read);
     let many = crate::pool::gpu_threads(settings) >= MANY_THREADS && settings.read_chunk_size == 0;
-    let slots = if len > chunk && !many { MAX_SLOTS } else { 1 };
-    slots.saturating_mul(crate::ring::pinned_need(settings, chunk.min(len)))
+    [0, usize::MAX]
+        .into_iter()
+        .map(|source_min| {
+            let chunk = chunk_size(len, settings, source_min, Direction::Read);
+            let slots = if len > chunk && !many { MAX_SLOTS } else { 1 };
+            slots.saturating_mul(crate::ring::pinned_need(settings, chunk.min(len)))
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Move `span.len()` bytes between `source` at `offset` and host or device memory, in
