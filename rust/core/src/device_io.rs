@@ -79,6 +79,43 @@ pub fn task_staging(settings: &Settings) -> usize {
         .unwrap_or(0)
 }
 
+/// The staging a checkpoint load would hold at `settings` without a budget, in bytes:
+/// `pinned`, of the pinned pool of one GPU (the GPU pool's threads, each with the ring
+/// slots of one `task_size` task: [`task_staging`]), and `host`, of the
+/// host pool (the I/O pool's threads, each with one host bounce buffer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Demand {
+    /// Pinned bytes, per GPU.
+    pub pinned: usize,
+    /// Host bounce-buffer bytes.
+    pub host: usize,
+}
+
+/// See [`Demand`].
+pub fn staging_demand(settings: &Settings) -> Demand {
+    let gpu_threads = crate::pool::gpu_threads(settings);
+    Demand {
+        pinned: gpu_threads.saturating_mul(task_staging(settings)),
+        host: settings
+            .num_threads
+            .saturating_mul(crate::source::posix::host_staging(settings)),
+    }
+}
+
+/// [`crate::staging::split`] of `settings`' `checkpoint_staging` for a load into GPU memory (`gpu`: the
+/// pinned demand of one GPU), host memory (`host`: the host pool's), or both (their sum).
+pub fn checkpoint_split(settings: &Settings, gpu: bool, host: bool) -> (usize, usize) {
+    let d = staging_demand(settings);
+    let mut wanted = 0usize;
+    if gpu {
+        wanted = wanted.saturating_add(d.pinned);
+    }
+    if host {
+        wanted = wanted.saturating_add(d.host);
+    }
+    crate::staging::split(settings.checkpoint_staging, wanted)
+}
+
 /// Move `span.len()` bytes between `source` at `offset` and host or device memory, in
 /// the calling thread: one task of a request, or one piece of a batch request. The count
 /// is short only where a read reaches the end of the file.
@@ -454,6 +491,29 @@ pub fn submit_stream_ordered(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_checkpoint_load_splits_its_staging_by_what_its_reads_would_hold() {
+        // The defaults with 16 GPU threads: one 4 MiB task each, one pinned slot of
+        // 4 MiB + 4 KiB (16 threads are "many": reads take one slot).
+        let s = Settings {
+            num_threads: 16,
+            ..Settings::default()
+        };
+        let per_task = task_staging(&s);
+        assert_eq!(per_task, (4 << 20) + 4096);
+        let d = staging_demand(&s);
+        assert_eq!(d.host, 16 * (16 << 20));
+        assert_eq!(d.pinned, crate::pool::gpu_threads(&s) * per_task);
+        let (bounce, device) = checkpoint_split(&s, true, false);
+        assert_eq!((bounce, device), crate::staging::split(512 << 20, d.pinned));
+        assert_eq!(checkpoint_split(&s, false, true), (256 << 20, 256 << 20));
+        assert_eq!(
+            checkpoint_split(&s, true, true).0,
+            (256 << 20).min(d.pinned + d.host)
+        );
+        assert_eq!(checkpoint_split(&s, false, false), (0, 512 << 20));
+    }
     use super::*;
     use proptest::prelude::*;
 

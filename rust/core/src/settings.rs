@@ -757,6 +757,17 @@ pub fn set_many(pairs: &[(&str, SettingValue)]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_snapshot_carries_the_budget_entered_on_its_thread() {
+        // A snapshot on this thread carries the entered budget, and only then.
+        let depth = crate::staging::enter(7);
+        let s = current().unwrap();
+        assert_eq!(s.staging.budget().map(|b| b.usage().limit), Some(7));
+        assert!(s.unbudgeted().staging.budget().is_none());
+        crate::staging::leave(depth);
+        assert!(current().unwrap().staging.budget().is_none());
+    }
     use super::*;
     use std::collections::HashMap;
 

@@ -2,7 +2,7 @@
 //! (pinned, and host ones for O_DIRECT) the load's transfers hold at once.
 //!
 //! A load makes one [`StagingBudget`] and enters it on the calling thread ([`enter`]);
-//! every settings snapshot taken on that thread meanwhile ([`crate::settings::current`])
+//! every settings snapshot taken on that thread meanwhile (`settings::current`)
 //! carries it ([`Staging`]), so the requests the load starts take their buffers against
 //! it, on whichever pool thread they run. A task reserves the bytes of all its buffers in
 //! one call ([`StagingBudget::take`]) before it acquires them, and the [`Reservation`]
@@ -11,7 +11,7 @@
 //! Two rules keep a load moving: a task waits only while others of its budget hold
 //! bytes, so one task always goes, even one larger than the whole budget (progress); and
 //! no task asks for more while it holds a reservation (a task's transfers below it run on
-//! a snapshot without the budget, [`crate::settings::Settings::unbudgeted`]), so no task
+//! a snapshot without the budget, `Settings::unbudgeted`), so no task
 //! waits for bytes that only it could give back. Waits answer cancellation
 //! ([`crate::cancel`]) every [`crate::cancel::POLL`]. Snapshots without a budget (every
 //! read that is not a checkpoint load's) take one `Option` check and never wait.
@@ -20,7 +20,6 @@ use std::cell::RefCell;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::error::{Error, RemoteFailure, Result};
-use crate::settings::Settings;
 
 /// The smallest buffer [`StagingBudget::slot_bytes`] asks for: one page.
 const MIN_SLOT: usize = 4096;
@@ -263,29 +262,6 @@ pub fn entered() -> Option<Arc<StagingBudget>> {
         .flatten()
 }
 
-/// The staging a checkpoint load would hold at `settings` without a budget, in bytes:
-/// `pinned`, of the pinned pool of one GPU (the GPU pool's threads, each with the ring
-/// slots of one `task_size` task: [`crate::device_io::task_staging`]), and `host`, of the
-/// host pool (the I/O pool's threads, each with one host bounce buffer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Demand {
-    /// Pinned bytes, per GPU.
-    pub pinned: usize,
-    /// Host bounce-buffer bytes.
-    pub host: usize,
-}
-
-/// See [`Demand`].
-pub fn demand(settings: &Settings) -> Demand {
-    let gpu_threads = crate::pool::gpu_threads(settings);
-    Demand {
-        pinned: gpu_threads.saturating_mul(crate::device_io::task_staging(settings)),
-        host: settings
-            .num_threads
-            .saturating_mul(crate::source::posix::host_staging(settings)),
-    }
-}
-
 /// How a `checkpoint_staging` of `total` bytes is split for a load whose transfers would
 /// hold `demand` bytes of bounce buffers without a budget: `(bounce, device)`, the
 /// bounce buffers' part (`min(total / 2, demand)`) and what is left for staging windows
@@ -293,20 +269,6 @@ pub fn demand(settings: &Settings) -> Demand {
 pub fn split(total: usize, demand: usize) -> (usize, usize) {
     let bounce = (total / 2).min(demand);
     (bounce, total - bounce)
-}
-
-/// [`split`] of `settings`' `checkpoint_staging` for a load into GPU memory (`gpu`: the
-/// pinned demand of one GPU), host memory (`host`: the host pool's), or both (their sum).
-pub fn checkpoint_split(settings: &Settings, gpu: bool, host: bool) -> (usize, usize) {
-    let d = demand(settings);
-    let mut wanted = 0usize;
-    if gpu {
-        wanted = wanted.saturating_add(d.pinned);
-    }
-    if host {
-        wanted = wanted.saturating_add(d.host);
-    }
-    split(settings.checkpoint_staging, wanted)
 }
 
 #[cfg(test)]
@@ -465,17 +427,6 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &entered().unwrap()));
         leave(outer);
         assert!(entered().is_none());
-        // A snapshot on this thread carries the entered budget, and only then.
-        let depth = enter(7);
-        let s = crate::settings::current().unwrap();
-        assert_eq!(s.staging.budget().map(|b| b.usage().limit), Some(7));
-        assert!(s.unbudgeted().staging.budget().is_none());
-        leave(depth);
-        assert!(crate::settings::current()
-            .unwrap()
-            .staging
-            .budget()
-            .is_none());
     }
 
     #[test]
@@ -483,25 +434,6 @@ mod tests {
         assert_eq!(split(512 << 20, 64 << 20), (64 << 20, 448 << 20));
         assert_eq!(split(64 << 20, 256 << 20), (32 << 20, 32 << 20));
         assert_eq!(split(3, 100), (1, 2));
-        // The defaults with 16 GPU threads: one 4 MiB task each, one pinned slot of
-        // 4 MiB + 4 KiB (16 threads are "many": reads take one slot).
-        let s = Settings {
-            num_threads: 16,
-            ..Settings::default()
-        };
-        let per_task = crate::device_io::task_staging(&s);
-        assert_eq!(per_task, (4 << 20) + 4096);
-        let d = demand(&s);
-        assert_eq!(d.host, 16 * (16 << 20));
-        assert_eq!(d.pinned, crate::pool::gpu_threads(&s) * per_task);
-        let (bounce, device) = checkpoint_split(&s, true, false);
-        assert_eq!((bounce, device), split(512 << 20, d.pinned));
-        assert_eq!(checkpoint_split(&s, false, true), (256 << 20, 256 << 20));
-        assert_eq!(
-            checkpoint_split(&s, true, true).0,
-            (256 << 20).min(d.pinned + d.host)
-        );
-        assert_eq!(checkpoint_split(&s, false, false), (0, 512 << 20));
     }
 
     proptest! {

@@ -333,7 +333,7 @@ pub fn staging_budget(py: Python<'_>) -> PyResult<Option<Py<PyDict>>> {
 #[pyfunction]
 pub fn staging_split(gpu: bool, host: bool) -> BindResult<(usize, usize)> {
     let settings = settings::current()?;
-    Ok(kvikpy_core::staging::checkpoint_split(&settings, gpu, host))
+    Ok(kvikpy_core::checkpoint_split(&settings, gpu, host))
 }
 
 /// What a checkpoint load's bounce buffers would hold at once without a budget, at the
@@ -341,7 +341,7 @@ pub fn staging_split(gpu: bool, host: bool) -> BindResult<(usize, usize)> {
 #[boundary]
 #[pyfunction]
 pub fn staging_demand() -> BindResult<(usize, usize)> {
-    let d = kvikpy_core::staging::demand(&settings::current()?);
+    let d = kvikpy_core::staging_demand(&settings::current()?);
     Ok((d.pinned, d.host))
 }
 
