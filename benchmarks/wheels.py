@@ -83,9 +83,10 @@ UNITS: dict[str, str] = {
     "batch-ranges": "ranges/s",
     **{f"ranges-{k}{s}": "ranges/s" for k in RANGE_SIZES for s in ("", "+1")},
     "checkpoint": "GB/s",
+    "checkpoint-into": "GB/s",
     "stream": "GB/s",
 }
-GPU_ONLY = {"stream", "tiny-torch", "tiny-cupy"}
+GPU_ONLY = {"stream", "tiny-torch", "tiny-cupy", "checkpoint-into"}
 # Keys of a summary row besides the builds' labels.
 RESERVED = {"unit", "what", "ratios", "spread", "beyond_spread"}
 
@@ -348,7 +349,7 @@ def run_workloads(
             t = timed(name, reads, ranges["sum"], lambda buf=buf: mem.zero(buf))
         out[name] = len(offsets) / t
         del buf, views
-    if "checkpoint" in todo:
+    if "checkpoint" in spec:
         from kvikpy.safetensors import load_file
 
         ckpt = spec["checkpoint"]
@@ -358,8 +359,27 @@ def run_workloads(
                 raise RuntimeError(f"checkpoint: loaded {len(state)} tensors, not the file's")
             _expect("checkpoint", mem.state_total(state), ckpt["sum"])
 
+    if "checkpoint" in todo:
         t = _timed(mem, runs, lambda: mem.load_checkpoint(load_file, ckpt["path"]), check_state)
         out["checkpoint"] = ckpt["bytes"] / t / 1e9
+    if "checkpoint-into" in todo:
+        assert isinstance(mem, _Cuda)
+        from kvikpy.safetensors import load_into
+
+        # The targets: the checkpoint's own tensors on the GPU, zeroed before each load.
+        targets = mem.load_checkpoint(load_file, ckpt["path"])
+
+        def into() -> dict[str, Any]:
+            load_into(targets, ckpt["path"])
+            return targets
+
+        def zero_targets() -> None:
+            for tensor in targets.values():
+                tensor.zero_()
+
+        t = _timed(mem, runs, into, check_state, zero_targets)
+        out["checkpoint-into"] = ckpt["bytes"] / t / 1e9
+        del targets
     if "stream" in todo:
         assert isinstance(mem, _Cuda)
         nbytes = spec["stream_bytes"]
@@ -563,7 +583,7 @@ def make_data(folder: str, args: argparse.Namespace, todo: list[str]) -> dict[st
             paths = [os.path.join(sub, f"{i:05d}.bin") for i in range(args.files)]
             total = sum(write_random_file(p, size, seed=size + i) for i, p in enumerate(paths))
             spec["small"][key] = {"paths": paths, "size": size, "sum": total}
-    if "checkpoint" in todo:
+    if "checkpoint" in groups:
         path = os.path.join(folder, "model.safetensors")
         spec["checkpoint"] = write_checkpoint(
             path, args.checkpoint_mib << 20, args.checkpoint_tensors, args.device
@@ -612,6 +632,9 @@ def describe(spec: dict[str, Any], args: argparse.Namespace) -> dict[str, str]:
         what["checkpoint"] = (
             f"`kvikpy.safetensors.load_file`, {mib(ckpt['bytes'])} checkpoint of "
             f"{len(ckpt['names'])} tensors"
+        )
+        what["checkpoint-into"] = (
+            "`kvikpy.safetensors.load_into` of the same checkpoint into its tensors on the GPU"
         )
     return {w: what[w] for w in spec["workloads"]}
 
