@@ -72,7 +72,12 @@ def test_every_workload_on_the_host(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     expected = [w for w in wheels.UNITS if w not in wheels.GPU_ONLY]
     assert list(result["summary"]) == expected
-    assert set(expected) == set(wheels.UNITS) - {"stream", "tiny-torch", "tiny-cupy"}
+    assert set(expected) == set(wheels.UNITS) - {
+        "stream",
+        "tiny-torch",
+        "tiny-cupy",
+        "checkpoint-into",
+    }
     assert {"tiny-host", "write"} <= set(expected)
     for label, folder in (("before", a), ("after", b)):
         assert result["builds"][label]["file"] == str(folder / "kvikpy" / "__init__.py")
