@@ -211,13 +211,37 @@ impl BouncePool {
         limit: usize,
         serves: usize,
     ) -> Result<BounceBuffer> {
+        self.take(need, most, limit, serves, true)
+    }
+
+    /// [`BouncePool::acquire_at_least`] that frees nothing: for a call that must return
+    /// before the GPU work it is ordered after has run (`raw_read_async`). Freeing pinned
+    /// memory waits for the device's queued work (`cuMemFreeHost` synchronises), so the
+    /// idle buffers this call would free stay in the pool for the next transfer to free.
+    pub(crate) fn acquire_keeping(
+        self: &Arc<Self>,
+        need: usize,
+        limit: usize,
+        serves: usize,
+    ) -> Result<BounceBuffer> {
+        self.take(need, limit, limit, serves, false)
+    }
+
+    fn take(
+        self: &Arc<Self>,
+        need: usize,
+        most: usize,
+        limit: usize,
+        serves: usize,
+        free: bool,
+    ) -> Result<BounceBuffer> {
         let need = need.min(limit);
         let most = most.clamp(need, limit);
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             // `retain` works in place: no allocation on the hot path.
             idle.retain(|b| {
-                if b.size <= limit {
+                if b.size <= limit || !free {
                     return true;
                 }
                 // SAFETY: idle buffers came from this allocator with their size, and this
@@ -227,6 +251,7 @@ impl BouncePool {
             });
             match idle.iter().rposition(|b| b.size >= need && b.size <= most) {
                 Some(i) => Some(idle.swap_remove(i)),
+                None if !free => None,
                 None => {
                     if let Some(i) = idle.iter().rposition(|b| b.size < need) {
                         let small = idle.swap_remove(i);
@@ -353,6 +378,28 @@ pub(crate) fn forget_in_child() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn acquire_keeping_frees_no_idle_buffer() {
+        // A stream-ordered call's buffers: a smaller idle buffer and one left from a
+        // larger setting both stay in the pool; a plain acquire then frees them.
+        let pool = BouncePool::new(PageAlignedAllocator);
+        let large = pool.acquire(16384, 16384).unwrap();
+        let small = pool.acquire(4096, 4096).unwrap();
+        drop((large, small));
+        assert_eq!(pool.memory().held, 4096 + 16384);
+        let kept = pool.acquire_keeping(8192, 8192, 8192).unwrap();
+        assert_eq!(kept.len(), 8192);
+        assert_eq!(pool.memory().held, 4096 + 8192 + 16384, "nothing freed");
+        drop(kept);
+        let plain = pool.acquire_at_least(8192, 8192, 8192).unwrap();
+        assert_eq!(plain.len(), 8192, "the idle buffer of the size is reused");
+        assert_eq!(pool.memory().held, 4096 + 8192, "the larger one is freed");
+        drop(plain);
+        drop(pool.acquire_at_least(12288, 12288, 12288).unwrap());
+        let held = pool.memory().held;
+        assert!(held < 4096 + 8192 + 12288, "a smaller one is freed in its place: {held}");
+    }
 
     #[test]
     fn the_pool_counts_what_it_holds_and_its_peaks() {

@@ -6,7 +6,9 @@ use crate::cuda::{self, Lane};
 use crate::error::Result;
 use crate::future::{run_caught, IoFuture};
 use crate::profile::{self, Phase};
-use crate::ring::{pinned_buffers, stage, staging_capacity, Chunk, Chunks, Ring, MAX_SLOTS};
+use crate::ring::{
+    pinned_buffers_ordered, stage, staging_capacity, Chunk, Chunks, Ring, MAX_SLOTS,
+};
 use crate::settings::Settings;
 use crate::source::{Direct, Keepalive, Ordered, Source};
 use crate::span::{DeviceSpan, Span};
@@ -391,9 +393,10 @@ pub fn submit_stream_ordered(
     let ring = span.len.div_ceil(chunk).min(MAX_SLOTS);
     let cut = Chunks::new(span.len, chunk, ring);
     let chunks = cut.count();
-    let mut buffers = pinned_buffers(span.ordinal, ring, settings)?;
-    // The buffers hold the transfer's staging reservation, if any: the host I/O of the
-    // job reserves nothing more (see `crate::staging`).
+    // Taken freeing nothing: this call must not wait for the work queued before it.
+    let mut buffers = pinned_buffers_ordered(span.ordinal, ring, settings)?;
+    // A stream-ordered transfer stays outside any staging budget: its host I/O reserves
+    // nothing either (see `crate::staging`).
     let settings = settings.unbudgeted().into_owned();
     // Queue the GPU side of every chunk. A failure part-way must not leave `stream`
     // waiting for chunks that will never come: release it, and keep the counters out of

@@ -9,7 +9,7 @@
 //! DMAs in flight waits for the stream first, so no payload goes back to its pool (or is
 //! unpinned) while the DMA engine still reads or writes it. Device reads and writes,
 //! page-cache DMA and batch segments run on it; stream-ordered transfers take their
-//! buffers and staging from [`pinned_buffers`] and [`stage`] here too, and fence with
+//! buffers and staging from [`pinned_buffers_ordered`] and [`stage`] here too, and fence with
 //! GPU-side counters instead of events (their host side makes no driver call).
 
 use crate::bounce::BounceBuffer;
@@ -88,13 +88,23 @@ pub fn staging_capacity(settings: &Settings) -> usize {
     align_up(settings.bounce_buffer_size as u64, DIRECT_IO_ALIGNMENT) as usize
 }
 
-/// `count` pinned bounce buffers of device `ordinal`'s pool.
-pub fn pinned_buffers(
+/// `count` full pinned bounce buffers of device `ordinal`'s pool for a stream-ordered
+/// transfer, taken without freeing any idle buffer ([`BouncePool::acquire_keeping`]): the
+/// call returns before the work its stream is ordered after has run, and freeing pinned
+/// memory would wait for that work. Outside any staging budget (the call is not part of
+/// a checkpoint load's reads).
+///
+/// [`BouncePool::acquire_keeping`]: crate::bounce::BouncePool::acquire_keeping
+pub fn pinned_buffers_ordered(
     ordinal: usize,
     count: usize,
     settings: &Settings,
 ) -> Result<Vec<BounceBuffer>> {
-    pinned_buffers_for(ordinal, count, settings, staging_capacity(settings))
+    let pool = cuda::pinned_pool(ordinal)?;
+    let full = pinned_buffer_size(settings);
+    (0..count)
+        .map(|_| pool.acquire_keeping(full, full, settings.bounce_buffer_size))
+        .collect()
 }
 
 /// Smallest pinned buffer made for a short transfer ([`pinned_buffers_for`]).
