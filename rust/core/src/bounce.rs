@@ -398,7 +398,10 @@ mod tests {
         drop(plain);
         drop(pool.acquire_at_least(12288, 12288, 12288).unwrap());
         let held = pool.memory().held;
-        assert!(held < 4096 + 8192 + 12288, "a smaller one is freed in its place: {held}");
+        assert!(
+            held < 4096 + 8192 + 12288,
+            "a smaller one is freed in its place: {held}"
+        );
     }
 
     #[test]
