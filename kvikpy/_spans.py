@@ -11,7 +11,8 @@ error is raised. The loaders of :mod:`kvikpy.safetensors` and the read-once exch
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,20 @@ def read_into(dest: Any, reads: Sequence[FileRead], files: Files) -> None:
     into its place (no staging buffer, no device copy); every read is waited for before
     the first error is raised."""
     files.wait(files.start(dest, reads))
+
+
+@contextlib.contextmanager
+def staging_budget(gpu: bool, host: bool) -> Iterator[tuple[int, int]]:
+    """One staging budget (the ``checkpoint_staging`` setting) for the reads started on
+    this thread inside the ``with`` block, for a load into GPU memory (``gpu``), host
+    memory (``host``) or both; yields ``(bounce, device)`` as :meth:`Files.stage` returns
+    it. Inside a load that entered a budget already, that one stays the load's."""
+    split = _lib.staging_split(gpu, host)
+    depth = _lib.staging_enter(split[0])
+    try:
+        yield split
+    finally:
+        _lib.staging_leave(depth)
 
 
 class Files:

@@ -51,6 +51,7 @@ except ModuleNotFoundError as e:
     ) from None
 
 from kvikpy._save import write_files
+from kvikpy._spans import staging_budget
 from kvikpy.cufile import CuFile, wait_all
 
 __all__ = ["SUFFIX", "FileSystemReader", "FileSystemWriter"]
@@ -318,14 +319,17 @@ class FileSystemReader(_dcp.FileSystemReader):  # type: ignore[misc]
                         "the checkpoint's metadata and data do not match"
                     )
                 started.append((req, into, target, nbytes))
-            futures = [
-                files[self._info(req).relative_path].pread(
-                    into if target is None else _bytes_of(into), n, self._info(req).offset
-                )
-                for req, into, target, n in started
-                if n
-            ]
-            got = wait_all(futures)
+            on_gpu = any(t is not None and t.is_cuda for _, _, t, _ in started)
+            # One staging budget for the load's reads (their bounce buffers).
+            with staging_budget(gpu=on_gpu, host=not on_gpu):
+                futures = [
+                    files[self._info(req).relative_path].pread(
+                        into if target is None else _bytes_of(into), n, self._info(req).offset
+                    )
+                    for req, into, target, n in started
+                    if n
+                ]
+                got = wait_all(futures)
         finally:
             for f in files.values():
                 f.close()

@@ -105,7 +105,8 @@ file, then of its directory) before the call returns.
 of :mod:`kvikpy.safetensors` may hold beyond the tensors it fills, at least 2 MiB. Every
 load (:func:`~kvikpy.safetensors.load_file`, :func:`~kvikpy.safetensors.load_files`,
 :func:`~kvikpy.safetensors.load_into`, :func:`~kvikpy.safetensors.load_pretrained`, with or
-without a process group, local files and URLs alike) splits it in two. Its reads' bounce
+without a process group, local files and URLs alike, and the reads of
+:class:`kvikpy.dcp.FileSystemReader`) splits it in two. Its reads' bounce
 buffers (pinned host memory for GPU targets, the host buffers of O_DIRECT reads for host
 targets) get half of it, or less when the reads would never hold that much at the other
 settings (``num_threads``, ``task_size``, ``bounce_buffer_size``): about 64 MiB of pinned

@@ -293,3 +293,50 @@ def test_metadata_naming_a_file_outside_the_checkpoint_is_refused(
     (tmp_path / "outside.kvikpy").write_bytes(bytes(64))
     with one_process(), pytest.raises(BaseException, match="not a file of the checkpoint"):
         dcp.load({"w": torch.zeros(8)}, storage_reader=kdcp.FileSystemReader(folder))
+
+
+@torch_only
+def test_a_load_keeps_its_bounce_buffers_within_the_staging_budget(tmp_path: Path) -> None:
+    # O_DIRECT reads into a target whose bytes sit at another offset within a page than
+    # the file's stage through host bounce buffers: 8 threads could hold 2 MiB of them
+    # at once, the load's budget (checkpoint_staging 2 MiB) leaves them 1 MiB.
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from conftest import PAGE, o_direct_supported
+
+    import kvikpy
+    import kvikpy.dcp as kdcp
+    from kvikpy import _lib
+
+    n = 6 << 20
+    data = torch.randint(0, 256, (n,), dtype=torch.uint8)
+    with one_process():
+        dcp.save({"w": data}, storage_writer=kdcp.FileSystemWriter(tmp_path))
+        learn = kdcp.FileSystemReader(tmp_path)
+        dcp.load({"w": torch.zeros(n, dtype=torch.uint8)}, storage_reader=learn)
+    [info] = learn.storage_data.values()
+    if not o_direct_supported(tmp_path / info.relative_path):
+        pytest.skip("no O_DIRECT on this filesystem")
+    room = torch.zeros(n + 2 * PAGE, dtype=torch.uint8)
+    shift = (info.offset + 100 - room.data_ptr()) % PAGE  # 100 bytes off the file's
+    target = room[shift : shift + n]
+    kvikpy.defaults.set(
+        {
+            "auto_direct_io_read": True,
+            "bounce_buffer_size": 256 << 10,
+            "num_threads": 8,
+            "task_size": 512 << 10,
+            "checkpoint_staging": 2 << 20,
+        }
+    )
+    kvikpy.bounce_buffer_free()
+    _lib.staging_memory_reset_peaks()
+    bounce, _ = _lib.staging_split(False, True)
+    assert bounce == 1 << 20
+    with one_process():
+        dcp.load({"w": target}, storage_reader=kdcp.FileSystemReader(tmp_path))
+    assert torch.equal(target, data)
+    host = _lib.staging_memory()["host"]
+    assert host["in_use"] == 0, "every buffer back in the pool"
+    assert 0 < host["peak_in_use"] <= bounce, (host, bounce)
+    assert _lib.staging_budget() is None, "the load left its budget"
