@@ -93,8 +93,8 @@ class Files:
     def __init__(self) -> None:
         self._open: dict[str, CuFile] = {}
         self._started: list[list[tuple[FileRead, Any]]] = []
-        self._staging: int | None = None
-        self._split = (0, 0)
+        self._budget = contextlib.ExitStack()
+        self._split: tuple[int, int] | None = None
 
     def __enter__(self) -> Files:
         return self
@@ -108,9 +108,7 @@ class Files:
                     except Exception:  # the first error is already on its way
                         continue
         finally:
-            if self._staging is not None:
-                _lib.staging_leave(self._staging)
-                self._staging = None
+            self._budget.close()
             for f in self._open.values():
                 f.close()
 
@@ -121,9 +119,8 @@ class Files:
         and host ones for O_DIRECT) within one budget of the bytes the setting leaves
         them. Returns ``(bounce, device)``: that budget, and the bytes left for staging
         windows on each GPU. The first call fixes the budget; later ones return it."""
-        if self._staging is None:
-            self._split = _lib.staging_split(gpu, host)
-            self._staging = _lib.staging_enter(self._split[0])
+        if self._split is None:
+            self._split = self._budget.enter_context(staging_budget(gpu, host))
         return self._split
 
     def open(self, path: str) -> CuFile:

@@ -319,9 +319,9 @@ class FileSystemReader(_dcp.FileSystemReader):  # type: ignore[misc]
                         "the checkpoint's metadata and data do not match"
                     )
                 started.append((req, into, target, nbytes))
-            on_gpu = any(t is not None and t.is_cuda for _, _, t, _ in started)
+            on_gpu = [t is not None and t.is_cuda for _, _, t, _ in started]
             # One staging budget for the load's reads (their bounce buffers).
-            with staging_budget(gpu=on_gpu, host=not on_gpu):
+            with staging_budget(gpu=any(on_gpu), host=not all(on_gpu)):
                 futures = [
                     files[self._info(req).relative_path].pread(
                         into if target is None else _bytes_of(into), n, self._info(req).offset

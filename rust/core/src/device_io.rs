@@ -63,18 +63,39 @@ fn chunk_size(len: usize, settings: &Settings, source_min: usize, direction: Dir
         .max(1)
 }
 
+/// How a device transfer of `len` bytes moves through pinned memory: `(chunk, slots)`,
+/// its pieces and the buffers of the ring they cycle through. With many threads, other
+/// threads already overlap each one's DMAs: a read takes one slot, so that the process's
+/// pinned buffers in use, which every byte is copied into and read out of by the DMA,
+/// stay few enough to sit in the CPU's cache (one process onto two H200s: 16 MiB batch
+/// pieces read over two 4 MiB slots at 60-65 GB/s, over one at 78-80). A chunk size set
+/// by `KVIKPY_READ_CHUNK_SIZE` reads over two.
+fn pieces(
+    len: usize,
+    settings: &Settings,
+    source_min: usize,
+    direction: Direction,
+) -> (usize, usize) {
+    let chunk = chunk_size(len, settings, source_min, direction);
+    let many = crate::pool::gpu_threads(settings) >= MANY_THREADS && settings.read_chunk_size == 0;
+    let slots = if len > chunk && !(many && direction == Direction::Read) {
+        MAX_SLOTS
+    } else {
+        1
+    };
+    (chunk, slots)
+}
+
 /// Pinned bytes one device read task of `task_size` bytes holds at once through
 /// [`via_ring`] (its ring's slots, each a buffer of [`crate::ring::pinned_need`] for its
 /// chunk), at `settings`: the more of a local file's (no minimum chunk) and a remote
 /// one's (whole tasks).
 pub fn task_staging(settings: &Settings) -> usize {
     let len = settings.task_size.max(1);
-    let many = crate::pool::gpu_threads(settings) >= MANY_THREADS && settings.read_chunk_size == 0;
     [0, usize::MAX]
         .into_iter()
         .map(|source_min| {
-            let chunk = chunk_size(len, settings, source_min, Direction::Read);
-            let slots = if len > chunk && !many { MAX_SLOTS } else { 1 };
+            let (chunk, slots) = pieces(len, settings, source_min, Direction::Read);
             slots.saturating_mul(crate::ring::pinned_need(settings, chunk.min(len)))
         })
         .max()
@@ -217,18 +238,7 @@ pub fn via_ring(
     if span.len == 0 {
         return Ok(0);
     }
-    let chunk = chunk_size(span.len, settings, source.min_device_chunk(), direction);
-    // With many threads, other threads already overlap each one's DMAs: a read takes one
-    // slot, so that the process's pinned buffers in use, which every byte is copied into
-    // and read out of by the DMA, stay few enough to sit in the CPU's cache (one process
-    // onto two H200s: 16 MiB batch pieces read over two 4 MiB slots at 60-65 GB/s, over
-    // one at 78-80). A chunk size set by `KVIKPY_READ_CHUNK_SIZE` reads over two.
-    let many = crate::pool::gpu_threads(settings) >= MANY_THREADS && settings.read_chunk_size == 0;
-    let slots = if span.len > chunk && !(many && direction == Direction::Read) {
-        MAX_SLOTS
-    } else {
-        1
-    };
+    let (chunk, slots) = pieces(span.len, settings, source.min_device_chunk(), direction);
     // A checkpoint load's task stages in buffers that fit its staging budget together,
     // so that it waits for room rather than going alone past the budget.
     let chunk = match settings.staging.budget() {
@@ -439,11 +449,7 @@ pub fn submit_stream_ordered(
         host_done.store(release_all);
         std::mem::forget(host_done);
         std::mem::forget(gpu_done);
-        // The memory is leaked (the GPU may still use it); its budget bytes are not.
-        for b in &mut buffers {
-            b.release_reservation();
-        }
-        std::mem::forget(buffers);
+        std::mem::forget(buffers); // the GPU may still use them
         return Err(e);
     }
     let pool = crate::pool::pool_for(&settings, Some(span.ordinal))?;
@@ -494,6 +500,8 @@ pub fn submit_stream_ordered(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn a_checkpoint_load_splits_its_staging_by_what_its_reads_would_hold() {
@@ -517,8 +525,6 @@ mod tests {
         );
         assert_eq!(checkpoint_split(&s, false, false), (0, 512 << 20));
     }
-    use super::*;
-    use proptest::prelude::*;
 
     #[test]
     fn a_task_is_cut_into_pieces_unless_the_source_asks_for_whole_ones() {

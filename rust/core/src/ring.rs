@@ -103,7 +103,7 @@ pub fn pinned_buffers_ordered(
     let pool = cuda::pinned_pool(ordinal)?;
     let full = pinned_buffer_size(settings);
     (0..count)
-        .map(|_| pool.acquire_keeping(full, full, settings.bounce_buffer_size))
+        .map(|_| pool.acquire_keeping(full, settings.bounce_buffer_size))
         .collect()
 }
 

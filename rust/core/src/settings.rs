@@ -757,6 +757,8 @@ pub fn set_many(pairs: &[(&str, SettingValue)]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use std::collections::HashMap;
 
     #[test]
     fn a_snapshot_carries_the_budget_entered_on_its_thread() {
@@ -768,8 +770,6 @@ mod tests {
         crate::staging::leave(depth);
         assert!(current().unwrap().staging.budget().is_none());
     }
-    use super::*;
-    use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> Result<Settings> {
         let map: HashMap<String, String> = pairs
