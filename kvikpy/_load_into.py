@@ -66,17 +66,17 @@ def staging_split(gpu: bool = True, host: bool = False) -> tuple[int, int]:
     return _lib.staging_split(gpu, host)
 
 
-def window_bytes(device: int | None = None) -> int:
+def window_bytes(device_part: int | None = None) -> int:
     """Bytes of each window of a load into GPU tensors: the checkpoint is read in
     contiguous windows of at most this many bytes into a staging buffer on the target's
     device, then copied into the tensors on the GPU. Two such buffers per device (one
-    filled while the other is emptied) bound the extra GPU memory to ``device``, the
-    part of the ``checkpoint_staging`` setting its bounce buffers leave (by default that
-    of a load into GPU memory, :func:`staging_split`); a tensor larger than a window is
-    read straight into its target instead."""
-    if device is None:
-        device = staging_split()[1]
-    return device // 2
+    filled while the other is emptied) bound the extra GPU memory to ``device_part``,
+    the part of the ``checkpoint_staging`` setting its bounce buffers leave (by default
+    that of a load into GPU memory, :func:`staging_split`); a tensor larger than a
+    window is read straight into its target instead."""
+    if device_part is None:
+        device_part = staging_split()[1]
+    return device_part // 2
 
 
 # numpy dtype names and torch dtype names, by safetensors dtype code.
@@ -604,10 +604,11 @@ def _convert(
     staging: dict[int | None, Any] = {}
     written: list[str] = []
     largest = max((s.span.size for s, _ in jobs), default=0)
+    host_part = staging_bytes()
     for s, t in jobs:
         torch_name, np_name, itemsize = dtypes[s.dtype]
         buf = staging.get(t.device)
-        bound = staging_bytes() if t.device is None else device_part
+        bound = host_part if t.device is None else device_part
         size = max(min(CONVERT_STAGING, bound, largest), itemsize)
         if buf is None:
             if t.torch:
