@@ -66,15 +66,17 @@ threads; transfers to and from a GPU run on that GPU's own pool, so that one pro
 reading onto several GPUs at once scales as separate processes do (one pool shared by
 every GPU held one process near 45 GB/s on 4 H100s, however many GPUs it read onto).
 ``gpu_threads`` sets the threads of each GPU's pool; 0, the default, gives each GPU's
-pool ``num_threads`` threads and lets at most ``max(16, CPUs / 2)`` of the process's GPU
+pool ``num_threads`` threads and lets at most ``max(16, CPUs)`` of the process's GPU
 threads move bytes between files and pinned memory at once, a budget shared equally
-among the GPUs in use at the moment and divided among the processes of one job on the
-host (``LOCAL_WORLD_SIZE``, as torchrun sets it; at least 4 each). Every byte of a GPU
-read is copied from the page cache into a pinned buffer and read out of it by the DMA,
-which is fastest while the buffers in use fit in the CPU's cache. On a 64-core host one
-process reads onto one or two GPUs with 16 threads each and onto four with 8 each (four
-H200s: 45.5, 83.3 and 96.0 GB/s onto one, two and four GPUs, against 74 with all 64
-threads busy), and four torchrun ranks get 8 threads each.
+among the GPUs in use at the moment; the processes of one job on the host
+(``LOCAL_WORLD_SIZE``, as torchrun sets it) divide ``max(16, CPUs / 2)`` among them (at
+least 4 each). Every byte of a GPU read is copied from the page cache into a pinned
+buffer and read out of it by the DMA, which is fastest while the buffers in use fit in
+the CPU's cache: so while two or more GPUs of a process read at once, local reads move
+in 1 MiB pieces over two pinned buffers (unless ``KVIKPY_READ_CHUNK_SIZE`` sets a piece
+size). On a 64-core host one process reads onto each GPU with 16 threads (one process
+onto four H100s or H200s: 96.0-99.1 GB/s in 1 MiB pieces, 77.7-94.4 with 8 threads per
+GPU in 4 MiB pieces), and four torchrun ranks get 8 threads each.
 ``kvikpy.info()`` prints the numbers in use.
 
 ``auto_direct_io_read`` takes ``True``, ``False`` or ``"auto"`` (the default, and what

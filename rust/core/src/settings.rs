@@ -390,20 +390,30 @@ impl Settings {
 
     /// The GPU threads one process may keep moving bytes between files and pinned memory
     /// at once, for all its GPUs together, when `gpu_threads` is automatic (0):
-    /// `max(16, cpus / 2)` shared by the `processes` processes of one job on this host
-    /// (`LOCAL_WORLD_SIZE`, as torchrun sets it), at least [`MIN_AUTO_GPU_THREADS`];
+    /// `max(16, cpus)` for one process, whose GPUs share it; for the `processes` processes
+    /// of one job on this host (`LOCAL_WORLD_SIZE`, as torchrun sets it; each reads onto
+    /// its own GPU, in whole chunks) `max(16, cpus / 2)` divided among them; at least
+    /// [`MIN_AUTO_GPU_THREADS`];
     /// `None` when `gpu_threads` is set (each GPU's pool then runs all its threads). The
-    /// GPUs in use at a moment share it equally ([`crate::pool::copy_turn`]).
+    /// GPUs in use at a moment share it equally ([`crate::pool::copy_turn`]), and while
+    /// two or more share it their reads move in 1 MiB pieces (see
+    /// [`crate::device_io`]'s `SHARED_PIECE`).
     ///
-    /// Measured on a host with 4 H200s and 64 cores (warm files, 2 GiB per GPU, one
-    /// process): 16 threads per GPU read 45.0, 84.2 and 73.6 GB/s onto 1, 2 and 4 GPUs,
-    /// 8 per GPU 41.5, 69.4 and 95.9; under this budget 45.5, 83.3 and 96.0. About 32
-    /// busy threads in all is best, however many GPUs, and one or two GPUs want 16 each.
+    /// Measured on hosts with 4 GPUs and 64 cores (warm files, 2 GiB per GPU, one
+    /// process): with 4 MiB pieces, 16 threads per GPU read 73.6 GB/s onto 4 H200s and 8
+    /// per GPU 95.9 (the buffers in use outgrow the CPU's cache); with 1 MiB pieces, 16
+    /// per GPU read 96.0-99.1 onto 4 H100s or H200s in three runs, where 8 per GPU with 4
+    /// MiB pieces read 77.7-94.4. Native threads copying from the page cache with no DMA:
+    /// 64 threads through 1 MiB buffers 119-128 GB/s, 32 through 4 MiB ones 79-109.
     pub fn copy_budget(&self, cpus: usize, processes: usize) -> Option<usize> {
         if self.gpu_threads > 0 {
             return None;
         }
-        Some((MAX_DEFAULT_THREADS.max(cpus / 2) / processes.max(1)).max(MIN_AUTO_GPU_THREADS))
+        let host = match processes {
+            0 | 1 => MAX_DEFAULT_THREADS.max(cpus),
+            _ => MAX_DEFAULT_THREADS.max(cpus / 2) / processes,
+        };
+        Some(host.max(MIN_AUTO_GPU_THREADS))
     }
 
     /// Threads of each GPU's pool: `gpu_threads` when set, else `num_threads`, at most
@@ -785,9 +795,10 @@ mod tests {
             num_threads: 16,
             ..Settings::default()
         };
-        // The measured host (64 cores): 16 threads per GPU, 32 busy at once in all.
+        // The measured host (64 cores): 16 threads per GPU, 64 busy at once in all (four
+        // GPUs at 16 each, in small pieces).
         assert_eq!(s.gpu_pool_threads(64, 1), 16);
-        assert_eq!(s.copy_budget(64, 1), Some(32));
+        assert_eq!(s.copy_budget(64, 1), Some(64));
         // Four processes of one job on it (torchrun): 8 each.
         assert_eq!(s.gpu_pool_threads(64, 4), 8);
         assert_eq!(s.copy_budget(64, 4), Some(8));
@@ -830,7 +841,7 @@ mod tests {
             let budget = s.copy_budget(cpus, processes).unwrap();
             // The processes of a job together stay within the host's budget unless the
             // floor lifts them; a pool never has more threads than may copy at once.
-            let host = MAX_DEFAULT_THREADS.max(cpus / 2);
+            let host = if processes > 1 { MAX_DEFAULT_THREADS.max(cpus / 2) } else { MAX_DEFAULT_THREADS.max(cpus) };
             proptest::prop_assert!(budget * processes.max(1) <= host || budget == MIN_AUTO_GPU_THREADS);
             proptest::prop_assert!(n <= budget);
         }
