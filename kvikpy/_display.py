@@ -78,7 +78,8 @@ def io_threads(num_threads: int, per_gpu: int, device_count: int, budget: int = 
     """How many I/O threads kvikpy runs, for ``info``: one pool of ``num_threads`` for
     host transfers, and one of ``per_gpu`` for each GPU that device transfers use, at
     most ``budget`` of them moving bytes at once, shared among the GPUs in use (0: no
-    bound)."""
+    bound). Where the budget takes turns (it exceeds one GPU's pool) and there are two
+    GPUs or more, reads onto two or more at once move in 1 MiB pieces: that is said too."""
     rule = f"{num_threads} for host transfers"
     if device_count:
         total = num_threads + per_gpu * device_count
@@ -93,6 +94,11 @@ def io_threads(num_threads: int, per_gpu: int, device_count: int, budget: int = 
                 "the GPUs in use"
             )
         rule += ")"
+        if device_count >= 2 and budget > per_gpu:
+            rule += (
+                "; reads onto two or more GPUs at once move in 1 MiB pieces (unless "
+                "KVIKPY_READ_CHUNK_SIZE sets one)"
+            )
     return rule
 
 

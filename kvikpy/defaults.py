@@ -75,8 +75,8 @@ buffer and read out of it by the DMA, which is fastest while the buffers in use 
 the CPU's cache: so while two or more GPUs of a process read at once, local reads move
 in 1 MiB pieces over two pinned buffers (unless ``KVIKPY_READ_CHUNK_SIZE`` sets a piece
 size). On a 64-core host one process reads onto each GPU with 16 threads (one process
-onto four H100s or H200s: 96.0-99.1 GB/s in 1 MiB pieces, 77.7-94.4 with 8 threads per
-GPU in 4 MiB pieces), and four torchrun ranks get 8 threads each.
+onto four H100s: 81.4 GB/s against 64.2 with 8 threads per GPU in 4 MiB pieces, in one
+run), and four torchrun ranks get 8 threads each.
 ``kvikpy.info()`` prints the numbers in use.
 
 ``auto_direct_io_read`` takes ``True``, ``False`` or ``"auto"`` (the default, and what

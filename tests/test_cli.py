@@ -430,8 +430,15 @@ def test_io_threads_rule_counts_one_pool_per_gpu():
     bounded = _display.io_threads(16, 16, 4, 32)
     assert bounded.endswith(
         "up to 80 in all with all 4 GPUs in use, at most 32 of the GPUs' threads moving bytes "
-        "at once, shared among the GPUs in use)"
+        "at once, shared among the GPUs in use); reads onto two or more GPUs at once move "
+        "in 1 MiB pieces (unless KVIKPY_READ_CHUNK_SIZE sets one)"
     )
-    # A budget no pool can reach is not mentioned.
+    # A budget no pool can reach is not mentioned, nor are pieces on one GPU.
     one = _display.io_threads(16, 16, 1, 32)
     assert "moving" not in one and one.endswith("up to 32 in all with its GPU in use)")
+    # Four GPUs of 16 threads under a budget of 64 (64 cores): never waiting, but their
+    # reads move in small pieces; a pool that fills the budget (16 cores) takes no turns.
+    wide = _display.io_threads(16, 16, 4, 64)
+    assert "moving" not in wide and wide.endswith("(unless KVIKPY_READ_CHUNK_SIZE sets one)")
+    assert "pieces" not in _display.io_threads(16, 16, 4, 16)
+    assert "pieces" not in _display.io_threads(16, 16, 4, 0)

@@ -31,8 +31,9 @@ const MANY_THREADS: usize = 4;
 /// [`crate::pool::copy_turn`]), over two buffers: every byte is copied from the page
 /// cache into a pinned buffer and read out of it by a DMA, and with many threads busy
 /// that is fastest while their buffers fit in the CPU's cache. One process onto four
-/// GPUs (64 cores, 16 threads per GPU) read 96.0-99.1 GB/s in 1 MiB pieces over two
-/// buffers where 4 MiB pieces over one read 77.7-94.4 (with 8 threads per GPU).
+/// H100s (64 cores, 16 threads per GPU) read 81.4 GB/s in 1 MiB pieces over two buffers
+/// where 8 threads per GPU in 4 MiB pieces over one read 64.2, in one run (the same
+/// pieces set by hand: 96.0-99.1 against 77.7-94.4 on four H100s or H200s).
 const SHARED_PIECE: usize = 1 << 20;
 
 /// The piece of a `len`-byte transfer that one ring slot carries, at least the source's

@@ -403,8 +403,10 @@ impl Settings {
     /// process): with 4 MiB pieces, 16 threads per GPU read 73.6 GB/s onto 4 H200s and 8
     /// per GPU 95.9 (the buffers in use outgrow the CPU's cache); with 1 MiB pieces, 16
     /// per GPU read 96.0-99.1 onto 4 H100s or H200s in three runs, where 8 per GPU with 4
-    /// MiB pieces read 77.7-94.4. Native threads copying from the page cache with no DMA:
-    /// 64 threads through 1 MiB buffers 119-128 GB/s, 32 through 4 MiB ones 79-109.
+    /// MiB pieces read 77.7-94.4; at this budget onto 4 H100s, 81.4 against 64.2 at the
+    /// budget of `max(16, cpus / 2)` in one run, 87.8 in another. Native threads copying
+    /// from the page cache with no DMA: 64 threads through 1 MiB buffers 90-128 GB/s, 32
+    /// through 4 MiB ones 73-109.
     pub fn copy_budget(&self, cpus: usize, processes: usize) -> Option<usize> {
         if self.gpu_threads > 0 {
             return None;
