@@ -15,7 +15,12 @@ one warm-up, then ``--runs`` timed runs, median reported as GB/s of checkpoint d
 to every GPU. Cold runs drop the shards' pages (``drop_file_page_cache``) before each run.
 Every rank's tensors are checked against sums computed here from the data written.
 
+``--also LABEL:LIB:VAR=VALUE[,VAR=VALUE]`` adds a row ``LIB, LABEL``: library ``LIB``'s
+job again with these environment variables set in every rank (for example
+``--also small-pieces:kvikpy:KVIKPY_GPU_THREADS=16,KVIKPY_READ_CHUNK_SIZE=1048576``).
+
 Usage: python -m benchmarks distributed [--size-mib 4096 --shards 4 --ranks 2 --cold]
+    [--libs kvikpy,instanttensor] [--also LABEL:LIB:VAR=VALUE]
 (``--device cpu --backend gloo`` runs kvikpy's two variants on the host, to check the
 harness on a machine without GPUs.)
 """
@@ -163,8 +168,11 @@ def rank_bytes_sum(shards: list[str], rank: int, world: int) -> int:
     return total
 
 
-def run_job(lib: str, args: argparse.Namespace, shards: list[str], out: str) -> list[dict]:
-    """One library's job of ``args.ranks`` processes; each rank's result."""
+def run_job(
+    lib: str, args: argparse.Namespace, shards: list[str], out: str, env: dict[str, str]
+) -> list[dict]:
+    """One library's job of ``args.ranks`` processes, with ``env`` added to their
+    environment; each rank's result."""
     # torchrun runs a file: the rank's code goes beside the shards.
     script = os.path.join(os.path.dirname(out), "rank.py")
     with open(script, "w") as fh:
@@ -175,7 +183,7 @@ def run_job(lib: str, args: argparse.Namespace, shards: list[str], out: str) -> 
         [*command, lib, args.device, args.backend, str(args.runs), str(int(args.cold)), out,
          *shards],
         capture_output=True, text=True, timeout=1800, check=False,
-        env=dict(os.environ, KVIKIO_COMPAT_MODE="ON", OMP_NUM_THREADS="1"),
+        env=dict(os.environ, KVIKIO_COMPAT_MODE="ON", OMP_NUM_THREADS="1", **env),
     )  # fmt: skip
     if done.returncode:
         # torchrun's own report ends stderr; the rank's traceback, the cause, comes first.
@@ -187,6 +195,24 @@ def run_job(lib: str, args: argparse.Namespace, shards: list[str], out: str) -> 
         with open(f"{out}.{rank}") as fh:
             results.append(json.load(fh))
     return results
+
+
+def plan_jobs(libs: list[str], also: list[str]) -> list[tuple[str, str, dict[str, str]]]:
+    """The jobs to run, as (row, library, environment): each of ``libs`` as it is, then
+    each ``--also`` value (``LABEL:LIB:VAR=VALUE[,VAR=VALUE]``) as row ``LIB, LABEL``.
+    ``ValueError`` names a value that is not of that form or whose ``LIB`` is not in
+    ``libs``."""
+    jobs: list[tuple[str, str, dict[str, str]]] = [(lib, lib, {}) for lib in libs]
+    for a in also:
+        label, lib, assignments = [*a.split(":", 2), "", ""][:3]
+        pairs = [kv.split("=", 1) for kv in assignments.split(",") if kv]
+        if not label or lib not in libs or not pairs or any(len(p) != 2 or not p[0] for p in pairs):
+            raise ValueError(
+                f"--also {a!r}: give LABEL:LIB:VAR=VALUE[,VAR=VALUE] with LIB one of --libs "
+                f"({', '.join(libs)})"
+            )
+        jobs.append((f"{lib}, {label}", lib, {k: v for k, v in pairs}))
+    return jobs
 
 
 def main() -> None:
@@ -202,8 +228,19 @@ def main() -> None:
         "--libs",
         default="kvikpy,kvikpy-into,kvikpy-reads,kvikpy-alone,instanttensor,fastsafetensors",
     )
+    parser.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        help="LABEL:LIB:VAR=VALUE[,VAR=VALUE]: library LIB's job again as row 'LIB, LABEL', "
+        "with these environment variables",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    try:
+        jobs = plan_jobs(args.libs.split(","), args.also)
+    except ValueError as e:
+        parser.error(str(e))
     folder = scratch_dir("kvikpy-dist-")
     shards, expected = write_shards(folder, args.size_mib, args.shards)
     total = sum(os.path.getsize(p) for p in shards)
@@ -215,33 +252,33 @@ def main() -> None:
         "mode": "cold" if args.cold else "warm",
         "failed": {},
     }
-    for lib in args.libs.split(","):
+    for n, (name, lib, env) in enumerate(jobs):
         try:
-            ranks = run_job(lib, args, shards, os.path.join(folder, f"{lib}.json"))
+            ranks = run_job(lib, args, shards, os.path.join(folder, f"job{n}.json"), env)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
-            row["failed"][lib] = str(e)[:3000]  # a peer that fails is reported, not fatal
-            if lib == "kvikpy":
+            row["failed"][name] = str(e)[:3000]  # a peer that fails is reported, not fatal
+            if name == "kvikpy":
                 raise
             continue
         for rank, result in enumerate(ranks):
             got = result["sums"]
             if lib == "kvikpy-reads":
                 if got["floor"] != rank_bytes_sum(shards, rank, args.ranks):
-                    raise RuntimeError(f"{lib}: rank {rank} read different bytes")
+                    raise RuntimeError(f"{name}: rank {rank} read different bytes")
                 continue
             if set(got) != set(expected) or any(
                 not np.isclose(got[k], expected[k], rtol=1e-5, atol=1e-3) for k in expected
             ):
-                raise RuntimeError(f"{lib}: rank {rank} loaded different tensors")
+                raise RuntimeError(f"{name}: rank {rank} loaded different tensors")
         times = ranks[0]["times"]
-        row[lib] = {
+        row[name] = {
             "median_GBps": total / statistics.median(times) / 1e9,
             "min_GBps": total / max(times) / 1e9,
             "max_GBps": total / min(times) / 1e9,
         }
-    for lib in args.libs.split(","):
-        if lib != "kvikpy" and lib in row:
-            row[f"kvikpy_vs_{lib}"] = row["kvikpy"]["median_GBps"] / row[lib]["median_GBps"]
+    for name, _, _ in jobs:
+        if name != "kvikpy" and name in row:
+            row[f"kvikpy_vs_{name}"] = row["kvikpy"]["median_GBps"] / row[name]["median_GBps"]
     print(json.dumps(row, indent=1))
     if args.out:
         with open(args.out, "w") as fh:
