@@ -144,7 +144,7 @@ pub fn staging_demand(settings: &Settings) -> Demand {
         pinned: gpu_threads.saturating_mul(task_staging(settings)),
         host: settings
             .num_threads
-            .saturating_mul(crate::source::posix::host_staging(settings)),
+            .saturating_mul(settings.bounce_capacity()),
     }
 }
 

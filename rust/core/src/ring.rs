@@ -17,7 +17,7 @@ use crate::cuda::{self, Lane};
 use crate::error::Result;
 use crate::settings::Settings;
 use crate::span::HostSpan;
-use crate::tasks::{align_up, DIRECT_IO_ALIGNMENT};
+use crate::tasks::DIRECT_IO_ALIGNMENT;
 
 /// The most slots a ring has: one filling while the other's DMA runs.
 pub const MAX_SLOTS: usize = 2;
@@ -85,7 +85,7 @@ pub fn pinned_buffer_size(settings: &Settings) -> usize {
 
 /// The most file bytes one pinned buffer stages at any file offset.
 pub fn staging_capacity(settings: &Settings) -> usize {
-    align_up(settings.bounce_buffer_size as u64, DIRECT_IO_ALIGNMENT) as usize
+    settings.bounce_capacity()
 }
 
 /// `count` full pinned bounce buffers of device `ordinal`'s pool for a stream-ordered

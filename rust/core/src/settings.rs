@@ -262,6 +262,16 @@ fn env_threads(var: &'static str, v: &str, min: u64, expected: &'static str) -> 
 }
 
 impl Settings {
+    /// Bytes of one bounce buffer's payload: `bounce_buffer_size` rounded up to whole
+    /// O_DIRECT blocks (4 KiB), for the pinned buffers of device transfers and the host
+    /// buffers of O_DIRECT reads alike.
+    pub fn bounce_capacity(&self) -> usize {
+        crate::tasks::align_up(
+            self.bounce_buffer_size as u64,
+            crate::tasks::DIRECT_IO_ALIGNMENT,
+        ) as usize
+    }
+
     /// This snapshot without its staging budget: what a task that holds a reservation
     /// passes to the transfers below it, so that none of them waits on the budget while
     /// the task holds bytes of it (see [`crate::staging`]).

@@ -19,7 +19,7 @@
 use std::cell::RefCell;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use crate::error::{Error, RemoteFailure, Result};
+use crate::error::Result;
 
 /// The smallest buffer [`StagingBudget::slot_bytes`] asks for: one page.
 const MIN_SLOT: usize = 4096;
@@ -102,12 +102,7 @@ impl StagingBudget {
                 });
             }
             if crate::cancel::cancelled() {
-                return Err(Error::remote(
-                    RemoteFailure::Cancelled,
-                    "checkpoint staging",
-                    "a read waiting for checkpoint staging memory was cancelled (the call \
-                     was interrupted, or the interpreter is exiting)",
-                ));
+                return Err(crate::cancel::error("checkpoint staging"));
             }
             s = self
                 .freed

@@ -22,7 +22,7 @@ use crate::cuda::Lane;
 use crate::error::{Error, Result};
 use crate::settings::{DirectIoRead, Settings};
 use crate::span::{DeviceSpan, HostSpan};
-use crate::tasks::{align_down, align_up, aligned_split, AlignedSplit, DIRECT_IO_ALIGNMENT};
+use crate::tasks::{align_down, aligned_split, AlignedSplit, DIRECT_IO_ALIGNMENT};
 use crate::vocab::Direction;
 use crate::vocab::OpenFlags;
 
@@ -408,13 +408,6 @@ impl Source for PosixFile {
     }
 }
 
-/// Bytes of the host bounce buffer one O_DIRECT task stages through: always the
-/// configured size (the pool keeps one size, so varying it would free and reallocate
-/// buffers on every call).
-pub fn host_staging(settings: &Settings) -> usize {
-    align_up(settings.bounce_buffer_size as u64, DIRECT_IO_ALIGNMENT) as usize
-}
-
 /// O_DIRECT through a host bounce buffer, one buffer-full at a time. The outer `Result`
 /// is the engine's (no buffer could be had); the inner one is the system call's.
 fn staged(
@@ -424,11 +417,13 @@ fn staged(
     offset: u64,
     settings: &Settings,
 ) -> Result<io::Result<usize>> {
-    // A checkpoint load's buffer fits its staging budget (a smaller one, freeing the
-    // pool's others, only for a budget below one `bounce_buffer_size`).
+    // Always the configured size (the pool keeps one size, so varying it would free and
+    // reallocate buffers on every call); a checkpoint load's buffer fits its staging
+    // budget (a smaller one, freeing the pool's others, only for a budget below one
+    // `bounce_buffer_size`).
     let buffer_size = match settings.staging.budget() {
-        Some(budget) => host_staging(settings).min(budget.slot_bytes(1, 0)),
-        None => host_staging(settings),
+        Some(budget) => settings.bounce_capacity().min(budget.slot_bytes(1, 0)),
+        None => settings.bounce_capacity(),
     };
     let chunk_size = buffer_size.min(span.len());
     // A checkpoint load's task reserves its buffer from the load's staging budget first
