@@ -53,6 +53,18 @@ def test_chunks_take_the_gpus_in_turn(tmp_path: Path) -> None:
     assert devices == [f"cuda:{k % 2}" for k in range(len(got))]
 
 
+def test_chunks_over_two_gpus_are_read_four_ahead(tmp_path: Path) -> None:
+    """Over two GPUs the iterator keeps four reads in flight, two per GPU, whatever a
+    smaller ``depth`` asks for; the bytes are the file's all the same."""
+    path, data = random_file(tmp_path, 10 << 20, seed=5)
+    with kvikpy.iter_chunks(path, 1 << 20, device=["cuda:0", "cuda:1"], depth=1) as it:
+        first = torch.from_dlpack(next(it)).cpu().numpy().tobytes()
+        ahead = sorted(it._device[id(buf)] for buf, _, _ in it._pending)
+        rest = [torch.from_dlpack(c).cpu().numpy().tobytes() for c in it]
+    assert ahead == [0, 0, 1, 1]
+    assert first + b"".join(rest) == data
+
+
 def test_each_gpu_reads_on_a_pool_of_its_own(tmp_path: Path) -> None:
     """Concurrent reads onto every GPU run on one pool per GPU (of num_threads threads
     each), never on threads that also serve another GPU; the host pool is separate."""

@@ -1,13 +1,14 @@
 //! Device reads and writes: a source's own device path where it has one, else the bounce
-//! ring, double-buffered per task so the file I/O of one chunk overlaps the DMA of the
-//! previous one; and stream-ordered transfers.
+//! ring, double-buffered per task (more slots for the small pieces of reads onto several
+//! GPUs) so the file I/O of one chunk overlaps the DMA of the previous one; and
+//! stream-ordered transfers.
 
 use crate::cuda::{self, Lane};
 use crate::error::Result;
 use crate::future::{run_caught, IoFuture};
 use crate::profile::{self, Phase};
 use crate::ring::{
-    pinned_buffers_ordered, stage, staging_capacity, Chunk, Chunks, Ring, MAX_SLOTS,
+    pinned_buffers_ordered, stage, staging_capacity, Chunk, Chunks, Ring, DOUBLE, MAX_SLOTS,
 };
 use crate::settings::Settings;
 use crate::source::{Direct, Keepalive, Ordered, Source};
@@ -28,13 +29,23 @@ const MIN_CHUNK_MANY_THREADS: usize = 4 << 20;
 /// From this many threads on, chunks are at least `MIN_CHUNK_MANY_THREADS`.
 const MANY_THREADS: usize = 4;
 /// The piece of a local read while two or more GPUs of the process take copy turns (see
-/// [`crate::pool::copy_turn`]), over two buffers: every byte is copied from the page
+/// [`crate::pool::copy_turn`]), over [`SHARED_STAGING`]: every byte is copied from the page
 /// cache into a pinned buffer and read out of it by a DMA, and with many threads busy
 /// that is fastest while their buffers fit in the CPU's cache. One process onto four
 /// H100s (64 cores, 16 threads per GPU) read 81.4 GB/s in 1 MiB pieces over two buffers
 /// where 8 threads per GPU in 4 MiB pieces over one read 64.2, in one run (the same
 /// pieces set by hand: 96.0-99.1 against 77.7-94.4 on four H100s or H200s).
 const SHARED_PIECE: usize = 1 << 20;
+
+/// Pinned bytes the busy threads of a process reading onto several GPUs hold together in
+/// [`SHARED_PIECE`]s: each read's ring has this divided among the threads, two to four
+/// slots. A read waits for the DMA of a slot before it fills it again, and with many
+/// threads queueing DMAs on one GPU that DMA can still be queued; fewer busy threads each
+/// get more slots for the same bytes in the cache. One process onto two H100s (32 busy
+/// threads, 64 cores) read 77.4 GB/s over four slots against 67.6 over two, in one run,
+/// where four GPUs (64 busy threads) read slower over four (84.0 against 105.3) and three
+/// (96.2): their buffers no longer fit the cache.
+const SHARED_STAGING: usize = 128 << 20;
 
 /// The piece of a `len`-byte transfer that one ring slot carries, at least the source's
 /// `min_device_chunk` and at most one bounce buffer.
@@ -79,30 +90,34 @@ fn chunk_size(len: usize, settings: &Settings, source_min: usize, direction: Dir
 /// pieces read over two 4 MiB slots at 60-65 GB/s, over one at 78-80). A chunk size set
 /// by `KVIKPY_READ_CHUNK_SIZE` reads over two.
 ///
-/// `shared`: a read while two or more of the process's GPUs take copy turns, which moves
-/// in [`SHARED_PIECE`]s over two buffers (the source's own minimum piece and the buffer
-/// size bound it); a piece size set by `KVIKPY_READ_CHUNK_SIZE` stays the one.
+/// `shared`: for a read while two or more of the process's GPUs take copy turns, the
+/// threads that may be copying at once (see [`crate::pool::copying_threads`]). Such a
+/// read moves in [`SHARED_PIECE`]s (the source's own minimum piece and the buffer size
+/// bound it) over [`SHARED_STAGING`] shared among those threads, two to [`MAX_SLOTS`]
+/// buffers each; a piece size set by `KVIKPY_READ_CHUNK_SIZE` stays the one, over two.
 fn pieces(
     len: usize,
     settings: &Settings,
     source_min: usize,
     direction: Direction,
-    shared: bool,
+    shared: Option<usize>,
 ) -> (usize, usize) {
     let read = direction == Direction::Read;
-    let shared = shared && read && settings.read_chunk_size == 0;
-    let chunk = if shared {
+    let shared = shared.filter(|_| read && settings.read_chunk_size == 0);
+    let chunk = if shared.is_some() {
         SHARED_PIECE.max(source_min).min(staging_capacity(settings))
     } else {
         chunk_size(len, settings, source_min, direction)
     };
     let many = crate::pool::gpu_threads(settings) >= MANY_THREADS
         && settings.read_chunk_size == 0
-        && !shared;
-    let slots = if len > chunk && !(many && read) {
-        MAX_SLOTS
-    } else {
+        && shared.is_none();
+    let slots = if len <= chunk || (many && read) {
         1
+    } else if let Some(threads) = shared {
+        (SHARED_STAGING / threads.max(1).saturating_mul(chunk)).clamp(DOUBLE, MAX_SLOTS)
+    } else {
+        DOUBLE
     };
     (chunk, slots)
 }
@@ -116,9 +131,10 @@ pub fn task_staging(settings: &Settings) -> usize {
     [0, usize::MAX]
         .into_iter()
         .map(|source_min| {
-            // A task alone on its GPU holds the most: one whole-task piece, where the
-            // small pieces of several GPUs hold two of `SHARED_PIECE`.
-            let (chunk, slots) = pieces(len, settings, source_min, Direction::Read, false);
+            // A task alone on its GPU holds the most: one whole-task piece (4 MiB + 4 KiB
+            // at the defaults). The small pieces of several GPUs at once hold up to four
+            // of `SHARED_PIECE` (4 MiB + 16 KiB), which a budget bounds as it does any.
+            let (chunk, slots) = pieces(len, settings, source_min, Direction::Read, None);
             slots.saturating_mul(crate::ring::pinned_need(settings, chunk.min(len)))
         })
         .max()
@@ -268,7 +284,9 @@ pub fn via_ring(
         Direction::Write => None,
     };
     // Reads of several GPUs at once, each holding a turn, move in small pieces.
-    let shared = _turn.is_some() && crate::pool::gpus_copying() >= 2;
+    let gpus = crate::pool::gpus_copying();
+    let shared =
+        (_turn.is_some() && gpus >= 2).then(|| crate::pool::copying_threads(settings, gpus));
     let (chunk, slots) = pieces(
         span.len,
         settings,
@@ -431,7 +449,7 @@ pub fn submit_stream_ordered(
         return Ok(IoFuture::ready(result, keepalive));
     };
     let chunk = staging_capacity(settings);
-    let ring = span.len.div_ceil(chunk).min(MAX_SLOTS);
+    let ring = span.len.div_ceil(chunk).min(DOUBLE);
     let cut = Chunks::new(span.len, chunk, ring);
     let chunks = cut.count();
     // Taken freeing nothing: this call must not wait for the work queued before it.
@@ -535,47 +553,56 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn reads_of_several_gpus_move_in_small_pieces_over_two_buffers() {
+    fn reads_of_several_gpus_move_in_small_pieces_over_the_shared_staging() {
         let s = Settings {
             num_threads: 16,
             ..Settings::default()
         };
         let task = 4 << 20;
         // One GPU, many threads: whole-task pieces through one buffer.
-        assert_eq!(pieces(task, &s, 0, Direction::Read, false), (task, 1));
-        // Several GPUs: 1 MiB pieces over two buffers.
-        assert_eq!(
-            pieces(task, &s, 0, Direction::Read, true),
-            (SHARED_PIECE, MAX_SLOTS)
-        );
+        assert_eq!(pieces(task, &s, 0, Direction::Read, None), (task, 1));
+        // Several GPUs: 1 MiB pieces, `SHARED_STAGING` among the busy threads, two to
+        // four buffers each.
+        for (threads, slots) in [(64, 2), (48, 2), (32, 4), (8, 4), (128, 2), (0, 4)] {
+            assert_eq!(
+                pieces(task, &s, 0, Direction::Read, Some(threads)),
+                (SHARED_PIECE, slots),
+                "{threads} threads"
+            );
+        }
+        assert_eq!(DOUBLE, 2);
+        assert_eq!(MAX_SLOTS, 4);
         // A read no longer than a piece needs one buffer.
         assert_eq!(
-            pieces(SHARED_PIECE, &s, 0, Direction::Read, true),
+            pieces(SHARED_PIECE, &s, 0, Direction::Read, Some(32)),
             (SHARED_PIECE, 1)
         );
         // A remote source's whole tasks, writes and a set piece size are left alone.
         assert_eq!(
-            pieces(task, &s, usize::MAX, Direction::Read, true),
-            pieces(task, &s, usize::MAX, Direction::Read, false)
+            pieces(task, &s, usize::MAX, Direction::Read, Some(32)),
+            pieces(task, &s, usize::MAX, Direction::Read, None)
         );
         assert_eq!(
-            pieces(task, &s, 0, Direction::Write, true),
-            pieces(task, &s, 0, Direction::Write, false)
+            pieces(task, &s, 0, Direction::Write, Some(32)),
+            pieces(task, &s, 0, Direction::Write, None)
         );
         let set = Settings {
             read_chunk_size: 2 << 20,
             ..s.clone()
         };
         assert_eq!(
-            pieces(task, &set, 0, Direction::Read, true),
-            (2 << 20, MAX_SLOTS)
+            pieces(task, &set, 0, Direction::Read, Some(32)),
+            (2 << 20, DOUBLE)
         );
         // A bounce buffer smaller than a piece bounds it.
         let small = Settings {
             bounce_buffer_size: 256 << 10,
             ..s.clone()
         };
-        assert_eq!(pieces(task, &small, 0, Direction::Read, true).0, 256 << 10);
+        assert_eq!(
+            pieces(task, &small, 0, Direction::Read, Some(64)).0,
+            256 << 10
+        );
     }
 
     #[test]

@@ -179,6 +179,17 @@ pub(crate) fn gpus_copying() -> usize {
     TURNS.get().active.load(Ordering::SeqCst)
 }
 
+/// Threads of this process that may be moving bytes through pinned memory at once while
+/// `gpus` of its GPUs take copy turns: each GPU's pool, all of them bounded by the copy
+/// budget (see [`copy_turn`]).
+pub(crate) fn copying_threads(settings: &Settings, gpus: usize) -> usize {
+    let pools = gpu_threads(settings).saturating_mul(gpus.max(1));
+    match settings.copy_budget(available_cpus(), local_processes()) {
+        Some(budget) => pools.min(budget),
+        None => pools,
+    }
+}
+
 impl Turns {
     /// This GPU's share of `budget` now.
     fn share(&self, budget: usize) -> usize {

@@ -1,11 +1,12 @@
 //! The bounce ring: the one place device pipelines get pinned bounce buffers, place file
 //! bytes in them, and pace their DMAs.
 //!
-//! A [`Ring`] is up to two slots, each a payload (a pinned bounce buffer, or pinned page-
-//! cache pages for page-cache DMA) and one of the calling thread's two events on the
-//! device. A pipeline fills a slot, queues its DMA ([`Ring::upload`] / [`Ring::download`]
-//! record the slot's event), and before reusing the slot [`Ring::reclaim`] waits for that
-//! event, so the file I/O of one slot overlaps the DMA of the other. Dropping a ring with
+//! A [`Ring`] is up to [`MAX_SLOTS`] slots (two, [`DOUBLE`], but for the small pieces of
+//! reads onto several GPUs), each a payload (a pinned bounce buffer, or pinned page-cache
+//! pages for page-cache DMA) and one of the calling thread's events on the device. A
+//! pipeline fills a slot, queues its DMA ([`Ring::upload`] / [`Ring::download`] record
+//! the slot's event), and before reusing the slot [`Ring::reclaim`] waits for that event,
+//! so the file I/O of one slot overlaps the DMAs of the others. Dropping a ring with
 //! DMAs in flight waits for the stream first, so no payload goes back to its pool (or is
 //! unpinned) while the DMA engine still reads or writes it. Device reads and writes,
 //! page-cache DMA and batch segments run on it; stream-ordered transfers take their
@@ -19,8 +20,12 @@ use crate::settings::Settings;
 use crate::span::HostSpan;
 use crate::tasks::DIRECT_IO_ALIGNMENT;
 
-/// The most slots a ring has: one filling while the other's DMA runs.
-pub const MAX_SLOTS: usize = 2;
+/// The slots of a double-buffered ring: one filling while the other's DMA runs.
+pub const DOUBLE: usize = 2;
+/// The most slots a ring has (one event of the thread's [`Lane`] each): reads onto several
+/// GPUs at once with few threads busy take more than two, so that a DMA still queued
+/// behind other threads' does not hold up the next piece's file read.
+pub const MAX_SLOTS: usize = cuda::LANE_EVENTS;
 
 /// One chunk of a transfer cut for a ring: which it is, the slot it takes, and where it
 /// lies in the transfer.
@@ -125,8 +130,12 @@ pub fn pinned_buffers_for(
     let need = pinned_need(settings, chunk);
     let serves = settings.bounce_buffer_size;
     let Some(budget) = settings.staging.budget() else {
+        // More than two buffers carry the small pieces of reads onto several GPUs: each
+        // exactly its size, not an idle full one, so that a task's buffers stay within
+        // the two full ones a task may hold.
+        let most = if count > DOUBLE { need } else { full };
         return (0..count)
-            .map(|_| pool.acquire_at_least(need, full, serves))
+            .map(|_| pool.acquire_within(need, most, full, serves))
             .collect();
     };
     // A checkpoint load's transfer: the bytes of all its buffers reserved at once (the
@@ -175,7 +184,7 @@ pub struct Ring<'l, P = BounceBuffer> {
 }
 
 impl<'l> Ring<'l, BounceBuffer> {
-    /// A ring of `count` (1 or 2) pinned bounce buffers on `lane`'s device, each staging
+    /// A ring of `count` (1 to [`MAX_SLOTS`]) pinned bounce buffers on `lane`'s device, each staging
     /// at least `chunk` bytes (see [`pinned_buffers_for`]; `staging_capacity` for full
     /// ones).
     pub fn pinned_for(

@@ -31,4 +31,4 @@ pub use stream::{
 pub(crate) use driver::{note_initialised, refuse_after_fork};
 pub(crate) use memory::{pinned_pool, PinnedHostAllocation};
 pub(crate) use register::{can_register_read_only, HostRegistration};
-pub(crate) use stream::{copy_dtoh, copy_htod, thread_stream, Counter, Lane};
+pub(crate) use stream::{copy_dtoh, copy_htod, thread_stream, Counter, Lane, LANE_EVENTS};

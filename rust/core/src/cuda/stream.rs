@@ -1,4 +1,4 @@
-//! Streams, events and copies: one non-blocking stream and two events per (thread, device),
+//! Streams, events and copies: one non-blocking stream and its events per (thread, device),
 //! events on users' streams, and host flags that hold a user's stream until kvikpy's
 //! worker has finished (`cuStreamWaitValue32`).
 
@@ -54,11 +54,11 @@ impl Event {
     }
 }
 
-/// A thread's stream and two events on device `ordinal`.
+/// A thread's stream and its events on device `ordinal`.
 struct ThreadCuda {
     ordinal: usize,
     stream: sys::CUstream,
-    events: [sys::CUevent; 2],
+    events: [sys::CUevent; LANE_EVENTS],
 }
 
 impl Drop for ThreadCuda {
@@ -81,17 +81,20 @@ thread_local! {
     static THREAD_CUDA: RefCell<Vec<ThreadCuda>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The calling thread's own stream and two events on one device, used while the context
-/// guard it borrows lives: every device pipeline queues its copies here and paces its
-/// double buffering with the two events.
+/// Events of a [`Lane`]: one per slot of the largest bounce ring (`crate::ring::MAX_SLOTS`).
+pub const LANE_EVENTS: usize = 4;
+
+/// The calling thread's own stream and [`LANE_EVENTS`] events on one device, used while
+/// the context guard it borrows lives: every device pipeline queues its copies here and
+/// paces its ring's slots with the events.
 #[derive(Debug, Clone, Copy)]
 pub struct Lane<'a> {
     /// The guard holding the device's context current.
     pub context: &'a ContextGuard,
     /// This thread's non-blocking stream on the device.
     pub stream: Stream,
-    /// This thread's two events on the device.
-    pub events: [Event; 2],
+    /// This thread's events on the device, one per ring slot.
+    pub events: [Event; LANE_EVENTS],
 }
 
 impl Lane<'_> {
@@ -113,14 +116,14 @@ impl Lane<'_> {
         unsafe { copy_dtoh(self.context, dst, src, len, self.stream) }
     }
 
-    /// Record event `slot` (0 or 1) on this lane's stream.
+    /// Record event `slot` (below [`LANE_EVENTS`]) on this lane's stream.
     pub fn record(&self, slot: usize) -> Result<()> {
-        record(self.context, self.events[slot % 2], self.stream)
+        record(self.context, self.events[slot % LANE_EVENTS], self.stream)
     }
 
-    /// Block until event `slot` (0 or 1) has completed.
+    /// Block until event `slot` (below [`LANE_EVENTS`]) has completed.
     pub fn wait(&self, slot: usize) -> Result<()> {
-        wait_event(self.context, self.events[slot % 2])
+        wait_event(self.context, self.events[slot % LANE_EVENTS])
     }
 
     /// Block until everything queued on this lane's stream has completed.
@@ -133,14 +136,17 @@ impl Lane<'_> {
 /// created on first use; the handles stay valid for the life of the thread.
 pub fn thread_stream(context: &ContextGuard) -> Result<Lane<'_>> {
     let ordinal = context.ordinal();
-    let (stream, events) = THREAD_CUDA.with(|cell| -> Result<(usize, [usize; 2])> {
+    let (stream, events) = THREAD_CUDA.with(|cell| -> Result<(usize, [usize; LANE_EVENTS])> {
         let mut all = cell.borrow_mut();
         if let Some(t) = all.iter().find(|t| t.ordinal == ordinal) {
             return Ok((t.stream as usize, t.events.map(|e| e as usize)));
         }
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
             .named("cuStreamCreate")?;
-        let events = [new_event()?, new_event()?];
+        let mut events = [std::ptr::null_mut(); LANE_EVENTS];
+        for e in &mut events {
+            *e = new_event()?;
+        }
         all.push(ThreadCuda {
             ordinal,
             stream,

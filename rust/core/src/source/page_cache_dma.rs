@@ -24,7 +24,7 @@ use super::mapping::{page_size, FileMapping};
 use super::Direct;
 use crate::cuda::{self, HostRegistration, Lane};
 use crate::error::Result;
-use crate::ring::{Chunk, Chunks, Ring, MAX_SLOTS};
+use crate::ring::{Chunk, Chunks, Ring, DOUBLE};
 use crate::settings::Settings;
 use crate::span::DeviceSpan;
 use crate::tasks::align_down;
@@ -105,7 +105,7 @@ pub unsafe fn upload_mapped(
     // Dropped (draining the stream, then unpinning) before returning, while the caller's
     // mapping is still live.
     let mut ring: Ring<'_, Option<HostRegistration>> =
-        Ring::with(lane, (0..MAX_SLOTS).map(|_| None).collect());
+        Ring::with(lane, (0..DOUBLE).map(|_| None).collect());
     let mut done = 0usize; // bytes of the request queued so far
 
     // Pieces of `piece` bytes (page-aligned starts, from `base`) over the ring's slots.
