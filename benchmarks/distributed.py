@@ -19,8 +19,15 @@ Every rank's tensors are checked against sums computed here from the data writte
 job again with these environment variables set in every rank (for example
 ``--also small-pieces:kvikpy:KVIKPY_GPU_THREADS=16,KVIKPY_READ_CHUNK_SIZE=1048576``).
 
+``--timeline`` adds, to the ``kvikpy`` and ``kvikpy-into`` rows, where the read-once
+load's time went in its last run: for each round of the exchange, on each rank, when its
+reads were done (the host clock, as the exchange waits for them) and when its all-gather
+was (a CUDA event after it; on the host, when the wait for it returned), in seconds from
+the call (:func:`timeline`). ``--round-mib`` sets the bytes of one round of
+``load_files`` (128 MiB in kvikpy), to see what the round size does.
+
 Usage: python -m benchmarks distributed [--size-mib 4096 --shards 4 --ranks 2 --cold]
-    [--libs kvikpy,instanttensor] [--also LABEL:LIB:VAR=VALUE]
+    [--libs kvikpy,instanttensor] [--also LABEL:LIB:VAR=VALUE] [--timeline --round-mib N]
 (``--device cpu --backend gloo`` runs kvikpy's two variants on the host, to check the
 harness on a machine without GPUs.)
 """
@@ -55,6 +62,37 @@ import kvikpy.safetensors
 def sync():
     if device != "cpu":
         torch.cuda.synchronize()
+
+from kvikpy import _read_once
+if os.environ.get("BENCH_ROUND_BYTES"):  # --round-mib
+    _read_once.ROUND = int(os.environ["BENCH_ROUND_BYTES"])
+marks = []  # --timeline: this run's rounds, in the order the exchange gathers them
+t0 = start = 0.0
+if os.environ.get("BENCH_TIMELINE") == "1":
+    gather = _read_once._all_gather
+
+    class Timed:
+        def __init__(self, work, mark):
+            self.work, self.mark = work, mark
+
+        def wait(self):
+            self.work.wait()
+            if device != "cpu":  # done on the GPU: an event after the collective
+                self.mark["event"] = torch.cuda.Event(enable_timing=True)
+                self.mark["event"].record()
+            else:
+                self.mark["gathered"] = time.perf_counter() - t0
+
+    def timed(packed, mine, world_size, group, async_op=False):
+        mark = {"reads_done": time.perf_counter() - t0}
+        marks.append(mark)
+        work = gather(packed, mine, world_size, group, async_op=async_op)
+        if work is None:
+            mark["gathered"] = time.perf_counter() - t0
+            return None
+        return Timed(work, mark)
+
+    _read_once._all_gather = timed
 
 targets = None
 if lib == "kvikpy-into":  # the model's tensors exist before the clock starts
@@ -115,6 +153,10 @@ for i in range(1 + runs):
             kvikpy.drop_file_page_cache(s)
     dist.barrier()
     sync()
+    marks.clear()
+    if device != "cpu":
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
     t0 = time.perf_counter()
     state = load()
     sync()
@@ -128,8 +170,11 @@ for i in range(1 + runs):
 sums = {k: float(v.double().sum().item()) for k, v in state.items()}
 if lib == "kvikpy-reads":
     sums = {"floor": int(floor[:at].sum(dtype=torch.int64).item())}
+for m in marks:  # the last run's rounds
+    if "event" in m:
+        m["gathered"] = start.elapsed_time(m.pop("event")) / 1e3
 with open(f"{out}.{rank}", "w") as fh:
-    json.dump({"times": times, "sums": sums}, fh)
+    json.dump({"times": times, "sums": sums, "rounds": marks}, fh)
 dist.destroy_process_group()
 """
 
@@ -197,6 +242,22 @@ def run_job(
     return results
 
 
+def timeline(rounds: list[dict[str, float]]) -> dict[str, object]:
+    """One rank's rounds of the exchange (``reads_done`` and ``gathered``, seconds from
+    the call, in the order gathered) in milliseconds: every round's, and the first, middle
+    and last round's, which tell whether the all-gathers kept up with the reads."""
+    if not rounds:
+        return {"rounds": 0}
+    ms = {k: [round(r[k] * 1e3, 2) for r in rounds] for k in ("reads_done", "gathered")}
+    picks = sorted({0, len(rounds) // 2, len(rounds) - 1})
+    return {
+        "rounds": len(rounds),
+        "first_middle_last": {k: [v[i] for i in picks] for k, v in ms.items()},
+        "last_gather_after_last_reads": round(ms["gathered"][-1] - ms["reads_done"][-1], 2),
+        **ms,
+    }
+
+
 def plan_jobs(libs: list[str], also: list[str]) -> list[tuple[str, str, dict[str, str]]]:
     """The jobs to run, as (row, library, environment): each of ``libs`` as it is, then
     each ``--also`` value (``LABEL:LIB:VAR=VALUE[,VAR=VALUE]``) as row ``LIB, LABEL``.
@@ -235,8 +296,18 @@ def main() -> None:
         help="LABEL:LIB:VAR=VALUE[,VAR=VALUE]: library LIB's job again as row 'LIB, LABEL', "
         "with these environment variables",
     )
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="record each round of the read-once exchange (kvikpy, kvikpy-into rows)",
+    )
+    parser.add_argument(
+        "--round-mib", type=int, default=0, help="bytes of one round of load_files, in MiB"
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    if args.round_mib < 0:
+        parser.error(f"--round-mib must be 0 (kvikpy's own) or more, not {args.round_mib}")
     try:
         jobs = plan_jobs(args.libs.split(","), args.also)
     except ValueError as e:
@@ -253,6 +324,10 @@ def main() -> None:
         "failed": {},
     }
     for n, (name, lib, env) in enumerate(jobs):
+        if args.timeline:
+            env = {"BENCH_TIMELINE": "1", **env}
+        if args.round_mib:
+            env = {"BENCH_ROUND_BYTES": str(args.round_mib << 20), **env}
         try:
             ranks = run_job(lib, args, shards, os.path.join(folder, f"job{n}.json"), env)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
@@ -276,6 +351,8 @@ def main() -> None:
             "min_GBps": total / max(times) / 1e9,
             "max_GBps": total / min(times) / 1e9,
         }
+        if args.timeline and lib in ("kvikpy", "kvikpy-into"):
+            row[name]["timeline"] = [timeline(r["rounds"]) for r in ranks]
     for name, _, _ in jobs:
         if name != "kvikpy" and name in row:
             row[f"kvikpy_vs_{name}"] = row["kvikpy"]["median_GBps"] / row[name]["median_GBps"]
