@@ -115,7 +115,11 @@ fn pieces(
     let slots = if len <= chunk || (many && read) {
         1
     } else if let Some(threads) = shared {
-        (SHARED_STAGING / threads.max(1).saturating_mul(chunk)).clamp(DOUBLE, MAX_SLOTS)
+        // Never more than two full bounce buffers' worth (see `pinned_buffers_for`).
+        let within = DOUBLE.saturating_mul(staging_capacity(settings)) / chunk.max(1);
+        (SHARED_STAGING / threads.max(1).saturating_mul(chunk))
+            .min(within)
+            .clamp(DOUBLE, MAX_SLOTS)
     } else {
         DOUBLE
     };
@@ -594,15 +598,27 @@ mod tests {
             pieces(task, &set, 0, Direction::Read, Some(32)),
             (2 << 20, DOUBLE)
         );
-        // A bounce buffer smaller than a piece bounds it.
+        // A bounce buffer smaller than a piece bounds it, and two of them a read's buffers.
         let small = Settings {
             bounce_buffer_size: 256 << 10,
             ..s.clone()
         };
         assert_eq!(
-            pieces(task, &small, 0, Direction::Read, Some(64)).0,
-            256 << 10
+            pieces(task, &small, 0, Direction::Read, Some(32)),
+            (256 << 10, DOUBLE)
         );
+        // However few threads are busy, a read's buffers stay within two full ones.
+        for (bounce, slots) in [(2 << 20, 4), (1 << 20, DOUBLE)] {
+            let b = Settings {
+                bounce_buffer_size: bounce,
+                ..s.clone()
+            };
+            assert_eq!(
+                pieces(task, &b, 0, Direction::Read, Some(8)),
+                (SHARED_PIECE, slots),
+                "{bounce}-byte bounce buffers"
+            );
+        }
     }
 
     #[test]
