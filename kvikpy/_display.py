@@ -4,6 +4,7 @@ HTML tables for notebooks (``_repr_html_``)."""
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from typing import Any
 
 from kvikpy._dtypes import BFLOAT16_TYPESTR
@@ -74,12 +75,19 @@ def backend(f: Any) -> str:
 NO_GPU_IO = "none: CUDA is not available, so reads and writes use host memory only"
 
 
-def io_threads(num_threads: int, per_gpu: int, device_count: int, budget: int = 0) -> str:
+def io_threads(
+    num_threads: int,
+    per_gpu: int,
+    device_count: int,
+    budget: int = 0,
+    pieces: Sequence[tuple[int, int, int]] = (),
+) -> str:
     """How many I/O threads kvikpy runs, for ``info``: one pool of ``num_threads`` for
     host transfers, and one of ``per_gpu`` for each GPU that device transfers use, at
     most ``budget`` of them moving bytes at once, shared among the GPUs in use (0: no
-    bound). Where the budget takes turns (it exceeds one GPU's pool) and there are two
-    GPUs or more, reads onto two or more at once move in 1 MiB pieces: that is said too."""
+    bound). ``pieces``: how reads move while several GPUs read at once, ``(GPUs, piece
+    bytes, pinned buffers per read)`` for each count of GPUs where the engine cuts them
+    so (``_lib.shared_read_pieces``); said too."""
     rule = f"{num_threads} for host transfers"
     if device_count:
         total = num_threads + per_gpu * device_count
@@ -94,12 +102,31 @@ def io_threads(num_threads: int, per_gpu: int, device_count: int, budget: int = 
                 "the GPUs in use"
             )
         rule += ")"
-        if device_count >= 2 and budget > per_gpu:
-            rule += (
-                "; reads onto two or more GPUs at once move in 1 MiB pieces (unless "
-                "KVIKPY_READ_CHUNK_SIZE sets one)"
-            )
+    if pieces:
+        sizes = {human_bytes(piece, 0) for _, piece, _ in pieces}
+        size = sizes.pop() if len(sizes) == 1 else "small"
+        rule += (
+            f"; reads onto two or more GPUs at once move in {size} pieces through "
+            f"{_buffers_by_gpus(pieces)} (unless KVIKPY_READ_CHUNK_SIZE sets them)"
+        )
     return rule
+
+
+def _buffers_by_gpus(pieces: Sequence[tuple[int, int, int]]) -> str:
+    """``(GPUs, piece, buffers)`` as "4 pinned buffers per read onto 2 GPUs, 2 onto 3 to
+    4": consecutive GPU counts with as many buffers said once."""
+    runs: list[list[int]] = []  # [first GPUs, last GPUs, buffers]
+    for gpus, _, buffers in sorted(pieces):
+        if runs and runs[-1][2] == buffers and runs[-1][1] == gpus - 1:
+            runs[-1][1] = gpus
+        else:
+            runs.append([gpus, gpus, buffers])
+    said = []
+    for k, (first, last, buffers) in enumerate(runs):
+        onto = f"{first}" if first == last else f"{first} to {last}"
+        what = f"{buffers} pinned buffers per read" if k == 0 else f"{buffers}"
+        said.append(f"{what} onto {onto}" + (" GPUs" if k == 0 else ""))
+    return ", ".join(said)
 
 
 def staging_line(staging: dict[str, Any]) -> str:

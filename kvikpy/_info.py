@@ -49,6 +49,18 @@ def staging_info() -> dict[str, Any]:
     }
 
 
+def shared_pieces(device_count: int) -> list[tuple[int, int, int]]:
+    """How local reads move while 2 to ``device_count`` GPUs of this process read at once:
+    ``(GPUs, piece bytes, pinned buffers per read)`` for each count where the engine cuts
+    them into shared pieces (none on one GPU, or where no copy turns are taken)."""
+    out = []
+    for gpus in range(2, device_count + 1):
+        cut = _lib.shared_read_pieces(gpus)
+        if cut is not None:
+            out.append((gpus, *cut))
+    return out
+
+
 def collect_info() -> dict[str, Any]:
     """Versions, platform, CUDA devices, settings and library location, as a dict.
 
@@ -84,7 +96,9 @@ def collect_info() -> dict[str, Any]:
         "devices": [_devices.label(i) for i in range(count)],
         "compat_mode_preferred": defaults.is_compat_mode_preferred(),
         "gpu_io": _display.gpu_io(gds, mode, available),
-        "io_threads": _display.io_threads(int(defaults.get("num_threads")), per_gpu, count, budget),
+        "io_threads": _display.io_threads(
+            int(defaults.get("num_threads")), per_gpu, count, budget, shared_pieces(count)
+        ),
         "cufile": _display.cufile_note(gds, mode),
         "gds": gds,
         "staging": staging_info(),

@@ -427,18 +427,44 @@ def test_io_threads_rule_counts_one_pool_per_gpu():
     assert _display.io_threads(16, 0, 0) == "16 for host transfers"
     four = _display.io_threads(16, 8, 4)
     assert "8 per GPU" in four and "up to 48 in all with all 4 GPUs in use)" in four
-    bounded = _display.io_threads(16, 16, 4, 32)
+    shared = [(2, 1 << 20, 4), (3, 1 << 20, 2), (4, 1 << 20, 2)]
+    bounded = _display.io_threads(16, 16, 4, 32, shared)
     assert bounded.endswith(
         "up to 80 in all with all 4 GPUs in use, at most 32 of the GPUs' threads moving bytes "
         "at once, shared among the GPUs in use); reads onto two or more GPUs at once move "
-        "in 1 MiB pieces (unless KVIKPY_READ_CHUNK_SIZE sets one)"
+        "in 1 MiB pieces through 4 pinned buffers per read onto 2 GPUs, 2 onto 3 to 4 "
+        "(unless KVIKPY_READ_CHUNK_SIZE sets them)"
     )
-    # A budget no pool can reach is not mentioned, nor are pieces on one GPU.
+    # A budget no pool can reach is not mentioned, nor pieces the engine does not cut.
     one = _display.io_threads(16, 16, 1, 32)
     assert "moving" not in one and one.endswith("up to 32 in all with its GPU in use)")
-    # Four GPUs of 16 threads under a budget of 64 (64 cores): never waiting, but their
-    # reads move in small pieces; a pool that fills the budget (16 cores) takes no turns.
-    wide = _display.io_threads(16, 16, 4, 64)
-    assert "moving" not in wide and wide.endswith("(unless KVIKPY_READ_CHUNK_SIZE sets one)")
-    assert "pieces" not in _display.io_threads(16, 16, 4, 16)
-    assert "pieces" not in _display.io_threads(16, 16, 4, 0)
+    wide = _display.io_threads(16, 16, 4, 64, shared[:1])
+    assert "moving" not in wide
+    assert wide.endswith("move in 1 MiB pieces through 4 pinned buffers per read onto 2 GPUs "
+                         "(unless KVIKPY_READ_CHUNK_SIZE sets them)")  # fmt: skip
+    assert "pieces" not in _display.io_threads(16, 16, 4, 64)
+    mixed = _display.io_threads(16, 16, 8, 128, [(2, 4 << 20, 2), (3, 1 << 20, 2), (5, 1 << 20, 2)])
+    assert mixed.endswith("in small pieces through 2 pinned buffers per read onto 2 to 3 GPUs, "
+                          "2 onto 5 (unless KVIKPY_READ_CHUNK_SIZE sets them)")  # fmt: skip
+
+
+def test_info_says_how_reads_onto_several_gpus_are_cut():
+    """The engine's own rule, the one ``kvikpy info`` prints: none on one GPU; where a
+    GPU's pool leaves room in the copy budget, 1 MiB pieces and more buffers per read
+    for fewer busy threads, within two full bounce buffers."""
+    from kvikpy import _info
+
+    assert _lib.shared_read_pieces(0) is None and _lib.shared_read_pieces(1) is None
+    # 8 threads per GPU under a budget of at least 16: two GPUs' 16 busy threads (and
+    # four GPUs' at most 32) share 128 MiB of 1 MiB pieces, four buffers each at most.
+    with kvikpy.defaults.set("num_threads", 8):
+        assert _lib.shared_read_pieces(2) == (1 << 20, 4)
+        assert _lib.shared_read_pieces(4) == (1 << 20, 4)
+        assert _info.shared_pieces(3) == [(2, 1 << 20, 4), (3, 1 << 20, 4)]
+        with kvikpy.defaults.set("bounce_buffer_size", 1 << 20):
+            assert _lib.shared_read_pieces(2) == (1 << 20, 2)
+        with kvikpy.defaults.set("gpu_threads", 8):  # set by hand: no budget, no turns
+            assert _lib.shared_read_pieces(2) is None
+    with kvikpy.defaults.set("num_threads", 1024):  # one pool fills any budget
+        assert _lib.shared_read_pieces(2) is None
+        assert _info.shared_pieces(4) == []

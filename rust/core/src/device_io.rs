@@ -126,6 +126,26 @@ fn pieces(
     (chunk, slots)
 }
 
+/// How a local read of whole `task_size` tasks moves while `gpus` GPUs of this process
+/// read at once, at `settings`: `(piece, buffers per read)`, or `None` where it moves as
+/// on one GPU alone (fewer than two GPUs, no copy turns to take: see
+/// [`crate::pool::turn_budget`]) or in the pieces `KVIKPY_READ_CHUNK_SIZE` sets. The rule
+/// `kvikpy info` prints.
+pub fn shared_pieces(settings: &Settings, gpus: usize) -> Option<(usize, usize)> {
+    if gpus < 2 || settings.read_chunk_size > 0 {
+        return None;
+    }
+    crate::pool::turn_budget(settings)?;
+    let threads = crate::pool::copying_threads(settings, gpus);
+    Some(pieces(
+        settings.task_size.max(1),
+        settings,
+        0,
+        Direction::Read,
+        Some(threads),
+    ))
+}
+
 /// Pinned bytes one device read task of `task_size` bytes holds at once through
 /// [`via_ring`] (its ring's slots, each a buffer of [`crate::ring::pinned_need`] for its
 /// chunk), at `settings`: the more of a local file's (no minimum chunk) and a remote
@@ -619,6 +639,38 @@ mod tests {
                 "{bounce}-byte bounce buffers"
             );
         }
+    }
+
+    #[test]
+    fn the_rule_info_prints_is_the_one_reads_take() {
+        // 8 threads per GPU leave room in any budget (at least 16): turns are taken.
+        let s = Settings {
+            num_threads: 8,
+            ..Settings::default()
+        };
+        assert_eq!(shared_pieces(&s, 1), None);
+        let threads = crate::pool::copying_threads(&s, 2);
+        assert_eq!(
+            shared_pieces(&s, 2),
+            Some(pieces(s.task_size, &s, 0, Direction::Read, Some(threads)))
+        );
+        assert_eq!(shared_pieces(&s, 2), Some((SHARED_PIECE, MAX_SLOTS)));
+        // A piece size set by hand, a pool set by hand, a pool filling the budget: none.
+        let set = Settings {
+            read_chunk_size: 2 << 20,
+            ..s.clone()
+        };
+        assert_eq!(shared_pieces(&set, 2), None);
+        let by_hand = Settings {
+            gpu_threads: 8,
+            ..s.clone()
+        };
+        assert_eq!(shared_pieces(&by_hand, 2), None);
+        let full = Settings {
+            num_threads: 1024,
+            ..s.clone()
+        };
+        assert_eq!(shared_pieces(&full, 2), None);
     }
 
     #[test]

@@ -68,7 +68,7 @@ pub mod staging;
 pub mod tasks;
 pub(crate) mod vocab;
 
-pub use device_io::{checkpoint_split, staging_demand, Demand as StagingDemand};
+pub use device_io::{checkpoint_split, shared_pieces, staging_demand, Demand as StagingDemand};
 pub use error::{panic_message, Error, RemoteFailure, Result};
 pub use file::{FileHandle, OpenFlags};
 pub use future::{run_caught, wait_idle, IoFuture};

@@ -166,11 +166,16 @@ static TURNS: ForkLocal<Turns> = ForkLocal::new(Turns::new);
 /// the GPUs that want turns at the moment (`budget / GPUs` each, at least one). A free
 /// turn costs a few atomic operations (no lock, no system call).
 pub(crate) fn copy_turn(settings: &Settings, ordinal: usize) -> Option<CopyTurn> {
-    let budget = settings.copy_budget(available_cpus(), local_processes())?;
-    if gpu_threads(settings) >= budget {
-        return None; // one GPU's pool alone fills the budget: nothing to share
-    }
+    let budget = turn_budget(settings)?;
     Some(TURNS.get().take(budget, ordinal))
+}
+
+/// The copy budget the GPU reads of this process take turns under at `settings` (see
+/// [`copy_turn`]): `None` where there is none, or where one GPU's pool alone fills it and
+/// there is nothing to share.
+pub(crate) fn turn_budget(settings: &Settings) -> Option<usize> {
+    let budget = settings.copy_budget(available_cpus(), local_processes())?;
+    (gpu_threads(settings) < budget).then_some(budget)
 }
 
 /// How many GPUs of this process want copy turns now (see [`copy_turn`]): two or more

@@ -91,6 +91,7 @@ fn _lib(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(settings::staging_budget, m)?)?;
     m.add_function(wrap_pyfunction!(settings::staging_split, m)?)?;
     m.add_function(wrap_pyfunction!(settings::staging_demand, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::shared_read_pieces, m)?)?;
     m.add_function(wrap_pyfunction!(settings::thread_pool_size, m)?)?;
     m.add_function(wrap_pyfunction!(settings::device_pool_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(settings::gpu_pool_threads, m)?)?;

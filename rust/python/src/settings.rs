@@ -345,6 +345,15 @@ pub fn staging_demand() -> BindResult<(usize, usize)> {
     Ok((d.pinned, d.host))
 }
 
+/// How a local read onto a GPU moves while `gpus` GPUs of this process read at once, at
+/// the current settings: `(piece bytes, pinned buffers per read)`, or `None` where it
+/// moves as on one GPU alone or in pieces `KVIKPY_READ_CHUNK_SIZE` sets.
+#[boundary]
+#[pyfunction]
+pub fn shared_read_pieces(gpus: usize) -> BindResult<Option<(usize, usize)>> {
+    Ok(kvikpy_core::shared_pieces(&settings::current()?, gpus))
+}
+
 /// Threads of the shared I/O pool (host transfers) now running (0 before the first pooled
 /// operation).
 #[boundary]
