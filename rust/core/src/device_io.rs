@@ -308,9 +308,10 @@ pub fn via_ring(
         Direction::Write => None,
     };
     // Reads of several GPUs at once, each holding a turn, move in small pieces.
-    let gpus = crate::pool::gpus_copying();
-    let shared =
-        (_turn.is_some() && gpus >= 2).then(|| crate::pool::copying_threads(settings, gpus));
+    let shared = _turn.as_ref().and_then(|_| {
+        let gpus = crate::pool::gpus_copying();
+        (gpus >= 2).then(|| crate::pool::copying_threads(settings, gpus))
+    });
     let (chunk, slots) = pieces(
         span.len,
         settings,
@@ -618,24 +619,20 @@ mod tests {
             pieces(task, &set, 0, Direction::Read, Some(32)),
             (2 << 20, DOUBLE)
         );
-        // A bounce buffer smaller than a piece bounds it, and two of them a read's buffers.
-        let small = Settings {
-            bounce_buffer_size: 256 << 10,
-            ..s.clone()
-        };
-        assert_eq!(
-            pieces(task, &small, 0, Direction::Read, Some(32)),
-            (256 << 10, DOUBLE)
-        );
-        // However few threads are busy, a read's buffers stay within two full ones.
-        for (bounce, slots) in [(2 << 20, 4), (1 << 20, DOUBLE)] {
+        // A bounce buffer smaller than a piece bounds it, and however few threads are
+        // busy, a read's buffers stay within two full ones.
+        for (bounce, piece, slots) in [
+            (256 << 10, 256 << 10, DOUBLE),
+            (1 << 20, SHARED_PIECE, DOUBLE),
+            (2 << 20, SHARED_PIECE, 4),
+        ] {
             let b = Settings {
                 bounce_buffer_size: bounce,
                 ..s.clone()
             };
             assert_eq!(
                 pieces(task, &b, 0, Direction::Read, Some(8)),
-                (SHARED_PIECE, slots),
+                (piece, slots),
                 "{bounce}-byte bounce buffers"
             );
         }

@@ -174,8 +174,14 @@ pub(crate) fn copy_turn(settings: &Settings, ordinal: usize) -> Option<CopyTurn>
 /// [`copy_turn`]): `None` where there is none, or where one GPU's pool alone fills it and
 /// there is nothing to share.
 pub(crate) fn turn_budget(settings: &Settings) -> Option<usize> {
-    let budget = settings.copy_budget(available_cpus(), local_processes())?;
+    let budget = copy_budget(settings)?;
     (gpu_threads(settings) < budget).then_some(budget)
+}
+
+/// [`Settings::copy_budget`] of this process on this host (its CPUs, and the processes
+/// of its job here).
+pub fn copy_budget(settings: &Settings) -> Option<usize> {
+    settings.copy_budget(available_cpus(), local_processes())
 }
 
 /// How many GPUs of this process want copy turns now (see [`copy_turn`]): two or more
@@ -189,10 +195,7 @@ pub(crate) fn gpus_copying() -> usize {
 /// budget (see [`copy_turn`]).
 pub(crate) fn copying_threads(settings: &Settings, gpus: usize) -> usize {
     let pools = gpu_threads(settings).saturating_mul(gpus.max(1));
-    match settings.copy_budget(available_cpus(), local_processes()) {
-        Some(budget) => pools.min(budget),
-        None => pools,
-    }
+    copy_budget(settings).map_or(pools, |budget| pools.min(budget))
 }
 
 impl Turns {

@@ -18,6 +18,7 @@ use crate::cuda::{self, Lane};
 use crate::error::Result;
 use crate::settings::Settings;
 use crate::span::HostSpan;
+use crate::staging::Reservation;
 use crate::tasks::DIRECT_IO_ALIGNMENT;
 
 /// The slots of a double-buffered ring: one filling while the other's DMA runs.
@@ -129,22 +130,24 @@ pub fn pinned_buffers_for(
     let full = pinned_buffer_size(settings);
     let need = pinned_need(settings, chunk);
     let serves = settings.bounce_buffer_size;
-    let Some(budget) = settings.staging.budget() else {
-        // More than two buffers carry the small pieces of reads onto several GPUs: each
-        // exactly its size, not an idle full one, so that a task's buffers stay within
-        // the two full ones a task may hold.
-        let most = if count > DOUBLE { need } else { full };
-        return (0..count)
-            .map(|_| pool.acquire_within(need, most, full, serves))
-            .collect();
+    // Each buffer exactly its size, not an idle full one, where its bytes are reserved
+    // from a checkpoint load's budget (its part held until it returns to the pool; the
+    // only reservation the task makes, see `crate::staging`), or where more than two
+    // carry the small pieces of reads onto several GPUs, so that a task's buffers stay
+    // within the two full ones a task may hold.
+    let budget = settings.staging.budget();
+    let most = if budget.is_some() || count > DOUBLE {
+        need
+    } else {
+        full
     };
-    // A checkpoint load's transfer: the bytes of all its buffers reserved at once (the
-    // only reservation this task makes; see `crate::staging`), each buffer exactly the
-    // size it reserved and holding its part until it returns to the pool.
-    let mut reserved = budget.take(count.saturating_mul(need))?;
+    let mut reserved = match budget {
+        Some(budget) => budget.take(count.saturating_mul(need))?,
+        None => Reservation::default(),
+    };
     (0..count)
         .map(|_| {
-            let mut buffer = pool.acquire_within(need, need, full, serves)?;
+            let mut buffer = pool.acquire_within(need, most, full, serves)?;
             buffer.hold(reserved.split(need));
             Ok(buffer)
         })

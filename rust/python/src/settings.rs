@@ -379,12 +379,8 @@ pub fn gpu_pool_threads() -> BindResult<(usize, usize)> {
         return Ok((0, 0));
     }
     let current = settings::current()?;
-    let budget = current.copy_budget(
-        kvikpy_core::settings::available_cpus(),
-        kvikpy_core::pool::local_processes(),
-    );
     Ok((
         kvikpy_core::pool::gpu_threads(&current),
-        budget.unwrap_or(0),
+        kvikpy_core::pool::copy_budget(&current).unwrap_or(0),
     ))
 }
